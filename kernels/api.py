@@ -1,0 +1,148 @@
+"""`paged_attention`: the one entry point to every kernel variant, with input checks."""
+
+from __future__ import annotations
+
+import torch
+
+from . import naive, parallel_tiled, qblock, static_grid
+from .heuristics import BatchShape, KernelConfig, Platform, choose_config
+
+_LAUNCHERS = {
+    "naive": naive.launch,
+    "qblock": qblock.launch,
+    "parallel_tiled": parallel_tiled.launch,
+    "static_grid": static_grid.launch,
+}
+
+SUPPORTED_DTYPES = (torch.float16, torch.bfloat16)
+MIN_HEAD_SIZE, MAX_HEAD_SIZE = 16, 256
+
+
+def _fail(arg: str, expected: str, got) -> None:
+    raise ValueError(f"{arg}: expected {expected}, got {got}")
+
+
+def _check_tensor(name: str, t, ndim: int, dtypes, device=None) -> None:
+    if not isinstance(t, torch.Tensor):
+        _fail(name, "a torch.Tensor", type(t).__name__)
+    if t.dim() != ndim:
+        _fail(name, f"a {ndim}-D tensor", f"shape {tuple(t.shape)}")
+    if t.dtype not in dtypes:
+        _fail(name, f"dtype in {[str(d) for d in dtypes]}", t.dtype)
+    if device is not None and t.device != device:
+        _fail(name, f"a tensor on {device}", t.device)
+
+
+def validate_inputs(q, k_cache, v_cache, block_table, cu_seqlens_q, seq_lens, out,
+                    max_seqlen_q, max_seqlen_k, sliding_window, softcap,
+                    check_metadata: bool) -> None:
+    """Raise ValueError naming the argument and the expected form for any bad input.
+
+    Shape, dtype and layout checks are free. ``check_metadata`` also reads the metadata
+    tensors on the host (one sync) to check every sequence's lengths against
+    ``block_table`` and ``max_seqlen_*``; turn it off inside timed loops and graph capture.
+    """
+    _check_tensor("q", q, 3, SUPPORTED_DTYPES)
+    dev = q.device
+    _check_tensor("k_cache", k_cache, 4, (q.dtype,), dev)
+    _check_tensor("v_cache", v_cache, 4, (q.dtype,), dev)
+    if k_cache.shape != v_cache.shape:
+        _fail("v_cache", f"the shape of k_cache {tuple(k_cache.shape)}", tuple(v_cache.shape))
+    num_tokens, num_q_heads, head_size = q.shape
+    _, block_size, num_kv_heads, kv_head_size = k_cache.shape
+    if kv_head_size != head_size:
+        _fail("k_cache", f"head size {head_size} (from q) in dim 3 of "
+              "[num_blocks, block_size, num_kv_heads, head_size]", kv_head_size)
+    if not (MIN_HEAD_SIZE <= head_size <= MAX_HEAD_SIZE and head_size % 8 == 0):
+        _fail("q", f"a head size that is a multiple of 8 in [{MIN_HEAD_SIZE}, {MAX_HEAD_SIZE}]", head_size)
+    if num_kv_heads < 1 or num_q_heads % num_kv_heads:
+        _fail("k_cache", f"a KV head count that divides the {num_q_heads} query heads of q", num_kv_heads)
+    for name, t in (("q", q), ("k_cache", k_cache), ("v_cache", v_cache)):
+        if t.stride(-1) != 1:
+            _fail(name, "a contiguous head dimension (stride 1 in the last dim)", f"strides {t.stride()}")
+    _check_tensor("block_table", block_table, 2, (torch.int32,), dev)
+    _check_tensor("cu_seqlens_q", cu_seqlens_q, 1, (torch.int32,), dev)
+    _check_tensor("seq_lens", seq_lens, 1, (torch.int32,), dev)
+    num_seqs = seq_lens.shape[0]
+    if cu_seqlens_q.shape[0] != num_seqs + 1:
+        _fail("cu_seqlens_q", f"{num_seqs + 1} entries (num_seqs + 1, from seq_lens)", cu_seqlens_q.shape[0])
+    if block_table.shape[0] != num_seqs:
+        _fail("block_table", f"{num_seqs} rows (one per sequence, from seq_lens)", block_table.shape[0])
+    if out is not None:
+        _check_tensor("out", out, 3, (q.dtype,), dev)
+        if out.shape != q.shape:
+            _fail("out", f"the shape of q {tuple(q.shape)}", tuple(out.shape))
+        if out.stride(-1) != 1:
+            _fail("out", "a contiguous head dimension", f"strides {out.stride()}")
+    if sliding_window is not None and sliding_window < 1:
+        _fail("sliding_window", "None or a window of >= 1 tokens", sliding_window)
+    if softcap < 0:
+        _fail("softcap", "0 (off) or a positive cap", softcap)
+    if max_seqlen_q < 1 or max_seqlen_k < max_seqlen_q:
+        _fail("max_seqlen_q/max_seqlen_k", "1 <= max_seqlen_q <= max_seqlen_k", (max_seqlen_q, max_seqlen_k))
+    if not check_metadata:
+        return
+
+    cu = cu_seqlens_q.tolist()
+    lens = seq_lens.tolist()
+    if cu[0] != 0 or cu[-1] > num_tokens:
+        _fail("cu_seqlens_q", f"prefix sums from 0 up to at most num_tokens={num_tokens} "
+              "(rows of q past the last sum are padding)", f"[{cu[0]} .. {cu[-1]}]")
+    capacity = block_table.shape[1] * block_size
+    for s in range(num_seqs):
+        query_len = cu[s + 1] - cu[s]
+        if query_len < 0:
+            _fail("cu_seqlens_q", "non-decreasing prefix sums", f"{cu[s]} then {cu[s + 1]} at sequence {s}")
+        if lens[s] < query_len:
+            _fail("seq_lens", f"seq_lens[{s}] >= its query length {query_len}", lens[s])
+        if lens[s] > capacity:
+            _fail("block_table", f"at least {-(-lens[s] // block_size)} blocks per row for "
+                  f"seq_lens[{s}]={lens[s]} (block_size {block_size})", f"{block_table.shape[1]} columns")
+        if query_len > max_seqlen_q:
+            _fail("max_seqlen_q", f">= the longest query ({query_len} at sequence {s})", max_seqlen_q)
+        if lens[s] > max_seqlen_k:
+            _fail("max_seqlen_k", f">= the longest sequence ({lens[s]} at sequence {s})", max_seqlen_k)
+
+
+def paged_attention(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    block_table: torch.Tensor,
+    cu_seqlens_q: torch.Tensor,
+    seq_lens: torch.Tensor,
+    *,
+    max_seqlen_q: int,
+    max_seqlen_k: int,
+    scale: float | None = None,
+    out: torch.Tensor | None = None,
+    sliding_window: int | None = None,
+    softcap: float = 0.0,
+    variant: str = "auto",
+    config: KernelConfig | None = None,
+    check_metadata: bool = True,
+) -> torch.Tensor:
+    """Paged attention over a ragged batch in vLLM's layout (see `reference.py`).
+
+    ``variant`` picks the step of the paper ("naive", "qblock", "parallel_tiled",
+    "static_grid") or lets the heuristics choose ("auto"). ``config`` overrides the
+    heuristics' launch parameters (its ``variant`` then wins). ``scale`` defaults to
+    ``head_size ** -0.5``. Returns ``out`` (allocated when None).
+    """
+    validate_inputs(q, k_cache, v_cache, block_table, cu_seqlens_q, seq_lens, out,
+                    max_seqlen_q, max_seqlen_k, sliding_window, softcap, check_metadata)
+    if config is None:
+        shape = BatchShape(seq_lens.shape[0], q.shape[0], max_seqlen_q, max_seqlen_k,
+                           q.shape[1], k_cache.shape[2], q.shape[2])
+        config = choose_config(shape, Platform.detect(q.device), variant)
+    elif variant not in ("auto", config.variant):
+        _fail("config", f"a KernelConfig for variant {variant!r}", config.variant)
+    if out is None:
+        out = torch.empty_like(q)
+    scale = q.shape[2] ** -0.5 if scale is None else float(scale)
+    _LAUNCHERS[config.variant](
+        out, q, k_cache, v_cache, block_table, cu_seqlens_q, seq_lens,
+        scale=scale, sliding_window=sliding_window, softcap=float(softcap),
+        config=config, max_seqlen_q=max_seqlen_q,
+    )
+    return out

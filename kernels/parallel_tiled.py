@@ -1,0 +1,164 @@
+"""Step 3 of the paper (sec. 4.5, Listing 5): parallel tiled softmax.
+
+A small decode batch has few Q-blocks, so the 2D grid leaves most SMs idle while each
+program walks thousands of KV tokens. Here the tiles of every Q-block are split into
+``NUM_SEGMENTS`` segments on a third grid axis. Each segment program runs the usual tiled
+softmax over its tiles and stores its unnormalized partial output with the running max and
+sum of exponentials; `reduce_segments_kernel` then merges the segments exactly like one
+more step of the online softmax.
+
+Sentinels do the bookkeeping: a segment with no visible key (short sequences, or tiles
+outside a sliding window) stores ``max = -inf, sum = 0``, and the reduction pads the
+segment axis to a power of two with the same sentinel, so both contribute ``exp(-inf) = 0``.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from .common import attend_tile, find_seq_idx, kv_tile_offsets, qblock_rows
+from .heuristics import KernelConfig
+
+
+@triton.jit
+def segmented_attention_kernel(
+    segm_out_ptr, segm_max_ptr, segm_sum_ptr,
+    q_ptr, k_ptr, v_ptr,
+    block_table_ptr, cu_seqlens_q_ptr, seq_lens_ptr,
+    num_seqs, num_q_heads, qk_scale, softcap, sliding_window,
+    stride_qt, stride_qh,
+    stride_kb, stride_ks, stride_kh,
+    stride_vb, stride_vs, stride_vh,
+    stride_bt,
+    QPK: tl.constexpr,
+    HEAD_SIZE: tl.constexpr, HEAD_PAD: tl.constexpr,
+    BLOCK_SIZE: tl.constexpr, TILE_SIZE: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_Q: tl.constexpr,
+    NUM_SEGMENTS: tl.constexpr,
+    USE_SOFTCAP: tl.constexpr, USE_WINDOW: tl.constexpr,
+):
+    q_block = tl.program_id(0)
+    kv_head = tl.program_id(1)
+    segment = tl.program_id(2)
+
+    seq = find_seq_idx(cu_seqlens_q_ptr, q_block, num_seqs, BLOCK_Q, True)
+    q_start = tl.load(cu_seqlens_q_ptr + seq)
+    query_len = tl.load(cu_seqlens_q_ptr + seq + 1) - q_start
+    q_block_local = q_block - (q_start // BLOCK_Q + seq)
+    if q_block_local * BLOCK_Q >= query_len:
+        return
+    seq_len = tl.load(seq_lens_ptr + seq)
+    context_len = seq_len - query_len
+
+    tok, head, row_valid, pos_q = qblock_rows(q_block_local, query_len, context_len, kv_head, BLOCK_M, BLOCK_Q, QPK)
+    offs_d = tl.arange(0, HEAD_PAD)
+    d_mask = offs_d < HEAD_SIZE
+    q_rows = (q_start + tok).to(tl.int64) * stride_qt + head * stride_qh
+    q = tl.load(q_ptr + q_rows[:, None] + offs_d[None, :], mask=row_valid[:, None] & d_mask[None, :], other=0.0)
+
+    # this segment's share of the Q-block's tiles
+    max_pos = tl.max(tl.where(row_valid, pos_q, 0), axis=0)
+    first_tile = 0
+    if USE_WINDOW:
+        first_tile = tl.maximum(context_len + q_block_local * BLOCK_Q - sliding_window + 1, 0) // TILE_SIZE
+    end_tile = max_pos // TILE_SIZE + 1
+    tiles_per_segment = tl.cdiv(end_tile - first_tile, NUM_SEGMENTS)
+    seg_first = first_tile + segment * tiles_per_segment
+    seg_end = tl.minimum(seg_first + tiles_per_segment, end_tile)
+
+    m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
+    l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
+    acc = tl.zeros([BLOCK_M, HEAD_PAD], dtype=tl.float32)
+    offs_t = tl.arange(0, TILE_SIZE)
+    bt_row = block_table_ptr + tl.cast(seq, tl.int64) * stride_bt
+    for tile in range(seg_first, seg_end):
+        pos_k = tile * TILE_SIZE + offs_t
+        k_off = kv_tile_offsets(bt_row, pos_k, seq_len, stride_kb, stride_ks, BLOCK_SIZE)
+        v_off = kv_tile_offsets(bt_row, pos_k, seq_len, stride_vb, stride_vs, BLOCK_SIZE)
+        in_seq = pos_k < seq_len
+        k_t = tl.load(k_ptr + kv_head * stride_kh + k_off[None, :] + offs_d[:, None],
+                      mask=in_seq[None, :] & d_mask[:, None], other=0.0)
+        v = tl.load(v_ptr + kv_head * stride_vh + v_off[:, None] + offs_d[None, :],
+                    mask=in_seq[:, None] & d_mask[None, :], other=0.0)
+        visible = pos_k[None, :] <= pos_q[:, None]
+        if USE_WINDOW:
+            visible = visible & (pos_k[None, :] > pos_q[:, None] - sliding_window)
+        acc, m_i, l_i = attend_tile(acc, m_i, l_i, q, k_t, v, visible, qk_scale, softcap, USE_SOFTCAP)
+
+    # store the partial result (an empty segment stores the -inf / 0 sentinel)
+    row = ((q_start + tok).to(tl.int64) * num_q_heads + head) * NUM_SEGMENTS + segment
+    tl.store(segm_out_ptr + row[:, None] * HEAD_PAD + offs_d[None, :], acc, mask=row_valid[:, None])
+    tl.store(segm_max_ptr + row, m_i, mask=row_valid)
+    tl.store(segm_sum_ptr + row, l_i, mask=row_valid)
+
+
+@triton.jit
+def reduce_segments_kernel(
+    out_ptr, segm_out_ptr, segm_max_ptr, segm_sum_ptr,
+    num_q_heads, stride_ot, stride_oh,
+    HEAD_SIZE: tl.constexpr, HEAD_PAD: tl.constexpr,
+    NUM_SEGMENTS: tl.constexpr, SEGMENTS_PAD: tl.constexpr,
+):
+    token = tl.program_id(0)
+    head = tl.program_id(1)
+    row = (token.to(tl.int64) * num_q_heads + head) * NUM_SEGMENTS
+    offs_s = tl.arange(0, SEGMENTS_PAD)
+    offs_d = tl.arange(0, HEAD_PAD)
+    seg_mask = offs_s < NUM_SEGMENTS
+
+    # pow2 padding lanes load the empty-segment sentinel
+    seg_max = tl.load(segm_max_ptr + row + offs_s, mask=seg_mask, other=float("-inf"))
+    seg_sum = tl.load(segm_sum_ptr + row + offs_s, mask=seg_mask, other=0.0)
+    m = tl.max(seg_max, axis=0)
+    weight = tl.exp2(seg_max - m)  # 0 for empty segments
+    total = tl.sum(seg_sum * weight, axis=0)
+    seg_out = tl.load(segm_out_ptr + (row + offs_s)[:, None] * HEAD_PAD + offs_d[None, :],
+                      mask=seg_mask[:, None], other=0.0)
+    out = tl.sum(seg_out * weight[:, None], axis=0) / total
+    tl.store(out_ptr + token * stride_ot + head * stride_oh + offs_d, out.to(out_ptr.dtype.element_ty),
+             mask=offs_d < HEAD_SIZE)
+
+
+def launch(out, q, k_cache, v_cache, block_table, cu_seqlens_q, seq_lens, *,
+           scale: float, sliding_window: int | None, softcap: float,
+           config: KernelConfig, **_unused) -> None:
+    """Two launches.
+
+    Segment kernel grid: (Q-blocks, KV heads, NUM_SEGMENTS), the 2D grid of `qblock` times
+    the segment axis. Reduction grid: (query tokens, query heads), one program per output
+    row. Partial results live in fp32 scratch ``[tokens, q_heads, NUM_SEGMENTS, HEAD_PAD]``.
+    """
+    num_tokens, num_q_heads, head_size = q.shape
+    block_size, num_kv_heads = k_cache.shape[1], k_cache.shape[2]
+    qpk = num_q_heads // num_kv_heads
+    block_m = config.block_m_for(qpk)
+    block_q = block_m // qpk
+    head_pad = triton.next_power_of_2(head_size)
+    num_seqs = seq_lens.shape[0]
+    nseg = config.num_segments
+    segm_out = torch.empty(num_tokens, num_q_heads, nseg, head_pad, dtype=torch.float32, device=q.device)
+    segm_max = torch.empty(num_tokens, num_q_heads, nseg, dtype=torch.float32, device=q.device)
+    segm_sum = torch.empty_like(segm_max)
+
+    grid = (num_tokens // block_q + num_seqs, num_kv_heads, nseg)
+    segmented_attention_kernel[grid](
+        segm_out, segm_max, segm_sum, q, k_cache, v_cache, block_table, cu_seqlens_q, seq_lens,
+        num_seqs, num_q_heads, scale * 1.4426950408889634, softcap, sliding_window or 0,
+        q.stride(0), q.stride(1),
+        k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
+        v_cache.stride(0), v_cache.stride(1), v_cache.stride(2),
+        block_table.stride(0),
+        QPK=qpk, HEAD_SIZE=head_size, HEAD_PAD=head_pad,
+        BLOCK_SIZE=block_size, TILE_SIZE=config.tile_size,
+        BLOCK_M=block_m, BLOCK_Q=block_q, NUM_SEGMENTS=nseg,
+        USE_SOFTCAP=softcap > 0, USE_WINDOW=sliding_window is not None,
+        num_warps=config.num_warps, num_stages=config.num_stages,
+    )
+    reduce_segments_kernel[(num_tokens, num_q_heads)](
+        out, segm_out, segm_max, segm_sum, num_q_heads, out.stride(0), out.stride(1),
+        HEAD_SIZE=head_size, HEAD_PAD=head_pad,
+        NUM_SEGMENTS=nseg, SEGMENTS_PAD=triton.next_power_of_2(nseg),
+        num_warps=config.reduce_num_warps,
+    )

@@ -1,0 +1,123 @@
+"""Step 2 of the paper (sec. 4.4, Listing 4), with the decoupled tile size of sec. 4.6.
+
+One program per (Q-block, KV head). A Q-block packs ``BLOCK_Q`` consecutive query tokens
+of one sequence times all ``QPK`` query heads that share the KV head into ``BLOCK_M =
+BLOCK_Q * QPK`` rows, so every K/V tile is loaded once for the whole group and the scores
+are a real matrix product (``tl.dot``) on the tensor cores. The sequence owning a Q-block
+is found by a binary search over ``cu_seqlens_q`` (see `common.find_seq_idx`).
+
+The KV tile (``TILE_SIZE`` tokens) is independent of the cache page size: each token's
+page is looked up in the block table, so pages of 16, 32 or 48 tokens all work.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from .common import attend_tile, find_seq_idx, kv_tile_offsets, qblock_rows
+from .heuristics import KernelConfig
+
+
+@triton.jit
+def qblock_attention_kernel(
+    out_ptr, q_ptr, k_ptr, v_ptr,
+    block_table_ptr, cu_seqlens_q_ptr, seq_lens_ptr,
+    num_seqs, qk_scale, softcap, sliding_window,
+    stride_qt, stride_qh,
+    stride_ot, stride_oh,
+    stride_kb, stride_ks, stride_kh,
+    stride_vb, stride_vs, stride_vh,
+    stride_bt,
+    QPK: tl.constexpr,
+    HEAD_SIZE: tl.constexpr, HEAD_PAD: tl.constexpr,
+    BLOCK_SIZE: tl.constexpr, TILE_SIZE: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_Q: tl.constexpr,
+    USE_SOFTCAP: tl.constexpr, USE_WINDOW: tl.constexpr,
+):
+    q_block = tl.program_id(0)
+    kv_head = tl.program_id(1)
+
+    # sequence of this Q-block, and which of its Q-blocks this is
+    seq = find_seq_idx(cu_seqlens_q_ptr, q_block, num_seqs, BLOCK_Q, True)
+    q_start = tl.load(cu_seqlens_q_ptr + seq)
+    query_len = tl.load(cu_seqlens_q_ptr + seq + 1) - q_start
+    q_block_local = q_block - (q_start // BLOCK_Q + seq)
+    if q_block_local * BLOCK_Q >= query_len:
+        return
+    seq_len = tl.load(seq_lens_ptr + seq)
+    context_len = seq_len - query_len
+
+    # load the Q-block: BLOCK_Q tokens x QPK heads, flattened to BLOCK_M rows
+    tok, head, row_valid, pos_q = qblock_rows(q_block_local, query_len, context_len, kv_head, BLOCK_M, BLOCK_Q, QPK)
+    offs_d = tl.arange(0, HEAD_PAD)
+    d_mask = offs_d < HEAD_SIZE
+    q_rows = (q_start + tok).to(tl.int64) * stride_qt + head * stride_qh
+    q = tl.load(q_ptr + q_rows[:, None] + offs_d[None, :], mask=row_valid[:, None] & d_mask[None, :], other=0.0)
+
+    # KV tiles this Q-block needs: up to its last token's position (causal), from the
+    # first token's window start (sliding window)
+    max_pos = tl.max(tl.where(row_valid, pos_q, 0), axis=0)
+    first_tile = 0
+    if USE_WINDOW:
+        first_tile = tl.maximum(context_len + q_block_local * BLOCK_Q - sliding_window + 1, 0) // TILE_SIZE
+    num_tiles = max_pos // TILE_SIZE + 1
+
+    m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
+    l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
+    acc = tl.zeros([BLOCK_M, HEAD_PAD], dtype=tl.float32)
+    offs_t = tl.arange(0, TILE_SIZE)
+    bt_row = block_table_ptr + tl.cast(seq, tl.int64) * stride_bt
+    for tile in range(first_tile, num_tiles):
+        pos_k = tile * TILE_SIZE + offs_t
+        k_off = kv_tile_offsets(bt_row, pos_k, seq_len, stride_kb, stride_ks, BLOCK_SIZE)
+        v_off = kv_tile_offsets(bt_row, pos_k, seq_len, stride_vb, stride_vs, BLOCK_SIZE)
+        in_seq = pos_k < seq_len
+        k_t = tl.load(k_ptr + kv_head * stride_kh + k_off[None, :] + offs_d[:, None],
+                      mask=in_seq[None, :] & d_mask[:, None], other=0.0)
+        v = tl.load(v_ptr + kv_head * stride_vh + v_off[:, None] + offs_d[None, :],
+                    mask=in_seq[:, None] & d_mask[None, :], other=0.0)
+
+        # causal (with context offset) and sliding-window visibility
+        visible = pos_k[None, :] <= pos_q[:, None]
+        if USE_WINDOW:
+            visible = visible & (pos_k[None, :] > pos_q[:, None] - sliding_window)
+        acc, m_i, l_i = attend_tile(acc, m_i, l_i, q, k_t, v, visible, qk_scale, softcap, USE_SOFTCAP)
+
+    # normalize and store the valid rows
+    acc = acc / tl.where(l_i == 0.0, 1.0, l_i)[:, None]
+    o_rows = (q_start + tok).to(tl.int64) * stride_ot + head * stride_oh
+    tl.store(out_ptr + o_rows[:, None] + offs_d[None, :], acc.to(out_ptr.dtype.element_ty),
+             mask=row_valid[:, None] & d_mask[None, :])
+
+
+def launch(out, q, k_cache, v_cache, block_table, cu_seqlens_q, seq_lens, *,
+           scale: float, sliding_window: int | None, softcap: float,
+           config: KernelConfig, **_unused) -> None:
+    """Launch grid: (Q-blocks, KV heads).
+
+    ``num_tokens // BLOCK_Q + num_seqs`` bounds the Q-blocks of any batch with these token
+    and sequence counts (see `find_seq_idx`); surplus programs return at once. For a
+    decode-only batch that is about one Q-block per sequence.
+    """
+    num_tokens, num_q_heads, head_size = q.shape
+    block_size, num_kv_heads = k_cache.shape[1], k_cache.shape[2]
+    qpk = num_q_heads // num_kv_heads
+    block_m = config.block_m_for(qpk)
+    block_q = block_m // qpk
+    num_seqs = seq_lens.shape[0]
+    grid = (num_tokens // block_q + num_seqs, num_kv_heads)
+    qblock_attention_kernel[grid](
+        out, q, k_cache, v_cache, block_table, cu_seqlens_q, seq_lens,
+        num_seqs, scale * 1.4426950408889634, softcap, sliding_window or 0,
+        q.stride(0), q.stride(1), out.stride(0), out.stride(1),
+        k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
+        v_cache.stride(0), v_cache.stride(1), v_cache.stride(2),
+        block_table.stride(0),
+        QPK=qpk, HEAD_SIZE=head_size, HEAD_PAD=triton.next_power_of_2(head_size),
+        BLOCK_SIZE=block_size, TILE_SIZE=config.tile_size,
+        BLOCK_M=block_m, BLOCK_Q=block_q,
+        USE_SOFTCAP=softcap > 0, USE_WINDOW=sliding_window is not None,
+        num_warps=config.num_warps, num_stages=config.num_stages,
+    )
