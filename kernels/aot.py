@@ -1,0 +1,166 @@
+"""Compile kernels ahead of time for a GPU target without a GPU.
+
+`captured_launches` records what a launcher would launch (kernel, grid, arguments,
+constexprs, warps, stages) instead of running it; `compile_launch` feeds such a record to
+Triton's compiler for a named target: ``sm_90`` (H100/H200), ``sm_100`` (B200), ``gfx942``
+(MI300X) or ``gfx90a`` (MI250). Tests use this to prove on a CPU-only machine that every
+kernel compiles for both vendors and maps its ``tl.dot`` onto the matrix units, and to
+read each launch's grid.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+import json
+import sys
+from dataclasses import dataclass, field
+
+import torch
+import triton
+import triton.language as tl
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+from triton.runtime.jit import JITFunction
+
+TARGETS = {
+    "sm_90": GPUTarget("cuda", 90, 32),
+    "sm_100": GPUTarget("cuda", 100, 32),
+    "gfx942": GPUTarget("hip", "gfx942", 64),
+    "gfx90a": GPUTarget("hip", "gfx90a", 64),
+}
+
+_TORCH_TO_TRITON = {
+    torch.float16: "fp16", torch.bfloat16: "bf16", torch.float32: "fp32",
+    torch.int32: "i32", torch.int64: "i64",
+}
+_LAUNCH_OPTIONS = ("num_warps", "num_stages")
+
+
+@dataclass
+class Launch:
+    """One kernel launch as a launcher issued it."""
+
+    kernel: object  # JITFunction, or InterpretedFunction under TRITON_INTERPRET=1
+    grid: tuple
+    args: dict
+    constexprs: dict
+    options: dict = field(default_factory=dict)
+
+    @property
+    def name(self) -> str:
+        return self.kernel.fn.__name__
+
+
+@contextlib.contextmanager
+def captured_launches():
+    """Within the block, Triton kernels are recorded into the yielded list, not run."""
+    records: list[Launch] = []
+    classes = [JITFunction]
+    try:
+        from triton.runtime.interpreter import InterpretedFunction
+
+        classes.append(InterpretedFunction)
+    except ImportError:
+        pass
+    originals = {cls: cls.run for cls in classes}
+
+    def record(self, *args, grid, warmup, **kwargs):
+        options = {k: kwargs.pop(k) for k in list(kwargs) if k in _LAUNCH_OPTIONS}
+        params = inspect.signature(self.fn).parameters
+        values = dict(zip(params, args)) | kwargs
+        is_constexpr = {name: _is_constexpr(p.annotation) for name, p in params.items()}
+        constexprs = {k: v for k, v in values.items() if is_constexpr[k]}
+        runtime = {k: v for k, v in values.items() if not is_constexpr[k]}
+        grid = grid(values) if callable(grid) else tuple(grid)
+        records.append(Launch(self, grid, runtime, constexprs, options))
+
+    for cls in classes:
+        cls.run = record
+    try:
+        yield records
+    finally:
+        for cls, run in originals.items():
+            cls.run = run
+
+
+def _is_constexpr(annotation) -> bool:
+    # kernel modules use `from __future__ import annotations`: annotations may be strings
+    return annotation is tl.constexpr or annotation in ("tl.constexpr", "constexpr")
+
+
+def _arg_type(name: str, value) -> str:
+    if isinstance(value, torch.Tensor):
+        return "*" + _TORCH_TO_TRITON[value.dtype]
+    if isinstance(value, bool):
+        return "i1"
+    if isinstance(value, int):
+        return "i32" if -(2**31) <= value < 2**31 else "i64"
+    if isinstance(value, float):
+        return "fp32"
+    raise TypeError(f"{name}: cannot type a kernel argument of {type(value).__name__}")
+
+
+def compile_launch(launch: Launch, target: str):
+    """Compile a recorded launch for ``target`` (a key of `TARGETS`); returns the kernel."""
+    if target not in TARGETS:
+        raise ValueError(f"target: expected one of {sorted(TARGETS)}, got {target!r}")
+    if not isinstance(launch.kernel, JITFunction):
+        raise RuntimeError("compile_launch needs real JIT kernels: unset TRITON_INTERPRET")
+    signature = {name: _arg_type(name, value) for name, value in launch.args.items()}
+    signature.update({name: "constexpr" for name in launch.constexprs})
+    src = ASTSource(fn=launch.kernel, signature=signature, constexprs=launch.constexprs)
+    return triton.compile(src, target=TARGETS[target], options=dict(launch.options))
+
+
+def matrix_instructions(compiled) -> set[str]:
+    """Matrix-unit instruction families in a compiled kernel's assembly."""
+    asm = compiled.asm.get("ptx") or compiled.asm.get("amdgcn") or ""
+    found = set()
+    for token in ("wgmma", "mma.sync", "v_mfma", "v_wmma"):
+        if token in asm:
+            found.add(token)
+    return found
+
+
+def representative_launches() -> dict[str, list[Launch]]:
+    """Launches of every variant on Llama-3-8B heads (32/8/128, bf16, page 16): a mixed
+    batch for the per-step kernels and a decode batch for the static grid (whose segment
+    reduction only runs on decode batches)."""
+    from .api import paged_attention
+    from .batch import PagedBatch
+    from .heuristics import BatchShape, Platform, choose_config
+
+    llama3 = dict(num_q_heads=32, num_kv_heads=8, head_size=128, block_size=16,
+                  dtype=torch.bfloat16, device="cpu", seed=0)
+    mixed = PagedBatch.build([(1, 40), (6, 30), (20, 0)], **llama3)
+    decode = PagedBatch.build([(1, 300)] * 2, **llama3)
+    launches = {}
+    h100 = Platform("cuda", 132, "aot")  # configs as the heuristics pick them for a GPU
+    for variant in ("naive", "qblock", "parallel_tiled", "static_grid"):
+        batch = decode if variant in ("static_grid", "parallel_tiled") else mixed
+        shape = BatchShape(batch.num_seqs, batch.num_tokens, batch.max_seqlen_q,
+                           batch.max_seqlen_k, batch.num_q_heads, batch.num_kv_heads, batch.head_size)
+        with captured_launches() as recorded:
+            paged_attention(**batch.attention_kwargs(), config=choose_config(shape, h100, variant))
+        launches[variant] = recorded
+    return launches
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Print one JSON line per (variant, kernel, target) build of the representative launches."""
+    targets = (argv if argv is not None else sys.argv[1:]) or ["sm_90", "gfx942"]
+    for variant, launches in representative_launches().items():
+        for launch in launches:
+            for target in targets:
+                compiled = compile_launch(launch, target)
+                print(json.dumps({
+                    "variant": variant, "kernel": launch.name, "target": target,
+                    "grid": list(launch.grid), "shared_bytes": compiled.metadata.shared,
+                    "matrix_instructions": sorted(matrix_instructions(compiled)),
+                }), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,26 @@
+"""Shared test setup.
+
+Kernel tests run on a CUDA/ROCm GPU when one is visible (``make test-gpu``) and otherwise
+under Triton's CPU interpreter (``TRITON_INTERPRET=1``, set here before any kernel module
+is imported, because ``triton.jit`` reads it at decoration time).
+"""
+
+import os
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+if os.environ.get("TRITON_INTERPRET") != "1":
+    try:
+        import torch
+
+        if not torch.cuda.is_available():
+            os.environ["TRITON_INTERPRET"] = "1"
+    except ImportError:
+        pass
+
+if os.environ.get("TRITON_INTERPRET") == "1":
+    from interpreter_fixes import patch_bf16_dot
+
+    patch_bf16_dot()

@@ -1,0 +1,47 @@
+"""How kernel outputs are judged against the fp32 reference.
+
+Elementwise ``|out - ref| <= atol + rtol * |ref|`` on every written row. ``rtol`` is one
+unit in the last place of the output dtype (the output itself is rounded to it) and
+``atol`` covers the low-precision P@V product; both are small enough that an off-by-one
+mask, a dropped or repeated tile, or a wrong page fails (see test_tolerance_catches_*).
+"""
+
+from __future__ import annotations
+
+import os
+import random
+
+import torch
+
+TOLERANCES = {  # dtype: (atol, rtol)
+    torch.float16: (2e-3, 2**-10),
+    torch.bfloat16: (1.6e-2, 2**-7),
+}
+
+DEVICE = "cpu" if os.environ.get("TRITON_INTERPRET") == "1" else "cuda"
+
+
+def fresh_seed() -> int:
+    """A new seed per check (fresh random inputs), reported on failure."""
+    return random.SystemRandom().randrange(2**31)
+
+
+def mismatch(out: torch.Tensor, ref: torch.Tensor, dtype: torch.dtype, rows: int | None = None) -> str | None:
+    """None if ``out`` matches ``ref`` within tolerance, else a description of the worst miss."""
+    rows = ref.shape[0] if rows is None else rows
+    out, ref = out[:rows].float().cpu(), ref[:rows].float().cpu()
+    if not torch.isfinite(out).all():
+        bad = (~torch.isfinite(out)).nonzero()[0].tolist()
+        return f"non-finite output at [token, head, dim] = {bad} (unwritten or NaN)"
+    atol, rtol = TOLERANCES[dtype]
+    excess = (out - ref).abs() - (atol + rtol * ref.abs())
+    if (excess <= 0).all():
+        return None
+    idx = tuple(int(i) for i in (excess == excess.max()).nonzero()[0])
+    return (f"max excess {excess.max().item():.3e} at [token, head, dim] = {list(idx)}: "
+            f"out {out[idx].item():.5f} vs ref {ref[idx].item():.5f} (atol {atol}, rtol {rtol:.1e})")
+
+
+def poisoned_like(q: torch.Tensor) -> torch.Tensor:
+    """An output buffer full of NaN, so any row a kernel forgets to write fails."""
+    return torch.full_like(q, float("nan"))

@@ -1,0 +1,158 @@
+"""`paged_attention` input checks, the static grid's batch independence, and AOT builds."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from attnbench.kernels import PagedBatch, paged_attention
+from attnbench.kernels.aot import captured_launches
+from attnbench.kernels.batch import StaticBatchBuffers
+from attnbench.kernels.heuristics import KernelConfig
+from kernel_checks import DEVICE, fresh_seed, mismatch
+
+
+@pytest.fixture
+def batch() -> PagedBatch:
+    return PagedBatch.build([(1, 20), (5, 11), (8, 0)], num_q_heads=8, num_kv_heads=2,
+                            head_size=64, block_size=16, dtype=torch.float16, device=DEVICE,
+                            seed=fresh_seed())
+
+
+def _bad(batch, **changes):
+    kwargs = batch.attention_kwargs()
+    kwargs.update(changes)
+    return kwargs
+
+
+BAD_INPUTS = {
+    # name: (function of batch -> kwargs, words the message must contain)
+    "q rank": (lambda b: _bad(b, q=b.q[0]), ["q", "3-D"]),
+    "q dtype": (lambda b: _bad(b, q=b.q.float()), ["q", "dtype"]),
+    "kv dtype mismatch": (lambda b: _bad(b, k_cache=b.k_cache.bfloat16()), ["k_cache", "dtype"]),
+    "kv rank": (lambda b: _bad(b, v_cache=b.v_cache[0]), ["v_cache", "4-D"]),
+    "heads do not divide": (lambda b: _bad(b, k_cache=b.k_cache[:, :, :1].repeat(1, 1, 3, 1).contiguous(),
+                                           v_cache=b.v_cache[:, :, :1].repeat(1, 1, 3, 1).contiguous()),
+                            ["k_cache", "divides", "8 query heads"]),
+    "head size mismatch": (lambda b: _bad(b, k_cache=b.k_cache[..., :32].contiguous(),
+                                          v_cache=b.v_cache[..., :32].contiguous()),
+                           ["k_cache", "head size 64"]),
+    "unsupported head size": (lambda b: _bad(b, q=b.q[..., :12].contiguous(), k_cache=b.k_cache[..., :12].contiguous(),
+                                             v_cache=b.v_cache[..., :12].contiguous()),
+                              ["q", "multiple of 8", "12"]),
+    "non-contiguous head dim": (lambda b: _bad(b, q=b.q.transpose(1, 2).contiguous().transpose(1, 2)),
+                                ["q", "contiguous head dimension"]),
+    "block_table dtype": (lambda b: _bad(b, block_table=b.block_table.long()), ["block_table", "int32"]),
+    "cu_seqlens length": (lambda b: _bad(b, cu_seqlens_q=b.cu_seqlens_q[:-1]), ["cu_seqlens_q", "num_seqs + 1"]),
+    "block_table rows": (lambda b: _bad(b, block_table=b.block_table[:-1]), ["block_table", "rows"]),
+    "block_table too short": (lambda b: _bad(b, block_table=b.block_table[:, :1]), ["block_table", "blocks per row", "seq_lens[0]"]),
+    "seq_lens shorter than query": (lambda b: _bad(b, seq_lens=torch.minimum(b.seq_lens, torch.full_like(b.seq_lens, 3))),
+                                    ["seq_lens", "query length"]),
+    "max_seqlen_q too small": (lambda b: _bad(b, max_seqlen_q=2), ["max_seqlen_q", "longest query"]),
+    "max_seqlen_k too small": (lambda b: _bad(b, max_seqlen_k=9), ["max_seqlen_k", "longest sequence"]),
+    "bad window": (lambda b: _bad(b, sliding_window=0), ["sliding_window"]),
+    "negative softcap": (lambda b: _bad(b, softcap=-1.0), ["softcap"]),
+    "out shape": (lambda b: _bad(b, out=torch.empty_like(b.q[:-1])), ["out", "shape of q"]),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_INPUTS))
+def test_bad_input_names_the_argument(batch, case):
+    make_kwargs, words = BAD_INPUTS[case]
+    with pytest.raises(ValueError) as info:
+        paged_attention(**make_kwargs(batch))
+    message = str(info.value)
+    for word in words:
+        assert word in message, f"{case}: {word!r} not in {message!r}"
+
+
+def test_bad_variant_and_config(batch):
+    with pytest.raises(ValueError, match="variant"):
+        paged_attention(**batch.attention_kwargs(), variant="flash")
+    with pytest.raises(ValueError, match="config"):
+        paged_attention(**batch.attention_kwargs(), variant="naive", config=KernelConfig("qblock"))
+    with pytest.raises(ValueError, match="tile_size.*power of two"):
+        KernelConfig("qblock", tile_size=48)
+
+
+# ----------------------------------------------------------------- static launch grid
+def _random_batch(rng: random.Random, num_seqs: int, decode: bool, like_seed: int) -> PagedBatch:
+    seqs = [(1 if decode else rng.randint(1, 12), rng.randint(0, 90)) for _ in range(num_seqs)]
+    return PagedBatch.build(seqs, num_q_heads=8, num_kv_heads=2, head_size=64, block_size=16,
+                            dtype=torch.bfloat16, device=DEVICE, seed=like_seed)
+
+
+def test_static_grid_size_does_not_depend_on_the_batch():
+    rng = random.Random(fresh_seed())
+    grids = {}
+    for num_seqs, decode in [(1, True), (3, False), (9, True), (17, False)]:
+        batch = _random_batch(rng, num_seqs, decode, fresh_seed())
+        with captured_launches() as launches:
+            paged_attention(**batch.attention_kwargs(), variant="static_grid")
+        for launch in launches:
+            grids.setdefault(launch.name, set()).add(launch.grid)
+    assert "static_grid_attention_kernel" in grids and "static_grid_reduce_kernel" in grids
+    assert all(len(g) == 1 for g in grids.values()), grids
+    # for contrast: the 2D grid grows with the batch
+    with captured_launches() as small:
+        paged_attention(**_random_batch(rng, 1, True, 1).attention_kwargs(), variant="qblock")
+    with captured_launches() as large:
+        paged_attention(**_random_batch(rng, 17, True, 2).attention_kwargs(), variant="qblock")
+    assert small[0].grid != large[0].grid
+
+
+def test_static_grid_replays_one_launch_for_any_batch_up_to_capacity():
+    """The CPU analogue of a CUDA-graph replay: record the launches once on capacity-sized
+    buffers, then load smaller batches into the same buffers and re-issue the very same
+    launches (same grid, same scalar arguments, same pointers)."""
+    rng = random.Random(fresh_seed())
+    template = _random_batch(rng, 1, True, 0)
+    config = KernelConfig("static_grid", tile_size=16, num_segments=4)
+    buffers = StaticBatchBuffers(max_seqs=8, max_tokens=8, max_blocks_per_seq=8, num_blocks=72, like=template)
+    kwargs = buffers.attention_kwargs(max_seqlen_q=1, max_seqlen_k=128)
+    buffers.load(_random_batch(rng, 8, True, fresh_seed()))
+    with captured_launches() as launches:
+        paged_attention(**kwargs, config=config, check_metadata=False)
+    for num_seqs in (8, 5, 1, 3):
+        batch = _random_batch(rng, num_seqs, True, fresh_seed())
+        buffers.load(batch)
+        buffers.out.fill_(float("nan"))
+        for launch in launches:
+            launch.kernel[launch.grid](**launch.args, **launch.constexprs, **launch.options)
+        problem = mismatch(buffers.out, batch.reference(), batch.dtype, rows=batch.num_tokens)
+        assert problem is None, f"replay with {num_seqs} sequences: {problem}"
+
+
+# ------------------------------------------------------------------ ahead-of-time builds
+@pytest.fixture(scope="module")
+def aot_builds():
+    """Build every kernel for an H100 and an MI300X (a subprocess: real JIT, no interpreter)."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    proc = subprocess.run([sys.executable, "-m", "attnbench.kernels.aot", "sm_90", "gfx942"],
+                          capture_output=True, text=True, env=env, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return [json.loads(line) for line in proc.stdout.splitlines()]
+
+
+def test_kernels_compile_for_hopper_and_mi300(aot_builds):
+    """Every kernel builds on this CPU-only machine for both vendors, and the tiled variants
+    put QK^T and PV on the matrix units (mma/wgmma on sm_90, MFMA on gfx942)."""
+    built = {(b["variant"], b["kernel"], b["target"]) for b in aot_builds}
+    for variant, kernels in {
+        "naive": ["naive_attention_kernel"],
+        "qblock": ["qblock_attention_kernel"],
+        "parallel_tiled": ["segmented_attention_kernel", "reduce_segments_kernel"],
+        "static_grid": ["static_grid_attention_kernel", "static_grid_reduce_kernel"],
+    }.items():
+        for kernel in kernels:
+            for target in ("sm_90", "gfx942"):
+                assert (variant, kernel, target) in built
+    for b in aot_builds:
+        attends = b["kernel"].endswith("attention_kernel") and b["variant"] != "naive"
+        assert bool(b["matrix_instructions"]) == attends, b

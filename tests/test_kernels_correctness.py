@@ -1,0 +1,185 @@
+"""Every kernel variant against the fp32 reference, on fresh random inputs.
+
+Runs on the GPU under ``make test-gpu`` and in Triton's interpreter under ``make test``.
+Batches mix plain decodes, speculative decodes (2..8 query tokens), chunked prefills with
+cached context and full prefills; sequence lengths are drawn so that last pages are
+partial. The seed of each check is in its failure message.
+"""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+
+from attnbench.kernels import PagedBatch, paged_attention
+from attnbench.kernels.heuristics import KernelConfig
+from kernel_checks import DEVICE, fresh_seed, mismatch, poisoned_like
+
+# (q heads, kv heads, head size, KV block size, dtype, extras)
+HEAD_CASES = {
+    "gqa4-h64-bf16-bs16": (8, 2, 64, 16, torch.bfloat16, {}),
+    "mha-h128-fp16-bs32": (4, 4, 128, 32, torch.float16, {}),
+    "gqa8-h96-bf16-bs48": (16, 2, 96, 48, torch.bfloat16, {}),
+    "mqa-h64-fp16-bs16": (8, 1, 64, 16, torch.float16, {}),
+    "window-gqa4-bf16-bs16": (8, 2, 64, 16, torch.bfloat16, {"sliding_window": "random"}),
+    "softcap-gqa2-fp16-bs32": (4, 2, 64, 32, torch.float16, {"softcap": 2.0}),
+    "window-softcap-mqa-h96-fp16-bs48": (4, 1, 96, 48, torch.float16,
+                                         {"sliding_window": "random", "softcap": 1.5}),
+}
+
+
+def mixed_seqs(rng: random.Random) -> list[tuple[int, int]]:
+    """Decode, spec-decode, chunked prefill with context, and full prefill, shuffled."""
+    seqs = [
+        (1, rng.randint(40, 100)),                 # decode, several tiles of context
+        (1, rng.randint(1, 20)),                   # decode, short
+        (rng.randint(2, 8), rng.randint(10, 50)),  # speculative decode
+        (rng.randint(9, 14), rng.randint(17, 50)), # chunked prefill after context
+        (rng.randint(6, 16), 0),                   # full prefill
+    ]
+    rng.shuffle(seqs)
+    return seqs
+
+
+def decode_seqs(rng: random.Random) -> list[tuple[int, int]]:
+    """Decode-only batch (1-2 query tokens), the case parallel tiles and segments target."""
+    return [(rng.choice([1, 1, 2]), rng.randint(1, 140)) for _ in range(rng.randint(3, 5))]
+
+
+COMPOSITIONS = {"mixed": mixed_seqs, "decode": decode_seqs}
+
+
+def build_case(head_case: str, composition: str, seed: int) -> PagedBatch:
+    hq, hkv, head, bs, dtype, extras = HEAD_CASES[head_case]
+    rng = random.Random(seed)
+    window = extras.get("sliding_window")
+    if window == "random":
+        window = rng.randint(5, 40)
+    return PagedBatch.build(
+        COMPOSITIONS[composition](rng), num_q_heads=hq, num_kv_heads=hkv, head_size=head,
+        block_size=bs, dtype=dtype, device=DEVICE, sliding_window=window,
+        softcap=extras.get("softcap", 0.0), seed=seed,
+    )
+
+
+def run_and_check(batch: PagedBatch, seed: int, **kernel_args) -> None:
+    out = paged_attention(**batch.attention_kwargs(), out=poisoned_like(batch.q), **kernel_args)
+    problem = mismatch(out, batch.reference(), batch.dtype)
+    assert problem is None, (
+        f"seed={seed} seqs={[(s.query_len, s.context_len) for s in batch.seqs]} "
+        f"window={batch.sliding_window} softcap={batch.softcap}: {problem}")
+
+
+VARIANTS = ["naive", "qblock", "parallel_tiled", "static_grid"]
+
+
+@pytest.mark.parametrize("composition", sorted(COMPOSITIONS))
+@pytest.mark.parametrize("head_case", sorted(HEAD_CASES))
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_variant_matches_reference(variant, head_case, composition):
+    seed = fresh_seed()
+    run_and_check(build_case(head_case, composition, seed), seed, variant=variant)
+
+
+@pytest.mark.parametrize("composition", sorted(COMPOSITIONS))
+@pytest.mark.parametrize("head_case", ["gqa4-h64-bf16-bs16", "window-softcap-mqa-h96-fp16-bs48"])
+def test_auto_matches_reference(head_case, composition):
+    seed = fresh_seed()
+    run_and_check(build_case(head_case, composition, seed), seed, variant="auto")
+
+
+# Launch parameters the heuristics may never pick on this machine: tiles smaller than,
+# equal to and larger than the page; large Q-blocks; segment counts that are not powers
+# of two or exceed the tiles of short sequences; a static grid that must loop.
+EXTRA_CONFIGS = [
+    KernelConfig("qblock", tile_size=16, block_m=32),
+    KernelConfig("qblock", tile_size=64, block_m=64, num_warps=8),
+    KernelConfig("parallel_tiled", tile_size=16, num_segments=3),
+    KernelConfig("parallel_tiled", tile_size=32, num_segments=16),
+    KernelConfig("static_grid", tile_size=16, num_segments=5),
+    KernelConfig("static_grid", tile_size=64, block_m=32, num_segments=2, programs_per_sm=0.5),
+]
+
+
+@pytest.mark.parametrize("composition", sorted(COMPOSITIONS))
+@pytest.mark.parametrize("head_case", ["gqa8-h96-bf16-bs48", "window-softcap-mqa-h96-fp16-bs48", "mha-h128-fp16-bs32"])
+@pytest.mark.parametrize("config", EXTRA_CONFIGS, ids=lambda c: "-".join(f"{v}" for v in c.as_dict().values()))
+def test_config_matches_reference(config, head_case, composition):
+    seed = fresh_seed()
+    run_and_check(build_case(head_case, composition, seed), seed, config=config)
+
+
+def test_explicit_scale_is_used():
+    seed = fresh_seed()
+    batch = build_case("gqa4-h64-bf16-bs16", "mixed", seed)
+    out = paged_attention(**batch.attention_kwargs(), scale=0.3, variant="qblock")
+    from attnbench.kernels.reference import paged_attention_reference
+
+    ref = paged_attention_reference(batch.q, batch.k_cache, batch.v_cache, batch.block_table,
+                                    batch.cu_seqlens_q, batch.seq_lens, scale=0.3)
+    assert mismatch(out, ref, batch.dtype) is None
+
+
+# --------------------------------------------------------------------------- tolerances
+# The checks above must be able to fail: each test below feeds a kernel a slightly wrong
+# input (the kind of bug a mask or tile off by one would cause) and expects a mismatch.
+
+def _mismatch_after(corrupt, variant="qblock") -> str | None:
+    seed = fresh_seed()
+    batch = build_case("gqa4-h64-bf16-bs16", "mixed", seed)
+    ref = batch.reference()
+    kwargs = batch.attention_kwargs()
+    corrupt(batch, kwargs)
+    out = paged_attention(**kwargs, variant=variant)
+    return mismatch(out, ref, batch.dtype)
+
+
+@pytest.mark.parametrize("variant", ["qblock", "static_grid"])
+def test_tolerance_catches_a_causal_off_by_one(variant):
+    """Every query row placed one position later, so it sees one key too many."""
+    def corrupt(batch, kw):
+        spare = torch.zeros(batch.num_seqs, 1, dtype=torch.int32, device=batch.block_table.device)
+        kw["block_table"] = torch.cat([batch.block_table, spare], dim=1)  # room for the extra key
+        kw["seq_lens"] = batch.seq_lens + 1
+        kw["max_seqlen_k"] = batch.max_seqlen_k + 1
+    assert _mismatch_after(corrupt, variant) is not None
+
+
+def test_tolerance_catches_a_wrong_page():
+    """One page of one sequence read from the wrong place (a dropped / repeated tile)."""
+    def corrupt(batch, kw):
+        table = batch.block_table.clone()
+        longest = max(range(batch.num_seqs), key=lambda s: batch.seqs[s].seq_len)
+        table[longest, 0] = (table[longest, 0] + 1) % batch.k_cache.shape[0]
+        kw["block_table"] = table
+    assert _mismatch_after(corrupt) is not None
+
+
+def test_tolerance_catches_a_window_off_by_one():
+    seed = fresh_seed()
+    batch = build_case("window-gqa4-bf16-bs16", "mixed", seed)
+    ref = batch.reference()
+    kwargs = batch.attention_kwargs()
+    kwargs["sliding_window"] = batch.sliding_window + 1
+    out = paged_attention(**kwargs, variant="qblock")
+    assert mismatch(out, ref, batch.dtype) is not None, f"seed={seed}"
+
+
+def test_tolerance_catches_a_missing_softcap():
+    seed = fresh_seed()
+    batch = build_case("softcap-gqa2-fp16-bs32", "mixed", seed)
+    ref = batch.reference()
+    kwargs = batch.attention_kwargs()
+    kwargs["softcap"] = 0.0
+    out = paged_attention(**kwargs, variant="qblock")
+    assert mismatch(out, ref, batch.dtype) is not None, f"seed={seed}"
+
+
+def test_poisoned_output_catches_an_unwritten_row():
+    seed = fresh_seed()
+    batch = build_case("gqa4-h64-bf16-bs16", "mixed", seed)
+    out = paged_attention(**batch.attention_kwargs(), variant="qblock")
+    out[batch.num_tokens // 2, 0, 0] = float("nan")
+    assert "non-finite" in mismatch(out, batch.reference(), batch.dtype)
