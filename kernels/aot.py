@@ -129,7 +129,7 @@ def representative_launches() -> dict[str, list[Launch]]:
     reduction only runs on decode batches)."""
     from .api import paged_attention
     from .batch import PagedBatch
-    from .heuristics import BatchShape, Platform, choose_config
+    from .heuristics import Platform, choose_config
 
     llama3 = dict(num_q_heads=32, num_kv_heads=8, head_size=128, block_size=16,
                   dtype=torch.bfloat16, device="cpu", seed=0)
@@ -139,10 +139,8 @@ def representative_launches() -> dict[str, list[Launch]]:
     h100 = Platform("cuda", 132, "aot")  # configs as the heuristics pick them for a GPU
     for variant in ("naive", "qblock", "parallel_tiled", "static_grid"):
         batch = decode if variant in ("static_grid", "parallel_tiled") else mixed
-        shape = BatchShape(batch.num_seqs, batch.num_tokens, batch.max_seqlen_q,
-                           batch.max_seqlen_k, batch.num_q_heads, batch.num_kv_heads, batch.head_size)
         with captured_launches() as recorded:
-            paged_attention(**batch.attention_kwargs(), config=choose_config(shape, h100, variant))
+            paged_attention(**batch.attention_kwargs(), config=choose_config(batch.shape, h100, variant))
         launches[variant] = recorded
     return launches
 

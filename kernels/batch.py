@@ -7,6 +7,7 @@ from typing import Sequence
 
 import torch
 
+from .heuristics import BatchShape
 from .reference import paged_attention_reference
 
 
@@ -132,6 +133,12 @@ class PagedBatch:
     def decode_share(self) -> float:
         """Fraction of sequences that are plain decodes (query_len == 1)."""
         return sum(s.query_len == 1 for s in self.seqs) / self.num_seqs
+
+    @property
+    def shape(self) -> BatchShape:
+        """The facts the heuristics choose a kernel config from."""
+        return BatchShape(self.num_seqs, self.num_tokens, self.max_seqlen_q, self.max_seqlen_k,
+                          self.num_q_heads, self.num_kv_heads, self.head_size)
 
     def attention_kwargs(self) -> dict:
         """Keyword arguments for `attnbench.kernels.paged_attention` (and the reference)."""

