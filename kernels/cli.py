@@ -1,0 +1,111 @@
+"""`attnbench microbench`, `attnbench tune` and `attnbench kernels ...`: the kernel-side commands.
+
+Loaded lazily by the top-level CLI, so client-only commands never import torch.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+
+@click.command("microbench")
+@click.argument("suite_file", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--out", "out_csv", type=click.Path(dir_okay=False, path_type=Path), required=True,
+              help="CSV to append rows to (created with a header if new).")
+@click.option("--only", multiple=True, help="Case or sweep name to run (repeatable); default all.")
+@click.option("--impl", "impls", multiple=True, help="Implementation to time (repeatable); default the suite's.")
+@click.option("--device", default="cuda", show_default=True, help="torch device ('cpu' runs Triton's interpreter).")
+def microbench(suite_file: Path, out_csv: Path, only: tuple[str, ...], impls: tuple[str, ...], device: str):
+    """Check every implementation against the fp32 reference, then time it (median, p20/p80,
+    CUDA-graph replay, % of the roofline measured in the same run)."""
+    from .bench import run_suite
+    from .bench_spec import SpecError, load_suite
+
+    try:
+        suite = load_suite(suite_file)
+    except SpecError as e:
+        raise click.UsageError(str(e)) from None
+    unknown = [i for i in impls if i not in suite.implementations and i not in suite.configs]
+    if unknown:
+        raise click.BadParameter(f"{unknown} not in the suite's implementations {suite.implementations}",
+                                 param_hint="--impl")
+
+    def show(rows):
+        for r in rows:
+            if r["status"] == "ok":
+                graph = f"  graph {r['graph_median_us']:9.1f} us" if r.get("graph_median_us") else ""
+                roof = (f"  {r['pct_roofline']:5.1f}% of {r['bound']} floor {r['floor_us']:.1f} us"
+                        if r.get("floor_us") else "")
+                click.echo(f"{r['case']:<28} {r['implementation']:<16} {r['median_us']:9.1f} us "
+                           f"[{r['p20_us']:.1f}, {r['p80_us']:.1f}]{graph}{roof}")
+            else:
+                click.echo(f"{r['case']:<28} {r['implementation']:<16} {r['status']}: {r['message']}")
+
+    try:
+        run_suite(suite, out_csv, device=device, implementations=list(impls) or None,
+                  only=list(only) or None, on_rows=show)
+    except ValueError as e:
+        raise click.UsageError(str(e)) from None
+    click.echo(f"rows appended to {out_csv}")
+
+
+@click.group("kernels")
+def kernels_group():
+    """Kernel utilities that need no GPU."""
+
+
+@kernels_group.command("compile")
+@click.argument("targets", nargs=-1)
+def compile_cmd(targets: tuple[str, ...]):
+    """Build every kernel for TARGETS (sm_90, sm_100, gfx942, gfx90a) without a GPU."""
+    from .aot import TARGETS, main
+
+    bad = [t for t in targets if t not in TARGETS]
+    if bad:
+        raise click.BadParameter(f"{bad}; expected some of {sorted(TARGETS)}", param_hint="TARGETS")
+    raise SystemExit(main(list(targets)))
+
+
+@click.command("tune")
+@click.argument("suite_file", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--space", "space_file", type=click.Path(dir_okay=False, path_type=Path), required=True,
+              help="YAML search space: variants -> {config field: [values]}.")
+@click.option("--rows", "rows_csv", type=click.Path(dir_okay=False, path_type=Path), required=True,
+              help="CSV of the sweep: written by the sweep, or read with --no-sweep.")
+@click.option("--sweep/--no-sweep", default=True, show_default=True,
+              help="Measure now, or fit from an earlier sweep's CSV.")
+@click.option("--emit", "emit_file", type=click.Path(dir_okay=False, path_type=Path),
+              help="Write the fitted tree as Python here (e.g. kernels/tuned_nvidia_h100_80gb_hbm3.py).")
+@click.option("--device-name", default=None, help="Device named in the emitted module (default: this GPU).")
+@click.option("--only", multiple=True, help="Case or sweep name to tune on (repeatable).")
+@click.option("--max-depth", default=3, show_default=True, help="Depth of the decision tree.")
+@click.option("--device", default="cuda", show_default=True)
+def tune(suite_file, space_file, rows_csv, sweep, emit_file, device_name, only, max_depth, device):
+    """Sweep kernel configs per case, fit a decision tree, emit it as heuristics code."""
+    import csv as _csv
+
+    from .bench_spec import SpecError, load_suite
+    from .tune import best_per_case, emit_python, fit_tree, load_space
+    from .tune import sweep as run_sweep
+
+    try:
+        suite = load_suite(suite_file)
+    except SpecError as e:
+        raise click.UsageError(str(e)) from None
+    if sweep:
+        rows = run_sweep(suite, load_space(space_file), rows_csv, device=device, only=list(only) or None)
+    else:
+        with open(rows_csv, newline="") as fh:
+            rows = list(_csv.DictReader(fh))
+    for case, r in sorted(best_per_case(rows).items()):
+        click.echo(f"{case:<28} {float(r['median_us']):9.1f} us  {r['config']}")
+    if emit_file:
+        if device_name is None:
+            import torch
+
+            device_name = torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu"
+        tree, labels = fit_tree(rows, max_depth)
+        Path(emit_file).write_text(emit_python(tree, labels, device_name, str(rows_csv)))
+        click.echo(f"decision tree written to {emit_file}")

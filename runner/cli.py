@@ -1,0 +1,37 @@
+"""The `attnbench` command. Subcommands load their modules only when invoked, so
+`attnbench load` on a client host never imports torch (kernel commands do)."""
+
+from __future__ import annotations
+
+import importlib
+
+import click
+
+# command name -> "module:attribute" (relative to the attnbench package)
+COMMANDS = {
+    "microbench": "kernels.cli:microbench",
+    "tune": "kernels.cli:tune",
+    "kernels": "kernels.cli:kernels_group",
+}
+
+
+class LazyGroup(click.Group):
+    def list_commands(self, ctx):
+        return sorted(COMMANDS)
+
+    def get_command(self, ctx, name):
+        target = COMMANDS.get(name)
+        if target is None:
+            return None
+        module, attr = target.split(":")
+        return getattr(importlib.import_module(f"attnbench.{module}"), attr)
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="attnbench")
+def main():
+    """Benchmark Triton paged attention and vLLM serving; draw the paper's figures."""
+
+
+if __name__ == "__main__":
+    main()
