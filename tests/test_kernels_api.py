@@ -156,3 +156,25 @@ def test_kernels_compile_for_hopper_and_mi300(aot_builds):
     for b in aot_builds:
         attends = b["kernel"].endswith("attention_kernel") and b["variant"] != "naive"
         assert bool(b["matrix_instructions"]) == attends, b
+
+
+@pytest.mark.gpu
+def test_static_grid_cuda_graph_replays_any_batch_up_to_capacity():
+    """One captured CUDA graph, replayed for decode batches of 32 down to 1 sequences."""
+    rng = random.Random(fresh_seed())
+    template = _random_batch(rng, 1, True, 0)
+    buffers = StaticBatchBuffers(max_seqs=32, max_tokens=32, max_blocks_per_seq=8, num_blocks=300,
+                                 like=template)
+    kwargs = buffers.attention_kwargs(max_seqlen_q=1, max_seqlen_k=128)
+    buffers.load(_random_batch(rng, 32, True, fresh_seed()))
+    paged_attention(**kwargs, variant="static_grid")  # compile and validate outside the capture
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        paged_attention(**kwargs, variant="static_grid", check_metadata=False)
+    for num_seqs in (32, 17, 4, 1):
+        batch = _random_batch(rng, num_seqs, True, fresh_seed())
+        buffers.load(batch)
+        buffers.out.fill_(float("nan"))
+        graph.replay()
+        problem = mismatch(buffers.out, batch.reference(), batch.dtype, rows=batch.num_tokens)
+        assert problem is None, f"replay with {num_seqs} sequences: {problem}"
