@@ -46,53 +46,94 @@ def apply_softcap(s, softcap):
 
 
 @triton.jit
-def kv_tile_offsets(
-    block_table_row_ptr,
-    offs_t,
-    seq_len,
-    stride_block,
-    stride_slot,
-    BLOCK_SIZE: tl.constexpr,
-):
-    """Element offsets of the KV-cache rows holding token positions ``offs_t``.
+def kv_tile_slots(block_table_row_ptr, pos_k, seq_len, BLOCK_SIZE: tl.constexpr):
+    """(page, slot in page) of the KV-cache rows holding token positions ``pos_k``, int64.
 
-    A position maps to page ``offs_t // BLOCK_SIZE`` of the sequence's block table and slot
-    ``offs_t % BLOCK_SIZE`` inside it, so the tile size is free of the page size (sec. 4.6),
+    A position maps to page ``pos_k // BLOCK_SIZE`` of the sequence's block table and slot
+    ``pos_k % BLOCK_SIZE`` inside it, so the tile size is free of the page size (sec. 4.6),
     and pages need not be powers of two. Positions past ``seq_len`` read page 0 (masked later).
     """
-    in_seq = offs_t < seq_len
-    page = tl.load(block_table_row_ptr + offs_t // BLOCK_SIZE, mask=in_seq, other=0)
-    return page.to(tl.int64) * stride_block + (offs_t % BLOCK_SIZE).to(tl.int64) * stride_slot
+    page = tl.load(block_table_row_ptr + pos_k // BLOCK_SIZE, mask=pos_k < seq_len, other=0)
+    return page.to(tl.int64), (pos_k % BLOCK_SIZE).to(tl.int64)
 
 
 @triton.jit
-def attend_tile(
-    acc, m_i, l_i, q, k_t, v, visible,
-    qk_scale, softcap,
-    USE_SOFTCAP: tl.constexpr,
+def attend_tiles(
+    acc, m_i, l_i, q, pos_q, tile_lo, tile_hi,
+    k_ptr, v_ptr, bt_row, seq_len, kv_head,
+    stride_kb, stride_ks, stride_kh, stride_vb, stride_vs, stride_vh,
+    qk_scale, softcap, sliding_window,
+    HEAD_SIZE: tl.constexpr, HEAD_PAD: tl.constexpr,
+    BLOCK_SIZE: tl.constexpr, TILE_SIZE: tl.constexpr,
+    USE_SOFTCAP: tl.constexpr, USE_WINDOW: tl.constexpr, MASKED: tl.constexpr,
 ):
-    """One step of the tiled (online) softmax for a Q-block against one KV tile.
+    """Tiled (online) softmax of a Q-block over KV tiles ``tile_lo .. tile_hi - 1``.
 
-    ``q [M, D]``, ``k_t [D, T]``, ``v [T, D]``; ``visible [M, T]`` masks causal / window /
-    padding positions. Scores are kept in base 2 (``qk_scale`` includes log2(e)); ``m_i`` is
-    the running row max, ``l_i`` the running sum of exponentials, ``acc`` the unnormalized
-    output. A row that has seen no visible key keeps ``m_i = -inf, l_i = 0, acc = 0``, the
-    sentinel the segment reductions rely on.
+    ``q [M, D]`` against each tile's ``K^T [D, T]`` and ``V [T, D]``, gathered through the
+    block table. Scores are kept in base 2 (``qk_scale`` includes log2(e)); ``m_i`` is the
+    running row max, ``l_i`` the running sum of exponentials, ``acc`` the unnormalized
+    output. ``MASKED=False`` is for tiles every row sees in full (below the causal
+    diagonal, inside the sequence, no window): no mask is built at all, which is most of a
+    prefill. With masks, a row that has seen no visible key keeps ``m_i = -inf, l_i = 0,
+    acc = 0``: the sentinel the segment reductions rely on.
     """
-    s = tl.dot(q, k_t)
-    if USE_SOFTCAP:
-        # softcap acts on natural-scale scores: scale, squash, then move to base 2
-        s = apply_softcap(s * (qk_scale / 1.4426950408889634), softcap) * 1.4426950408889634
+    offs_d = tl.arange(0, HEAD_PAD)
+    d_mask = offs_d < HEAD_SIZE
+    offs_t = tl.arange(0, TILE_SIZE)
+    for tile in range(tile_lo, tile_hi):
+        pos_k = tile * TILE_SIZE + offs_t
+        page, slot = kv_tile_slots(bt_row, pos_k, seq_len, BLOCK_SIZE)
+        k_ptrs = k_ptr + kv_head * stride_kh + (page * stride_kb + slot * stride_ks)[None, :] + offs_d[:, None]
+        v_ptrs = v_ptr + kv_head * stride_vh + (page * stride_vb + slot * stride_vs)[:, None] + offs_d[None, :]
+        if MASKED:
+            in_seq = pos_k < seq_len
+            k_t = tl.load(k_ptrs, mask=in_seq[None, :] & d_mask[:, None], other=0.0)
+            v = tl.load(v_ptrs, mask=in_seq[:, None] & d_mask[None, :], other=0.0)
+        else:
+            k_t = tl.load(k_ptrs, mask=d_mask[:, None], other=0.0)
+            v = tl.load(v_ptrs, mask=d_mask[None, :], other=0.0)
+
+        s = tl.dot(q, k_t)
+        if USE_SOFTCAP:
+            # softcap acts on natural-scale scores: scale, squash, then move to base 2
+            s = apply_softcap(s * (qk_scale / 1.4426950408889634), softcap) * 1.4426950408889634
+        else:
+            s = s * qk_scale
+        if MASKED:
+            # causal (with context offset) and sliding-window visibility
+            visible = pos_k[None, :] <= pos_q[:, None]
+            if USE_WINDOW:
+                visible = visible & (pos_k[None, :] > pos_q[:, None] - sliding_window)
+            s = tl.where(visible, s, float("-inf"))
+
+        m_new = tl.maximum(m_i, tl.max(s, axis=1))
+        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
+        p = tl.exp2(s - m_safe[:, None])
+        alpha = tl.exp2(m_i - m_safe)
+        l_i = l_i * alpha + tl.sum(p, axis=1)
+        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
+        m_i = m_new
+    return acc, m_i, l_i
+
+
+@triton.jit
+def tile_ranges(context_len, q_block_local, max_pos, sliding_window,
+                BLOCK_Q: tl.constexpr, TILE_SIZE: tl.constexpr, USE_WINDOW: tl.constexpr):
+    """(first tile, first tile that needs masks, end tile) of a Q-block's KV range.
+
+    Keys up to the Q-block's first position are visible to every row, so whole tiles of
+    them need no mask; the tiles after that reach the causal diagonal. With a sliding
+    window every tile is masked (rows see different windows).
+    """
+    first_pos = context_len + q_block_local * BLOCK_Q
+    end_tile = max_pos // TILE_SIZE + 1
+    if USE_WINDOW:
+        first_tile = tl.maximum(first_pos - sliding_window + 1, 0) // TILE_SIZE
+        first_masked = first_tile
     else:
-        s = s * qk_scale
-    s = tl.where(visible, s, float("-inf"))
-    m_new = tl.maximum(m_i, tl.max(s, axis=1))
-    m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
-    p = tl.exp2(s - m_safe[:, None])
-    alpha = tl.exp2(m_i - m_safe)
-    l_i = l_i * alpha + tl.sum(p, axis=1)
-    acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
-    return acc, m_new, l_i
+        first_tile = 0
+        first_masked = (first_pos + 1) // TILE_SIZE
+    return first_tile, first_masked, end_tile
 
 
 @triton.jit

@@ -116,39 +116,51 @@ class BatchShape:
 
 
 # ------------------------------------------------------------------ hand-written trees
+# CUDA values were measured on an H100 80GB (docs/perf/kernels-h100.md); ROCm values are
+# the paper's Listing 2 and the talk's platform table, not yet measured here.
+
 def _naive(shape: BatchShape, p: Platform) -> KernelConfig:
     return KernelConfig("naive", tile_size=16, num_warps=4, num_stages=1)
 
 
 def _qblock(shape: BatchShape, p: Platform) -> KernelConfig:
-    """Paper Listing 2 for BLOCK_M / tile, talk appendix for stages."""
-    nvidia = p.vendor == "cuda"
-    if shape.max_seqlen_q > 1 and shape.avg_seqlen_q >= 4096 and nvidia:
-        block_m = 64
-    else:
-        block_m = 16
-    if shape.max_seqlen_k <= 64 or shape.avg_seqlen_q <= 4096 or p.vendor == "hip":
-        tile = 32
-    else:
-        tile = 64
-    stages = 1 if p.vendor == "hip" else 4 if shape.max_seqlen_q > 1 else 2
-    return KernelConfig("qblock", tile_size=tile, block_m=block_m, num_warps=4, num_stages=stages)
+    if p.vendor == "hip":
+        # Listing 2: BLOCK_M 16 and tile 32 on AMD; talk: TILE_SIZE_PREFILL 64, 1 stage
+        tile = 64 if shape.max_seqlen_q > 1 else 32
+        return KernelConfig("qblock", tile_size=tile, block_m=16, num_warps=4, num_stages=1)
+    if shape.decode_only:
+        # memory bound: large KV tiles keep enough bytes in flight (H100: 90-98% of copy BW)
+        return KernelConfig("qblock", tile_size=128, block_m=16, num_warps=8, num_stages=2)
+    if shape.max_seqlen_q <= 16:
+        # speculative decodes and tiny chunks: a 16-row Q-block wastes no rows
+        return KernelConfig("qblock", tile_size=64, block_m=16, num_warps=4, num_stages=3)
+    # prefill and mixed batches: 128-row Q-blocks cut K/V re-reads 8x versus 16 rows and
+    # feed the tensor cores (wgmma) with 8 warps
+    return KernelConfig("qblock", tile_size=64, block_m=128, num_warps=8, num_stages=2)
 
 
 def _parallel_tiled(shape: BatchShape, p: Platform) -> KernelConfig:
-    """Talk appendix: NUM_WARPS_DECODE_3D 2 on CUDA, 4 on ROCm; 16 segments as in vLLM."""
-    warps = 4 if p.vendor == "hip" else 2
-    return KernelConfig("parallel_tiled", tile_size=16, block_m=16, num_warps=warps,
-                        num_stages=1 if p.vendor == "hip" else 2, num_segments=16)
+    if p.vendor == "hip":
+        # talk appendix: NUM_WARPS_DECODE_3D 4 on ROCm; 16 segments as in vLLM
+        return KernelConfig("parallel_tiled", tile_size=16, block_m=16, num_warps=4,
+                            num_stages=1, num_segments=16)
+    # H100: 32 segments when there are very few (sequence, KV head) pairs, else 16
+    segments = 32 if shape.num_seqs * shape.num_kv_heads <= 8 else 16
+    return KernelConfig("parallel_tiled", tile_size=64, block_m=16, num_warps=4,
+                        num_stages=3, num_segments=segments)
 
 
 def _static_grid(shape: BatchShape, p: Platform) -> KernelConfig:
-    """Fixed grid of one program per SM; split decode sequences until ~2 items per program."""
+    """Fixed grid of a few programs per SM; decode sequences split until ~2 items per program."""
+    stages = 1 if p.vendor == "hip" else 2
+    if not shape.decode_only and shape.max_seqlen_q > 16:
+        return KernelConfig("static_grid", tile_size=64, block_m=128, num_warps=8,
+                            num_stages=stages, programs_per_sm=2)
+    programs_per_sm = 4
     items = shape.num_seqs * shape.num_kv_heads
-    segments = min(16, max(1, -(-2 * p.num_sms // items)))
-    return KernelConfig("static_grid", tile_size=32, block_m=16, num_warps=4,
-                        num_stages=1 if p.vendor == "hip" else 2, num_segments=segments,
-                        programs_per_sm=1.0)
+    segments = min(32, max(1, -(-2 * programs_per_sm * p.num_sms // items)))
+    return KernelConfig("static_grid", tile_size=64, block_m=16, num_warps=4,
+                        num_stages=stages, num_segments=segments, programs_per_sm=programs_per_sm)
 
 
 _TREES = {
@@ -160,15 +172,14 @@ _TREES = {
 
 
 def _auto(shape: BatchShape, p: Platform) -> KernelConfig:
-    """2D vs 3D as in the paper and the split-k lesson.
+    """2D vs 3D as in the paper, the split-k lesson and vLLM's backend.
 
     Split the tiles across programs only when the 2D grid cannot fill the GPU: a decode
-    batch with fewer (sequence, KV head) pairs than half the SMs, long enough that each of
-    at least 4 segments has work.
+    batch with at most one (sequence, KV head) pair per SM, long enough that 16 segments
+    of 64-token tiles all have work.
     """
-    few_programs = shape.num_seqs * shape.num_kv_heads < 0.5 * p.num_sms
-    long_enough = shape.max_seqlen_k >= 4 * 16 * 16
-    if shape.decode_only and few_programs and long_enough:
+    few_programs = shape.num_seqs * shape.num_kv_heads <= p.num_sms
+    if shape.decode_only and few_programs and shape.max_seqlen_k >= 1024:
         return _parallel_tiled(shape, p)
     return _qblock(shape, p)
 

@@ -13,7 +13,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .common import apply_softcap, find_seq_idx, kv_tile_offsets
+from .common import apply_softcap, find_seq_idx, kv_tile_slots
 from .heuristics import KernelConfig
 
 
@@ -63,11 +63,12 @@ def naive_attention_kernel(
         visible = (offs_s < BLOCK_SIZE) & (pos_k <= pos_q)
         if USE_WINDOW:
             visible = visible & (pos_k > pos_q - sliding_window)
-        k_off = kv_tile_offsets(bt_row, pos_k, seq_len, stride_kb, stride_ks, BLOCK_SIZE)
-        v_off = kv_tile_offsets(bt_row, pos_k, seq_len, stride_vb, stride_vs, BLOCK_SIZE)
+        page, slot = kv_tile_slots(bt_row, pos_k, seq_len, BLOCK_SIZE)
         kv_mask = visible[:, None] & d_mask[None, :]
-        k = tl.load(k_ptr + k_off[:, None] + kv_head * stride_kh + offs_d[None, :], mask=kv_mask, other=0.0)
-        v = tl.load(v_ptr + v_off[:, None] + kv_head * stride_vh + offs_d[None, :], mask=kv_mask, other=0.0)
+        k = tl.load(k_ptr + (page * stride_kb + slot * stride_ks)[:, None] + kv_head * stride_kh + offs_d[None, :],
+                    mask=kv_mask, other=0.0)
+        v = tl.load(v_ptr + (page * stride_vb + slot * stride_vs)[:, None] + kv_head * stride_vh + offs_d[None, :],
+                    mask=kv_mask, other=0.0)
 
         # scores of this page: q . k for each key, in base 2
         s = tl.sum(q[None, :] * k.to(tl.float32), axis=1)

@@ -18,7 +18,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .common import attend_tile, find_seq_idx, kv_tile_offsets, qblock_rows
+from .common import attend_tiles, find_seq_idx, qblock_rows, tile_ranges
 from .heuristics import KernelConfig
 
 
@@ -58,12 +58,10 @@ def segmented_attention_kernel(
     q_rows = (q_start + tok).to(tl.int64) * stride_qt + head * stride_qh
     q = tl.load(q_ptr + q_rows[:, None] + offs_d[None, :], mask=row_valid[:, None] & d_mask[None, :], other=0.0)
 
-    # this segment's share of the Q-block's tiles
+    # this segment's share of the Q-block's tiles (mask-free ones first)
     max_pos = tl.max(tl.where(row_valid, pos_q, 0), axis=0)
-    first_tile = 0
-    if USE_WINDOW:
-        first_tile = tl.maximum(context_len + q_block_local * BLOCK_Q - sliding_window + 1, 0) // TILE_SIZE
-    end_tile = max_pos // TILE_SIZE + 1
+    first_tile, first_masked, end_tile = tile_ranges(context_len, q_block_local, max_pos, sliding_window,
+                                                     BLOCK_Q, TILE_SIZE, USE_WINDOW)
     tiles_per_segment = tl.cdiv(end_tile - first_tile, NUM_SEGMENTS)
     seg_first = first_tile + segment * tiles_per_segment
     seg_end = tl.minimum(seg_first + tiles_per_segment, end_tile)
@@ -71,21 +69,17 @@ def segmented_attention_kernel(
     m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
     acc = tl.zeros([BLOCK_M, HEAD_PAD], dtype=tl.float32)
-    offs_t = tl.arange(0, TILE_SIZE)
     bt_row = block_table_ptr + tl.cast(seq, tl.int64) * stride_bt
-    for tile in range(seg_first, seg_end):
-        pos_k = tile * TILE_SIZE + offs_t
-        k_off = kv_tile_offsets(bt_row, pos_k, seq_len, stride_kb, stride_ks, BLOCK_SIZE)
-        v_off = kv_tile_offsets(bt_row, pos_k, seq_len, stride_vb, stride_vs, BLOCK_SIZE)
-        in_seq = pos_k < seq_len
-        k_t = tl.load(k_ptr + kv_head * stride_kh + k_off[None, :] + offs_d[:, None],
-                      mask=in_seq[None, :] & d_mask[:, None], other=0.0)
-        v = tl.load(v_ptr + kv_head * stride_vh + v_off[:, None] + offs_d[None, :],
-                    mask=in_seq[:, None] & d_mask[None, :], other=0.0)
-        visible = pos_k[None, :] <= pos_q[:, None]
-        if USE_WINDOW:
-            visible = visible & (pos_k[None, :] > pos_q[:, None] - sliding_window)
-        acc, m_i, l_i = attend_tile(acc, m_i, l_i, q, k_t, v, visible, qk_scale, softcap, USE_SOFTCAP)
+    acc, m_i, l_i = attend_tiles(acc, m_i, l_i, q, pos_q, seg_first, tl.minimum(seg_end, first_masked),
+                                 k_ptr, v_ptr, bt_row, seq_len, kv_head,
+                                 stride_kb, stride_ks, stride_kh, stride_vb, stride_vs, stride_vh,
+                                 qk_scale, softcap, sliding_window, HEAD_SIZE, HEAD_PAD, BLOCK_SIZE,
+                                 TILE_SIZE, USE_SOFTCAP, USE_WINDOW, False)
+    acc, m_i, l_i = attend_tiles(acc, m_i, l_i, q, pos_q, tl.maximum(seg_first, first_masked), seg_end,
+                                 k_ptr, v_ptr, bt_row, seq_len, kv_head,
+                                 stride_kb, stride_ks, stride_kh, stride_vb, stride_vs, stride_vh,
+                                 qk_scale, softcap, sliding_window, HEAD_SIZE, HEAD_PAD, BLOCK_SIZE,
+                                 TILE_SIZE, USE_SOFTCAP, USE_WINDOW, True)
 
     # store the partial result (an empty segment stores the -inf / 0 sentinel)
     row = ((q_start + tok).to(tl.int64) * num_q_heads + head) * NUM_SEGMENTS + segment

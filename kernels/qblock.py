@@ -16,7 +16,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .common import attend_tile, find_seq_idx, kv_tile_offsets, qblock_rows
+from .common import attend_tiles, find_seq_idx, qblock_rows, tile_ranges
 from .heuristics import KernelConfig
 
 
@@ -36,7 +36,9 @@ def qblock_attention_kernel(
     BLOCK_M: tl.constexpr, BLOCK_Q: tl.constexpr,
     USE_SOFTCAP: tl.constexpr, USE_WINDOW: tl.constexpr,
 ):
-    q_block = tl.program_id(0)
+    # last Q-blocks first: under a causal mask they see the most keys, so the longest
+    # programs start in the first wave instead of forming a tail
+    q_block = tl.num_programs(0) - 1 - tl.program_id(0)
     kv_head = tl.program_id(1)
 
     # sequence of this Q-block, and which of its Q-blocks this is
@@ -57,33 +59,24 @@ def qblock_attention_kernel(
     q = tl.load(q_ptr + q_rows[:, None] + offs_d[None, :], mask=row_valid[:, None] & d_mask[None, :], other=0.0)
 
     # KV tiles this Q-block needs: up to its last token's position (causal), from the
-    # first token's window start (sliding window)
+    # first token's window start (sliding window); mask-free tiles first
     max_pos = tl.max(tl.where(row_valid, pos_q, 0), axis=0)
-    first_tile = 0
-    if USE_WINDOW:
-        first_tile = tl.maximum(context_len + q_block_local * BLOCK_Q - sliding_window + 1, 0) // TILE_SIZE
-    num_tiles = max_pos // TILE_SIZE + 1
-
+    first_tile, first_masked, end_tile = tile_ranges(context_len, q_block_local, max_pos, sliding_window,
+                                                     BLOCK_Q, TILE_SIZE, USE_WINDOW)
     m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
     acc = tl.zeros([BLOCK_M, HEAD_PAD], dtype=tl.float32)
-    offs_t = tl.arange(0, TILE_SIZE)
     bt_row = block_table_ptr + tl.cast(seq, tl.int64) * stride_bt
-    for tile in range(first_tile, num_tiles):
-        pos_k = tile * TILE_SIZE + offs_t
-        k_off = kv_tile_offsets(bt_row, pos_k, seq_len, stride_kb, stride_ks, BLOCK_SIZE)
-        v_off = kv_tile_offsets(bt_row, pos_k, seq_len, stride_vb, stride_vs, BLOCK_SIZE)
-        in_seq = pos_k < seq_len
-        k_t = tl.load(k_ptr + kv_head * stride_kh + k_off[None, :] + offs_d[:, None],
-                      mask=in_seq[None, :] & d_mask[:, None], other=0.0)
-        v = tl.load(v_ptr + kv_head * stride_vh + v_off[:, None] + offs_d[None, :],
-                    mask=in_seq[:, None] & d_mask[None, :], other=0.0)
-
-        # causal (with context offset) and sliding-window visibility
-        visible = pos_k[None, :] <= pos_q[:, None]
-        if USE_WINDOW:
-            visible = visible & (pos_k[None, :] > pos_q[:, None] - sliding_window)
-        acc, m_i, l_i = attend_tile(acc, m_i, l_i, q, k_t, v, visible, qk_scale, softcap, USE_SOFTCAP)
+    acc, m_i, l_i = attend_tiles(acc, m_i, l_i, q, pos_q, first_tile, first_masked,
+                                 k_ptr, v_ptr, bt_row, seq_len, kv_head,
+                                 stride_kb, stride_ks, stride_kh, stride_vb, stride_vs, stride_vh,
+                                 qk_scale, softcap, sliding_window, HEAD_SIZE, HEAD_PAD, BLOCK_SIZE,
+                                 TILE_SIZE, USE_SOFTCAP, USE_WINDOW, False)
+    acc, m_i, l_i = attend_tiles(acc, m_i, l_i, q, pos_q, first_masked, end_tile,
+                                 k_ptr, v_ptr, bt_row, seq_len, kv_head,
+                                 stride_kb, stride_ks, stride_kh, stride_vb, stride_vs, stride_vh,
+                                 qk_scale, softcap, sliding_window, HEAD_SIZE, HEAD_PAD, BLOCK_SIZE,
+                                 TILE_SIZE, USE_SOFTCAP, USE_WINDOW, True)
 
     # normalize and store the valid rows
     acc = acc / tl.where(l_i == 0.0, 1.0, l_i)[:, None]

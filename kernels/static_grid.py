@@ -21,7 +21,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .common import attend_tile, find_seq_idx, kv_tile_offsets, qblock_rows
+from .common import attend_tiles, find_seq_idx, qblock_rows, tile_ranges
 from .heuristics import KernelConfig
 
 
@@ -46,7 +46,6 @@ def static_grid_attention_kernel(
 ):
     offs_d = tl.arange(0, HEAD_PAD)
     d_mask = offs_d < HEAD_SIZE
-    offs_t = tl.arange(0, TILE_SIZE)
     offs_m = tl.arange(0, BLOCK_M)
 
     # persistent loop: this program takes every NUM_PROGRAMS-th work item; the segment
@@ -68,12 +67,10 @@ def static_grid_attention_kernel(
             q_rows = (q_start + tok).to(tl.int64) * stride_qt + head * stride_qh
             q = tl.load(q_ptr + q_rows[:, None] + offs_d[None, :], mask=row_valid[:, None] & d_mask[None, :], other=0.0)
 
-            # this item's tiles: the whole causal range, or its segment of it
+            # this item's tiles: the whole causal range, or its segment of it (mask-free first)
             max_pos = tl.max(tl.where(row_valid, pos_q, 0), axis=0)
-            first_tile = 0
-            if USE_WINDOW:
-                first_tile = tl.maximum(context_len + q_block_local * BLOCK_Q - sliding_window + 1, 0) // TILE_SIZE
-            end_tile = max_pos // TILE_SIZE + 1
+            first_tile, first_masked, end_tile = tile_ranges(context_len, q_block_local, max_pos, sliding_window,
+                                                             BLOCK_Q, TILE_SIZE, USE_WINDOW)
             tiles_per_segment = tl.cdiv(end_tile - first_tile, num_segments)
             seg_first = first_tile + segment * tiles_per_segment
             seg_end = tl.minimum(seg_first + tiles_per_segment, end_tile)
@@ -82,19 +79,16 @@ def static_grid_attention_kernel(
             l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
             acc = tl.zeros([BLOCK_M, HEAD_PAD], dtype=tl.float32)
             bt_row = block_table_ptr + tl.cast(seq, tl.int64) * stride_bt
-            for tile in range(seg_first, seg_end):
-                pos_k = tile * TILE_SIZE + offs_t
-                k_off = kv_tile_offsets(bt_row, pos_k, seq_len, stride_kb, stride_ks, BLOCK_SIZE)
-                v_off = kv_tile_offsets(bt_row, pos_k, seq_len, stride_vb, stride_vs, BLOCK_SIZE)
-                in_seq = pos_k < seq_len
-                k_t = tl.load(k_ptr + kv_head * stride_kh + k_off[None, :] + offs_d[:, None],
-                              mask=in_seq[None, :] & d_mask[:, None], other=0.0)
-                v = tl.load(v_ptr + kv_head * stride_vh + v_off[:, None] + offs_d[None, :],
-                            mask=in_seq[:, None] & d_mask[None, :], other=0.0)
-                visible = pos_k[None, :] <= pos_q[:, None]
-                if USE_WINDOW:
-                    visible = visible & (pos_k[None, :] > pos_q[:, None] - sliding_window)
-                acc, m_i, l_i = attend_tile(acc, m_i, l_i, q, k_t, v, visible, qk_scale, softcap, USE_SOFTCAP)
+            acc, m_i, l_i = attend_tiles(acc, m_i, l_i, q, pos_q, seg_first, tl.minimum(seg_end, first_masked),
+                                         k_ptr, v_ptr, bt_row, seq_len, kv_head,
+                                         stride_kb, stride_ks, stride_kh, stride_vb, stride_vs, stride_vh,
+                                         qk_scale, softcap, sliding_window, HEAD_SIZE, HEAD_PAD, BLOCK_SIZE,
+                                         TILE_SIZE, USE_SOFTCAP, USE_WINDOW, False)
+            acc, m_i, l_i = attend_tiles(acc, m_i, l_i, q, pos_q, tl.maximum(seg_first, first_masked), seg_end,
+                                         k_ptr, v_ptr, bt_row, seq_len, kv_head,
+                                         stride_kb, stride_ks, stride_kh, stride_vb, stride_vs, stride_vh,
+                                         qk_scale, softcap, sliding_window, HEAD_SIZE, HEAD_PAD, BLOCK_SIZE,
+                                         TILE_SIZE, USE_SOFTCAP, USE_WINDOW, True)
 
             if num_segments == 1:
                 # whole range done here: normalize and write the output rows
@@ -119,35 +113,39 @@ def static_grid_reduce_kernel(
     QPK: tl.constexpr,
     HEAD_SIZE: tl.constexpr, HEAD_PAD: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_Q: tl.constexpr,
-    NUM_PROGRAMS: tl.constexpr,
+    NUM_PROGRAMS: tl.constexpr, SEGMENTS_PAD: tl.constexpr,
 ):
     offs_d = tl.arange(0, HEAD_PAD)
-    d_mask = offs_d < HEAD_SIZE
-    offs_m = tl.arange(0, BLOCK_M)
-    # one work item per (sequence, KV head): merge its segments row by row
-    for item in range(tl.program_id(0), num_seqs * num_kv_heads, NUM_PROGRAMS):
-        seq = item // num_kv_heads
-        kv_head = item % num_kv_heads
+    offs_s = tl.arange(0, SEGMENTS_PAD)
+    seg_mask = offs_s < num_segments
+    # one work item per Q-block row (sequence, KV head, row): merge its segments at once
+    for item in range(tl.program_id(0), num_seqs * num_kv_heads * BLOCK_M, NUM_PROGRAMS):
+        row = item % BLOCK_M
+        kv_head = (item // BLOCK_M) % num_kv_heads
+        seq = item // (BLOCK_M * num_kv_heads)
         q_start = tl.load(cu_seqlens_q_ptr + seq)
         query_len = tl.load(cu_seqlens_q_ptr + seq + 1) - q_start
-        if query_len > 0:
-            tok, head, row_valid, pos_q = qblock_rows(0, query_len, 0, kv_head, BLOCK_M, BLOCK_Q, QPK)
-            base = tl.cast(item, tl.int64) * num_segments * BLOCK_M
-            m = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
-            for s in range(0, num_segments):
-                m = tl.maximum(m, tl.load(part_max_ptr + base + s * BLOCK_M + offs_m))
-            m = tl.where(m == float("-inf"), 0.0, m)
-            total = tl.zeros([BLOCK_M], dtype=tl.float32)
-            acc = tl.zeros([BLOCK_M, HEAD_PAD], dtype=tl.float32)
-            for s in range(0, num_segments):
-                slot_rows = base + s * BLOCK_M + offs_m
-                w = tl.exp2(tl.load(part_max_ptr + slot_rows) - m)  # 0 for empty segments
-                total += w * tl.load(part_sum_ptr + slot_rows)
-                acc += w[:, None] * tl.load(part_out_ptr + slot_rows[:, None] * HEAD_PAD + offs_d[None, :])
-            acc = acc / tl.where(total == 0.0, 1.0, total)[:, None]
-            o_rows = (q_start + tok).to(tl.int64) * stride_ot + head * stride_oh
-            tl.store(out_ptr + o_rows[:, None] + offs_d[None, :], acc.to(out_ptr.dtype.element_ty),
-                     mask=row_valid[:, None] & d_mask[None, :])
+        tok = row // QPK
+        if (row < BLOCK_Q * QPK) & (tok < query_len):
+            slots = (tl.cast(seq, tl.int64) * num_kv_heads + kv_head) * num_segments + offs_s
+            part_rows = slots * BLOCK_M + row
+            # padding lanes and empty segments carry the -inf / 0 sentinel: weight 0
+            seg_max = tl.load(part_max_ptr + part_rows, mask=seg_mask, other=float("-inf"))
+            seg_sum = tl.load(part_sum_ptr + part_rows, mask=seg_mask, other=0.0)
+            m = tl.max(seg_max, axis=0)
+            weight = tl.exp2(seg_max - m)
+            total = tl.sum(seg_sum * weight, axis=0)
+            seg_out = tl.load(part_out_ptr + part_rows[:, None] * HEAD_PAD + offs_d[None, :],
+                              mask=seg_mask[:, None], other=0.0)
+            out = tl.sum(seg_out * weight[:, None], axis=0) / total
+            head = kv_head * QPK + row % QPK
+            o_row = tl.cast(q_start + tok, tl.int64) * stride_ot + head * stride_oh
+            tl.store(out_ptr + o_row + offs_d, out.to(out_ptr.dtype.element_ty), mask=offs_d < HEAD_SIZE)
+
+
+# upper bound of num_segments: the reduction loads all segments of a row at once, padded
+# to this constant so that the segment count stays a run-time argument of one binary
+MAX_SEGMENTS = 64
 
 
 def num_programs(device: torch.device, config: KernelConfig) -> int:
@@ -179,6 +177,8 @@ def launch(out, q, k_cache, v_cache, block_table, cu_seqlens_q, seq_lens, *,
     head_pad = triton.next_power_of_2(head_size)
     num_seqs = seq_lens.shape[0]
     programs = num_programs(q.device, config)
+    if config.num_segments > MAX_SEGMENTS:
+        raise ValueError(f"config.num_segments: expected <= {MAX_SEGMENTS} for static_grid, got {config.num_segments}")
     nseg = config.num_segments if max_seqlen_q <= block_q else 1
     work_items = (num_tokens // block_q + num_seqs) * num_kv_heads * nseg
     slots = num_seqs * num_kv_heads * nseg if nseg > 1 else 1
@@ -204,5 +204,6 @@ def launch(out, q, k_cache, v_cache, block_table, cu_seqlens_q, seq_lens, *,
     if nseg > 1:
         static_grid_reduce_kernel[(programs,)](
             out, part_out, part_max, part_sum, cu_seqlens_q, num_seqs, num_kv_heads, nseg,
-            out.stride(0), out.stride(1), num_warps=config.reduce_num_warps, **common,
+            out.stride(0), out.stride(1), SEGMENTS_PAD=MAX_SEGMENTS,
+            num_warps=config.reduce_num_warps, **common,
         )
