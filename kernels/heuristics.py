@@ -136,7 +136,7 @@ def _qblock(shape: BatchShape, p: Platform) -> KernelConfig:
         return KernelConfig("qblock", tile_size=64, block_m=16, num_warps=4, num_stages=3)
     # prefill and mixed batches: 128-row Q-blocks cut K/V re-reads 8x versus 16 rows and
     # feed the tensor cores (wgmma) with 8 warps
-    return KernelConfig("qblock", tile_size=64, block_m=128, num_warps=8, num_stages=2)
+    return KernelConfig("qblock", tile_size=128, block_m=128, num_warps=8, num_stages=2)
 
 
 def _parallel_tiled(shape: BatchShape, p: Platform) -> KernelConfig:
