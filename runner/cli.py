@@ -9,6 +9,13 @@ import click
 
 # command name -> "module:attribute" (relative to the attnbench package)
 COMMANDS = {
+    "run": "runner.commands:run_cmd",
+    "serve": "runner.commands:serve_cmd",
+    "load": "runner.commands:load_cmd",
+    "calibrate": "runner.commands:calibrate_cmd",
+    "stub-server": "runner.commands:stub_server_cmd",
+    "recipes": "runner.commands:recipes_group",
+    "model": "runner.commands:model_group",
     "microbench": "kernels.cli:microbench",
     "tune": "kernels.cli:tune",
     "kernels": "kernels.cli:kernels_group",

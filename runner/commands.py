@@ -1,0 +1,222 @@
+"""Runner subcommands of `attnbench`: run, serve, load, calibrate, recipes, model."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+import sys
+from pathlib import Path
+
+import click
+
+from .recipe import RecipeError, load_suite
+
+
+def _suite_or_fail(path: Path):
+    try:
+        return load_suite(path)
+    except RecipeError as e:
+        raise click.UsageError(str(e)) from None
+
+
+def _term_as_interrupt() -> None:
+    """SIGTERM ends a run like Ctrl-C: servers stop, partial results stay on disk."""
+    def handler(signum, frame):
+        raise KeyboardInterrupt
+    signal.signal(signal.SIGTERM, handler)
+
+
+@click.command("run")
+@click.argument("suite_file", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--only", multiple=True, help="Run name to run (repeatable); default: every run.")
+@click.option("--repeats", type=click.IntRange(min=1), help="Override every run's repeat count.")
+@click.option("--out", "out_root", type=click.Path(file_okay=False, path_type=Path), default=Path("results"),
+              show_default=True, help="Results root; the suite writes to OUT/<suite>/<run>/r<k>/.")
+@click.option("--resume", is_flag=True, help="Skip repeats whose summary.json says ok.")
+def run_cmd(suite_file, only, repeats, out_root, resume):
+    """Serve each run of SUITE_FILE with vLLM, warm up, measure the repeats, stop the server."""
+    from .execute import run_suite
+
+    suite = _suite_or_fail(suite_file)
+    try:
+        suite.select(list(only) or None)
+    except RecipeError as e:
+        raise click.BadParameter(str(e), param_hint="--only") from None
+    _term_as_interrupt()
+    try:
+        outcomes = run_suite(suite, out_root, only=list(only) or None, repeats=repeats, resume=resume)
+    except KeyboardInterrupt:
+        click.echo(f"interrupted: server stopped, results so far are under {out_root / suite.name}", err=True)
+        sys.exit(130)
+    failed = [o for o in outcomes if o.status != "ok"]
+    click.echo(f"results: {out_root / suite.name}")
+    if failed:
+        click.echo(f"{len(failed)} of {len(outcomes)} repeats failed", err=True)
+        sys.exit(1)
+
+
+@click.command("serve")
+@click.argument("suite_file", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--only", "run_name", help="Run to serve (default: the suite's first run).")
+@click.option("--log", "log_path", type=click.Path(dir_okay=False, path_type=Path), default=Path("server.log"),
+              show_default=True)
+def serve_cmd(suite_file, run_name, log_path):
+    """Start one run's vLLM server and hold it until Ctrl-C."""
+    from .models import ensure_model
+    from .server import ServerError, ServerProcess, build_launch
+
+    suite = _suite_or_fail(suite_file)
+    recipe = suite.select([run_name])[0] if run_name else suite.runs[0]
+    ensure_model(recipe.model.path, recipe.model.build)
+    plan = build_launch(recipe)
+    _term_as_interrupt()
+    try:
+        with ServerProcess(plan, log_path, recipe.serve.startup_timeout_s):
+            click.echo(f"{recipe.name}: serving {recipe.model.name} at {plan.base_url} (log {log_path}); Ctrl-C stops it")
+            signal.pause() if hasattr(signal, "pause") else input()
+    except ServerError as e:
+        raise click.ClickException(str(e)) from None
+    except KeyboardInterrupt:
+        click.echo("server stopped")
+
+
+@click.command("load")
+@click.option("--url", required=True, help="Base URL of an OpenAI-compatible server, e.g. http://127.0.0.1:8000")
+@click.option("--model", required=True, help="Served model name.")
+@click.option("--tokenizer", "tokenizer_dir", required=True, type=click.Path(file_okay=False, path_type=Path),
+              help="Folder with the model's tokenizer.json (token counts, synthetic text).")
+@click.option("--dataset", type=click.Choice(["synthetic", "sharegpt", "random"]), default="synthetic", show_default=True)
+@click.option("--dataset-path", help="ShareGPT JSON (for --dataset sharegpt).")
+@click.option("--input-len", type=int, help="random: prompt tokens.")
+@click.option("--output-len", type=int, help="Fixed output tokens (random: required).")
+@click.option("--num-prompts", type=click.IntRange(min=1), default=200, show_default=True)
+@click.option("--request-rate", type=float, default=float("inf"), show_default=True, help="requests/s; inf = all at once")
+@click.option("--arrival", type=click.Choice(["constant", "poisson", "gamma"]), default="poisson", show_default=True)
+@click.option("--burstiness", type=float, default=1.0, show_default=True)
+@click.option("--max-concurrency", type=click.IntRange(min=1))
+@click.option("--ignore-eos/--no-ignore-eos", default=True, show_default=True)
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), required=True,
+              help="Folder for requests.jsonl and summary.json.")
+def load_cmd(url, model, tokenizer_dir, dataset, dataset_path, input_len, output_len, num_prompts,
+             request_rate, arrival, burstiness, max_concurrency, ignore_eos, seed, out_dir):
+    """Load an already running server and write requests.jsonl + summary.json."""
+    from pydantic import ValidationError
+
+    from .datasets import DatasetError, build_requests
+    from .loadgen import LoadConfig, arrival_offsets, run_load
+    from .metrics import summarize
+    from .recipe import DatasetSpec
+    from .store import REQUESTS_FILE, SUMMARY_FILE, RecordWriter, atomic_write_json
+
+    try:
+        spec = DatasetSpec(kind=dataset, path=dataset_path, input_len=input_len, output_len=output_len)
+        requests = build_requests(spec, num_prompts, tokenizer_dir, seed)
+    except (ValidationError, DatasetError) as e:
+        raise click.UsageError(str(e)) from None
+    cfg = LoadConfig(url.rstrip("/"), model, ignore_eos, max_concurrency)
+    offsets = arrival_offsets(len(requests), request_rate, arrival, burstiness, seed)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    with RecordWriter(out_dir / REQUESTS_FILE) as writer:
+        try:
+            records = asyncio.run(run_load(cfg, requests, offsets, writer))
+        except KeyboardInterrupt:
+            click.echo(f"interrupted; records so far in {writer.path}", err=True)
+            sys.exit(130)
+    summary = {"status": "ok", "backend": "openai", "model_id": model, "num_prompts": num_prompts,
+               "request_rate": request_rate, "max_concurrency": max_concurrency, **summarize(records)}
+    atomic_write_json(out_dir / SUMMARY_FILE, summary)
+    click.echo(json.dumps({k: summary[k] for k in ("completed", "failed", "request_throughput",
+                                                   "output_throughput", "median_ttft_ms", "median_itl_ms")}))
+
+
+@click.command("calibrate")
+@click.option("--concurrency", type=click.IntRange(min=1), default=256, show_default=True)
+@click.option("--requests", "num_requests", type=click.IntRange(min=1), default=1024, show_default=True)
+@click.option("--tokens", type=click.IntRange(min=1), default=128, show_default=True, help="Chunks per request.")
+@click.option("--url", help="Use a running stub instead of starting one.")
+@click.option("--json", "as_json", is_flag=True, help="Print the full summary as JSON.")
+def calibrate_cmd(concurrency, num_requests, tokens, url, as_json):
+    """Measure the load generator's own overhead against a zero-work streaming server."""
+    from .calibrate import calibrate
+
+    result = calibrate(concurrency, num_requests, tokens, url=url)
+    if as_json:
+        click.echo(json.dumps({"chunks_per_s": result.chunks_per_s, **result.summary}, indent=2))
+    else:
+        click.echo("\n".join(result.lines()))
+
+
+@click.command("stub-server")
+@click.option("--port", type=int, required=True)
+def stub_server_cmd(port):
+    """Run the zero-work streaming server of `calibrate` in the foreground."""
+    from .calibrate import _serve_stub
+
+    _serve_stub(port, None)
+
+
+@click.group("recipes")
+def recipes_group():
+    """Validate suite files and show what they would run."""
+
+
+@recipes_group.command("validate")
+@click.argument("suite_files", nargs=-1, required=True, type=click.Path(dir_okay=False, path_type=Path))
+def recipes_validate(suite_files):
+    """Check SUITE_FILES; errors name the file, the field and the bad value."""
+    bad = 0
+    for path in suite_files:
+        try:
+            suite = load_suite(path)
+            click.echo(f"ok    {path}: {len(suite.runs)} runs")
+        except RecipeError as e:
+            bad += 1
+            click.echo(f"error {e}", err=True)
+    if bad:
+        sys.exit(1)
+
+
+@recipes_group.command("show")
+@click.argument("suite_file", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--only", multiple=True)
+def recipes_show(suite_file, only):
+    """Print each run's exact server argv and environment, and its load."""
+    from .server import build_launch
+
+    suite = _suite_or_fail(suite_file)
+    for recipe in suite.select(list(only) or None):
+        plan = build_launch(recipe, port=recipe.serve.port or 8000)
+        b = recipe.benchmark
+        click.echo(f"# {recipe.name}: {recipe.description}".rstrip(": "))
+        click.echo(f"server: {plan.shell_line()}")
+        click.echo(f"load:   {b.num_prompts} prompts ({b.dataset.kind}), rate {b.request_rate} req/s "
+                   f"({b.arrival}), max concurrency {b.max_concurrency}, ignore_eos {b.ignore_eos}, "
+                   f"{b.warmup_requests} warm-up, {b.repeats} repeats, seed {b.seed}")
+        click.echo(f"recipe hash: {recipe.digest()}\n")
+
+
+@click.group("model")
+def model_group():
+    """Make model folders locally (no model hub)."""
+
+
+@model_group.command("dummy")
+@click.option("--arch", required=True, type=click.Choice(["llama-3.1-8b", "mistral-small-24b", "qwen3-32b", "qwen3-8b"]))
+@click.argument("out_dir", type=click.Path(file_okay=False, path_type=Path))
+def model_dummy(arch, out_dir):
+    """A real architecture's config.json + a local tokenizer, no weights (serve with load_format: dummy)."""
+    from .models import write_dummy_model
+
+    click.echo(f"wrote {write_dummy_model(out_dir, arch)} ({arch}, dummy weights: use load_format: dummy)")
+
+
+@model_group.command("tiny")
+@click.argument("out_dir", type=click.Path(file_okay=False, path_type=Path))
+@click.option("--seed", type=int, default=0, show_default=True)
+def model_tiny(out_dir, seed):
+    """A 2-layer Llama with random weights and a local tokenizer (the CPU demo's model)."""
+    from .models import write_tiny_model
+
+    click.echo(f"wrote {write_tiny_model(out_dir, seed)}")

@@ -1,0 +1,144 @@
+"""Prompts for the load generator: ShareGPT, a synthetic ShareGPT-shaped set, random.
+
+Token counts come from the model's ``tokenizer.json`` through the `tokenizers` library
+(no transformers, no torch). Every loader is seeded and returns `BenchRequest`s.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+from dataclasses import dataclass
+from pathlib import Path
+
+from .recipe import DatasetSpec
+
+# vLLM's ShareGPT filter (benchmarks/datasets: sample_sharegpt_requests)
+MIN_TOKENS, MAX_PROMPT, MAX_TOTAL = 4, 1024, 2048
+
+
+@dataclass(frozen=True)
+class BenchRequest:
+    prompt: str
+    prompt_len: int  # tokens, by the local tokenizer (the server's usage is recorded too)
+    output_len: int  # max_tokens asked for
+
+
+class DatasetError(ValueError):
+    pass
+
+
+class LocalTokenizer:
+    """Counts tokens and makes text of a given length with a model's tokenizer.json."""
+
+    def __init__(self, model_dir: str | Path):
+        from tokenizers import Tokenizer
+
+        path = Path(model_dir) / "tokenizer.json"
+        if not path.exists():
+            raise DatasetError(f"{path}: no tokenizer.json; set model.tokenizer to a local folder that has one")
+        self._tok = Tokenizer.from_file(str(path))
+        special = set()
+        for added in json.loads(path.read_text()).get("added_tokens", []):
+            if added.get("special"):
+                special.add(added["id"])
+        self._plain_ids = [i for i in range(self._tok.get_vocab_size()) if i not in special]
+
+    def count(self, text: str) -> int:
+        return len(self._tok.encode(text, add_special_tokens=False).ids)
+
+    def text_of_length(self, n: int, rng: random.Random) -> str:
+        """Random text of about ``n`` tokens (decoded random ids; re-encoding may differ by a few)."""
+        ids = [rng.choice(self._plain_ids) for _ in range(n)]
+        return self._tok.decode(ids)
+
+
+def load_sharegpt(path: str | Path, num_prompts: int, tokenizer: LocalTokenizer, seed: int,
+                  output_len: int | None = None) -> list[BenchRequest]:
+    """vLLM-compatible ShareGPT sampling.
+
+    Conversations with at least two turns; turn 0 is the prompt, turn 1 the completion
+    whose token count is the output length (unless ``output_len`` fixes it). Seeded
+    shuffle, then keep pairs with prompt >= 4 and output >= 4 tokens, prompt <= 1024 and
+    prompt + output <= 2048, until ``num_prompts`` are found.
+    """
+    path = Path(path)
+    try:
+        data = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise DatasetError(f"{path}: ShareGPT file not found (download ShareGPT_V3_unfiltered_cleaned_split.json "
+                           "yourself and point benchmark.dataset.path at it)") from None
+    except json.JSONDecodeError as e:
+        raise DatasetError(f"{path}: not JSON: {e}") from None
+    if not isinstance(data, list):
+        raise DatasetError(f"{path}: expected a JSON list of conversations")
+    pairs = [(c["conversations"][0]["value"], c["conversations"][1]["value"])
+             for c in data if isinstance(c, dict) and len(c.get("conversations", [])) >= 2]
+    random.Random(seed).shuffle(pairs)
+    out = []
+    for prompt, completion in pairs:
+        p_len = tokenizer.count(prompt)
+        o_len = output_len or tokenizer.count(completion)
+        if p_len < MIN_TOKENS or o_len < MIN_TOKENS or p_len > MAX_PROMPT or p_len + o_len > MAX_TOTAL:
+            continue
+        out.append(BenchRequest(prompt, p_len, o_len))
+        if len(out) == num_prompts:
+            return out
+    raise DatasetError(f"{path}: only {len(out)} conversations pass the filter, {num_prompts} requested")
+
+
+@dataclass(frozen=True)
+class SyntheticShape:
+    """Log-normal prompt and output lengths, ShareGPT-like: medians ~220 / ~180 tokens with
+    long right tails, clipped by the ShareGPT filter's limits."""
+
+    prompt_median: float
+    prompt_sigma: float
+    output_median: float
+    output_sigma: float
+    max_prompt_len: int
+    max_total_len: int
+
+    @classmethod
+    def of(cls, spec: DatasetSpec) -> "SyntheticShape":
+        return cls(spec.prompt_median, spec.prompt_sigma, spec.output_median, spec.output_sigma,
+                   spec.max_prompt_len, spec.max_total_len)
+
+    def draw(self, rng: random.Random) -> tuple[int, int]:
+        while True:
+            p = int(round(rng.lognormvariate(math.log(self.prompt_median), self.prompt_sigma)))
+            o = int(round(rng.lognormvariate(math.log(self.output_median), self.output_sigma)))
+            if MIN_TOKENS <= p <= self.max_prompt_len and o >= MIN_TOKENS and p + o <= self.max_total_len:
+                return p, o
+
+
+def synthetic_sharegpt(num_prompts: int, tokenizer: LocalTokenizer, seed: int,
+                       shape: SyntheticShape, output_len: int | None = None) -> list[BenchRequest]:
+    rng = random.Random(seed)
+    out = []
+    for _ in range(num_prompts):
+        p_len, o_len = shape.draw(rng)
+        text = tokenizer.text_of_length(p_len, rng)
+        out.append(BenchRequest(text, tokenizer.count(text), output_len or o_len))
+    return out
+
+
+def random_fixed(num_prompts: int, tokenizer: LocalTokenizer, seed: int, input_len: int,
+                 output_len: int) -> list[BenchRequest]:
+    rng = random.Random(seed)
+    out = []
+    for _ in range(num_prompts):
+        text = tokenizer.text_of_length(input_len, rng)
+        out.append(BenchRequest(text, tokenizer.count(text), output_len))
+    return out
+
+
+def build_requests(spec: DatasetSpec, num_prompts: int, tokenizer_dir: str | Path, seed: int) -> list[BenchRequest]:
+    """The requests of one repeat, as a recipe's dataset describes them."""
+    tok = LocalTokenizer(tokenizer_dir)
+    if spec.kind == "sharegpt":
+        return load_sharegpt(spec.path, num_prompts, tok, seed, spec.output_len)
+    if spec.kind == "synthetic":
+        return synthetic_sharegpt(num_prompts, tok, seed, SyntheticShape.of(spec), spec.output_len)
+    return random_fixed(num_prompts, tok, seed, spec.input_len, spec.output_len)

@@ -1,0 +1,167 @@
+"""`attnbench run`: for each run of a suite, start its server, warm up, measure the repeats,
+stop the server.
+
+Failure rules: a server that does not start marks that run's pending repeats failed (with
+the log tail) and the suite goes on; a server that dies mid-repeat marks that repeat and
+the run's later repeats failed, keeps the earlier ones, and the suite goes on; Ctrl-C
+stops the server, marks the repeat ``interrupted`` with what was measured so far, and
+exits. Every request record is on disk the moment it finishes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+from tqdm import tqdm
+
+from . import provenance
+from .datasets import build_requests
+from .loadgen import LoadConfig, arrival_offsets, run_load
+from .metrics import summarize
+from .models import ensure_model
+from .recipe import Recipe, Suite
+from .server import ServerError, ServerProcess, _tail, build_launch
+from .store import ResultsStore
+
+
+@dataclass
+class RepeatOutcome:
+    run: str
+    repeat: int
+    status: str
+    summary: dict = field(default_factory=dict)
+    error: str = ""
+
+
+def _now() -> str:
+    return dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+
+
+def _summary_header(suite: Suite, recipe: Recipe, repeat: int) -> dict:
+    b = recipe.benchmark
+    return {
+        "suite": suite.name, "run": recipe.name, "repeat": repeat, "date": _now(),
+        "backend": "vllm", "endpoint_type": "openai", "model_id": recipe.model.name,
+        "tokenizer_id": recipe.model.tokenizer_path, "num_prompts": b.num_prompts,
+        "request_rate": b.request_rate, "burstiness": b.burstiness,
+        "max_concurrency": b.max_concurrency, "recipe_hash": recipe.digest(),
+    }
+
+
+def _failed(store: ResultsStore, suite: Suite, recipe: Recipe, repeat: int, status: str, error: str,
+            records=None) -> RepeatOutcome:
+    summary = {**_summary_header(suite, recipe, repeat), "status": status, "error": error}
+    if records:
+        summary.update(summarize(records, recipe.benchmark.goodput_slo_ms))
+    store.write_summary(recipe.name, repeat, summary)
+    return RepeatOutcome(recipe.name, repeat, status, summary, error)
+
+
+def _measure(cfg: LoadConfig, requests, offsets, writer, desc: str, phase: str = "measure"):
+    bar = tqdm(total=len(requests), desc=desc, unit="req", leave=False, dynamic_ncols=True)
+    try:
+        return asyncio.run(run_load(cfg, requests, offsets, writer, phase=phase,
+                                    on_done=lambda _: bar.update(1)))
+    finally:
+        bar.close()
+
+
+def run_recipe(suite: Suite, recipe: Recipe, store: ResultsStore, repeats: list[int],
+               console: Console) -> list[RepeatOutcome]:
+    """Serve one recipe and measure the given repeats; returns one outcome per repeat."""
+    b = recipe.benchmark
+    ensure_model(recipe.model.path, recipe.model.build)
+    requests = build_requests(b.dataset, b.num_prompts, recipe.model.tokenizer_path, b.seed)
+    offsets = arrival_offsets(len(requests), b.request_rate, b.arrival, b.burstiness, b.seed)
+    plan = build_launch(recipe)
+    log = store.server_log(recipe.name)
+    log.parent.mkdir(parents=True, exist_ok=True)
+    cfg = LoadConfig(plan.base_url, recipe.model.name, b.ignore_eos, b.max_concurrency, b.request_timeout_s)
+    outcomes: list[RepeatOutcome] = []
+    console.print(f"[bold]{recipe.name}[/]: starting vLLM ({plan.base_url}), log {log}")
+    try:
+        server = ServerProcess(plan, log, recipe.serve.startup_timeout_s).__enter__()
+    except ServerError as e:
+        console.print(f"[red]{recipe.name}: server failed to start[/]\n{e}")
+        return [_failed(store, suite, recipe, r, "failed", str(e)) for r in repeats]
+    try:
+        store.write_run_meta(recipe.name, recipe.model_dump(mode="json"), provenance.collect(
+            recipe, suite_source=suite.source, server_version=server.version(),
+            image=recipe.serve.image, argv=plan.argv))
+        if b.warmup_requests:
+            warm = build_requests(b.dataset, b.warmup_requests, recipe.model.tokenizer_path, b.seed + 1)
+            with store.warmup_writer(recipe.name) as w:
+                _measure(cfg, warm, [0.0] * len(warm), w, f"{recipe.name} warm-up", phase="warmup")
+        for i, repeat in enumerate(repeats):
+            if not server.alive():
+                outcomes += [_failed(store, suite, recipe, r, "failed", "vLLM server not running")
+                             for r in repeats[i:]]
+                break
+            started = _now()
+            with store.requests_writer(recipe.name, repeat) as writer:
+                try:
+                    records = _measure(cfg, requests, offsets, writer, f"{recipe.name} r{repeat}")
+                except KeyboardInterrupt:
+                    from .store import read_records
+
+                    _failed(store, suite, recipe, repeat, "interrupted", "interrupted (Ctrl-C)",
+                            read_records(writer.path))
+                    raise
+            if not server.alive():
+                error = (f"vLLM server exited during the repeat (code {server.proc.returncode}); "
+                         f"last log lines:\n{_tail(log, 15)}")
+                outcomes.append(_failed(store, suite, recipe, repeat, "failed", error, records))
+                console.print(f"[red]{recipe.name} r{repeat}: server died[/]")
+                continue
+            summary = {**_summary_header(suite, recipe, repeat), "started_at": started,
+                       "finished_at": _now(), **summarize(records, b.goodput_slo_ms)}
+            summary["status"] = "ok" if summary["completed"] else "failed"
+            summary["error"] = "" if summary["completed"] else "no request completed"
+            store.write_summary(recipe.name, repeat, summary)
+            outcomes.append(RepeatOutcome(recipe.name, repeat, summary["status"], summary, summary["error"]))
+    finally:
+        server.stop()
+    return outcomes
+
+
+def run_suite(suite: Suite, out_root: str | Path, *, only: list[str] | None = None,
+              repeats: int | None = None, resume: bool = False,
+              console: Console | None = None) -> list[RepeatOutcome]:
+    """Run (part of) a suite into ``out_root/<suite>/...``; returns every repeat's outcome."""
+    console = console or Console(width=None if Console().is_terminal else 120)
+    store = ResultsStore(out_root, suite.name)
+    outcomes: list[RepeatOutcome] = []
+    for recipe in suite.select(only):
+        n = repeats or recipe.benchmark.repeats
+        todo = [r for r in range(1, n + 1) if not (resume and store.is_complete(recipe.name, r))]
+        for r in range(1, n + 1):
+            if r not in todo:
+                outcomes.append(RepeatOutcome(recipe.name, r, "ok", store.summary(recipe.name, r) or {},
+                                              "kept (resume)"))
+        if todo:
+            outcomes += run_recipe(suite, recipe, store, todo, console)
+    console.print(summary_table(suite.name, outcomes))
+    return outcomes
+
+
+def summary_table(suite: str, outcomes: list[RepeatOutcome]) -> Table:
+    table = Table(title=f"attnbench: {suite}")
+    for col in ("run", "repeat", "status", "req/s", "output tok/s", "total tok/s",
+                "median TTFT ms", "median ITL ms", "failed"):
+        table.add_column(col, justify="right" if col not in ("run", "status") else "left")
+
+    def f(v, fmt="{:.1f}"):
+        return "-" if v is None else fmt.format(v)
+
+    for o in outcomes:
+        s = o.summary
+        table.add_row(o.run, str(o.repeat), o.status + (" (kept)" if o.error == "kept (resume)" else ""),
+                      f(s.get("request_throughput"), "{:.2f}"), f(s.get("output_throughput")),
+                      f(s.get("total_token_throughput")), f(s.get("median_ttft_ms")),
+                      f(s.get("median_itl_ms"), "{:.2f}"), str(s.get("failed", "-")))
+    return table

@@ -1,0 +1,195 @@
+"""The load generator: an asyncio + aiohttp client for OpenAI-compatible /v1/completions.
+
+Requests stream (``stream: true``) with ``stream_options.include_usage`` and
+``continuous_usage_stats`` (vLLM's per-chunk usage), so every chunk's token count is known
+even when one chunk carries several tokens. Requests are released on an arrival schedule
+(all at once, constant rate, Poisson or gamma gaps) and gated by an optional concurrency
+limit. Each request becomes one `RequestRecord` handed to a sink as soon as it finishes
+(one JSONL line), so an interrupted run keeps everything already measured.
+
+Times are seconds from the load's start (``time.perf_counter``), recorded raw; metrics are
+derived later (`metrics.py`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Callable, Iterable, Literal
+
+import aiohttp
+
+from .datasets import BenchRequest
+
+
+@dataclass
+class RequestRecord:
+    """Everything measured about one request (times in s from the load's start).
+
+    scheduled_s   when the arrival schedule said to send it
+    dispatch_s    when the client's scheduler released it (schedule lag = dispatch - scheduled)
+    sent_s        when it passed the concurrency gate and the HTTP request started
+    chunk_s       arrival time of every streamed chunk that carried choices
+    chunk_tokens  tokens each of those chunks carried (from per-chunk usage when the server
+                  sends it, else 1 each)
+    end_s         when the stream finished (or failed)
+    prompt_tokens / completion_tokens   the server's final usage
+    """
+
+    index: int
+    phase: Literal["warmup", "measure"]
+    prompt_len: int
+    output_len: int
+    scheduled_s: float
+    dispatch_s: float = 0.0
+    sent_s: float = 0.0
+    chunk_s: list[float] = field(default_factory=list)
+    chunk_tokens: list[int] = field(default_factory=list)
+    end_s: float = 0.0
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    status: Literal["ok", "error"] = "ok"
+    http_status: int | None = None
+    error: str = ""
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), separators=(",", ":"))
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "RequestRecord":
+        return cls(**d)
+
+
+def arrival_offsets(n: int, rate: float, arrival: str, burstiness: float, seed: int) -> list[float]:
+    """Scheduled send times (s) of ``n`` requests at ``rate`` requests/s.
+
+    ``inf`` sends all at time 0. ``constant``: every 1/rate s. ``poisson``: exponential
+    gaps. ``gamma``: gamma gaps with shape ``burstiness`` and mean 1/rate (vLLM's
+    ``--burstiness``; 1 is Poisson, < 1 burstier).
+    """
+    if rate == float("inf"):
+        return [0.0] * n
+    rng = random.Random(seed)
+    t, out = 0.0, []
+    for _ in range(n):
+        out.append(t)
+        if arrival == "constant":
+            gap = 1.0 / rate
+        elif arrival == "poisson":
+            gap = rng.expovariate(rate)
+        else:
+            gap = rng.gammavariate(burstiness, 1.0 / (rate * burstiness))
+        t += gap
+    return out
+
+
+@dataclass
+class LoadConfig:
+    base_url: str
+    model: str
+    ignore_eos: bool = True
+    max_concurrency: int | None = None
+    request_timeout_s: float = 600.0
+    temperature: float = 0.0
+
+
+def _payload(cfg: LoadConfig, req: BenchRequest) -> dict:
+    return {
+        "model": cfg.model, "prompt": req.prompt, "max_tokens": req.output_len,
+        "temperature": cfg.temperature, "stream": True, "ignore_eos": cfg.ignore_eos,
+        "stream_options": {"include_usage": True, "continuous_usage_stats": True},
+    }
+
+
+async def _stream_one(session: aiohttp.ClientSession, cfg: LoadConfig, req: BenchRequest,
+                      rec: RequestRecord, t0: float) -> None:
+    """Send one request and fill ``rec`` from its SSE stream (errors are recorded, not raised)."""
+    clock = time.perf_counter
+    rec.sent_s = clock() - t0
+    seen_tokens = 0
+    done = False
+    try:
+        async with session.post(cfg.base_url + "/v1/completions", json=_payload(cfg, req)) as resp:
+            rec.http_status = resp.status
+            if resp.status != 200:
+                rec.status, rec.error = "error", (await resp.text())[:500] or resp.reason or ""
+                return
+            async for line in resp.content:  # aiohttp re-joins lines split across reads
+                if not line.startswith(b"data:"):
+                    continue
+                data = line[5:].strip()
+                if data == b"[DONE]":
+                    done = True
+                    break
+                now = clock() - t0
+                chunk = json.loads(data)
+                usage = chunk.get("usage")
+                if chunk.get("choices"):
+                    rec.chunk_s.append(now)
+                    if usage and usage.get("completion_tokens") is not None:
+                        rec.chunk_tokens.append(usage["completion_tokens"] - seen_tokens)
+                        seen_tokens = usage["completion_tokens"]
+                    else:
+                        rec.chunk_tokens.append(1)
+                        seen_tokens += 1
+                if usage:
+                    rec.prompt_tokens = usage.get("prompt_tokens", rec.prompt_tokens)
+                    rec.completion_tokens = usage.get("completion_tokens", rec.completion_tokens)
+            if not done:
+                rec.status, rec.error = "error", "stream ended before [DONE]"
+    except asyncio.CancelledError:
+        rec.status, rec.error = "error", "cancelled"
+        raise
+    except (aiohttp.ClientError, asyncio.TimeoutError, json.JSONDecodeError, ConnectionError) as e:
+        rec.status, rec.error = "error", f"{type(e).__name__}: {e}"[:500]
+    finally:
+        rec.end_s = clock() - t0
+
+
+async def run_load(cfg: LoadConfig, requests: list[BenchRequest], offsets: Iterable[float],
+                   sink: Callable[[RequestRecord], None], phase: str = "measure",
+                   on_done: Callable[[RequestRecord], None] | None = None) -> list[RequestRecord]:
+    """Send ``requests`` at ``offsets`` (s from now); every finished record goes to ``sink``.
+
+    Returns the records in request order. Cancelling the task records the requests in
+    flight as errors ("cancelled") and still hands them to the sink.
+    """
+    offsets = list(offsets)
+    if len(offsets) != len(requests):
+        raise ValueError(f"offsets: expected {len(requests)} send times, got {len(offsets)}")
+    gate = asyncio.Semaphore(cfg.max_concurrency) if cfg.max_concurrency else None
+    timeout = aiohttp.ClientTimeout(total=cfg.request_timeout_s)
+    connector = aiohttp.TCPConnector(limit=cfg.max_concurrency or 0, force_close=False)
+    records = [RequestRecord(i, phase, r.prompt_len, r.output_len, scheduled_s=o)
+               for i, (r, o) in enumerate(zip(requests, offsets))]
+
+    async with aiohttp.ClientSession(timeout=timeout, connector=connector) as session:
+        t0 = time.perf_counter()
+
+        async def one(req: BenchRequest, rec: RequestRecord):
+            delay = rec.scheduled_s - (time.perf_counter() - t0)
+            if delay > 0:
+                await asyncio.sleep(delay)
+            rec.dispatch_s = time.perf_counter() - t0
+            if gate is not None:
+                await gate.acquire()
+            try:
+                await _stream_one(session, cfg, req, rec, t0)
+            finally:
+                if gate is not None:
+                    gate.release()
+                sink(rec)  # only requests that were actually sent are recorded
+                if on_done:
+                    on_done(rec)
+
+        tasks = [asyncio.create_task(one(r, rec)) for r, rec in zip(requests, records)]
+        try:
+            await asyncio.gather(*tasks)
+        finally:
+            for t in tasks:
+                t.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+    return records

@@ -1,0 +1,99 @@
+"""Serving metrics from request records, with the definitions of `vllm bench serve`.
+
+Per request (ms), over successful measured requests:
+  TTFT   time to first token: first streamed chunk carrying ``choices`` minus the time the
+         request was sent.
+  E2EL   end-to-end latency: last chunk carrying ``choices`` minus the send time.
+  TPOT   time per output token after the first: (E2EL - TTFT) / (output_tokens - 1), for
+         requests with more than one output token.
+  ITL    inter-token latency, one sample per chunk gap (vLLM's definition). When a chunk
+         carries k > 1 tokens that gap is one sample; ``itl_per_token`` instead spreads it
+         as k samples of gap / k (the definition GuideLLM-style tools use).
+Per run:
+  duration                from the load's start to the end of the last measured request (s)
+  request_throughput      completed requests / duration (req/s)
+  output_throughput       output tokens / duration (tok/s)
+  total_token_throughput  (input + output tokens) / duration (tok/s)
+  request_goodput         requests meeting every given SLO (ms) / duration (req/s)
+  schedule_lag            client release time minus scheduled time: the load generator's
+                          own delay (ms)
+Token counts are the server's ``usage`` (prompt_tokens, completion_tokens) when present.
+Summary keys follow ``vllm bench serve --save-result`` (``mean_ttft_ms``, ``p99_itl_ms``, ...).
+"""
+
+from __future__ import annotations
+
+from typing import Iterable
+
+import numpy as np
+
+from .loadgen import RequestRecord
+
+PERCENTILES = (20, 50, 80, 90, 99)
+LATENCY_METRICS = ("ttft", "tpot", "itl", "itl_per_token", "e2el")
+
+
+def request_latencies(r: RequestRecord) -> dict:
+    """TTFT, E2EL, TPOT (ms) and ITL samples (ms) of one successful request."""
+    ttft = (r.chunk_s[0] - r.sent_s) * 1e3
+    e2el = (r.chunk_s[-1] - r.sent_s) * 1e3
+    out_tokens = output_tokens(r)
+    gaps = np.diff(r.chunk_s) * 1e3
+    per_token = np.repeat(gaps / np.maximum(r.chunk_tokens[1:], 1), np.maximum(r.chunk_tokens[1:], 1)) \
+        if len(gaps) else np.array([])
+    return {
+        "ttft": ttft, "e2el": e2el,
+        "tpot": (e2el - ttft) / (out_tokens - 1) if out_tokens > 1 else None,
+        "itl": gaps, "itl_per_token": per_token,
+    }
+
+
+def output_tokens(r: RequestRecord) -> int:
+    return r.completion_tokens if r.completion_tokens is not None else int(sum(r.chunk_tokens))
+
+
+def input_tokens(r: RequestRecord) -> int:
+    return r.prompt_tokens if r.prompt_tokens is not None else r.prompt_len
+
+
+def _stats(name: str, values) -> dict:
+    v = np.asarray(values, dtype=float)
+    if v.size == 0:
+        return {f"mean_{name}_ms": None, f"median_{name}_ms": None, f"std_{name}_ms": None,
+                **{f"p{p}_{name}_ms": None for p in PERCENTILES}}
+    out = {f"mean_{name}_ms": float(v.mean()), f"median_{name}_ms": float(np.median(v)),
+           f"std_{name}_ms": float(v.std())}
+    out.update({f"p{p}_{name}_ms": float(np.percentile(v, p)) for p in PERCENTILES})
+    return out
+
+
+def summarize(records: Iterable[RequestRecord], slo_ms: dict[str, float] | None = None) -> dict:
+    """The summary.json metrics of one repeat (measured requests only)."""
+    recs = [r for r in records if r.phase == "measure"]
+    ok = [r for r in recs if r.status == "ok" and r.chunk_s]
+    per = [request_latencies(r) for r in ok]
+    duration = max((r.end_s for r in recs), default=0.0)
+    n_in = sum(input_tokens(r) for r in ok)
+    n_out = sum(output_tokens(r) for r in ok)
+    summary = {
+        "duration": duration,
+        "completed": len(ok),
+        "failed": len(recs) - len(ok),
+        "total_input_tokens": n_in,
+        "total_output_tokens": n_out,
+        "request_throughput": len(ok) / duration if duration else 0.0,
+        "output_throughput": n_out / duration if duration else 0.0,
+        "total_token_throughput": (n_in + n_out) / duration if duration else 0.0,
+    }
+    for name in ("ttft", "tpot", "e2el"):
+        summary.update(_stats(name, [p[name] for p in per if p[name] is not None]))
+    for name in ("itl", "itl_per_token"):
+        summary.update(_stats(name, np.concatenate([p[name] for p in per]) if per else []))
+    if slo_ms:
+        good = sum(all(p[k] is not None and p[k] <= limit for k, limit in slo_ms.items()) for p in per)
+        summary["request_goodput"] = good / duration if duration else 0.0
+        summary["goodput_slo_ms"] = dict(slo_ms)
+    summary.update(_stats("schedule_lag", [(r.dispatch_s - r.scheduled_s) * 1e3 for r in recs]))
+    summary["max_chunk_tokens"] = max((max(r.chunk_tokens) for r in ok if r.chunk_tokens), default=0)
+    summary["errors"] = sorted({r.error for r in recs if r.status != "ok"})[:20]
+    return summary

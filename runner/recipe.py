@@ -1,0 +1,291 @@
+"""Recipes: what server to start and what load to send, as validated pydantic models.
+
+A suite file (recipes/*.yaml) holds ``defaults`` and named ``runs``; each run is merged
+over the defaults (nested keys merge, lists replace) and may expand a ``matrix`` of
+alternative values into several runs. Every resolved run is a `Recipe`: a model, serve
+settings and benchmark settings. Unknown keys are errors; every error names the file, the
+field path and the bad value.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import itertools
+import json
+import math
+import re
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+GRAPH_MODES = ("eager", "piecewise", "full", "full_decode_only", "full_and_piecewise")
+_CUDAGRAPH_MODE = {"piecewise": "PIECEWISE", "full": "FULL", "full_decode_only": "FULL_DECODE_ONLY",
+                   "full_and_piecewise": "FULL_AND_PIECEWISE"}
+
+# Scheduler defaults of the two engine presets (blog: V0 default vs V1 default).
+ENGINE_PRESETS = {
+    "v0-style": {"max_num_seqs": 256, "enable_chunked_prefill": False, "max_num_batched_tokens": None},
+    "v1": {"max_num_seqs": 1024, "enable_chunked_prefill": True, "max_num_batched_tokens": 8192},
+}
+
+
+class RecipeError(ValueError):
+    """A recipe or suite that does not validate; the message names file, field and value."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class ModelSpec(_Strict):
+    """The model to serve.
+
+    ``path`` is a local folder or a Hugging Face id. ``build`` makes the folder on first use
+    when it is missing: ``tiny`` (a small Llama with random weights and a locally trained
+    tokenizer) or ``dummy:<arch>`` (a published architecture's config.json and a local
+    tokenizer, no weights: serve it with ``load_format: dummy``).
+    """
+
+    path: str
+    served_name: str | None = None
+    tokenizer: str | None = None
+    build: str | None = None
+
+    @field_validator("build")
+    @classmethod
+    def _build(cls, v):
+        if v is None or v == "tiny" or re.fullmatch(r"dummy:[a-z0-9.\-]+", v):
+            return v
+        raise ValueError("expected 'tiny' or 'dummy:<arch>'")
+
+    @property
+    def name(self) -> str:
+        return self.served_name or Path(self.path).name
+
+    @property
+    def tokenizer_path(self) -> str:
+        return self.tokenizer or self.path
+
+
+class ServeSettings(_Strict):
+    """vLLM server settings. ``None`` means: the engine preset's value, else vLLM's default."""
+
+    engine: Literal["v1", "v0-style"] = "v1"
+    max_num_seqs: int | None = Field(None, ge=1)
+    enable_chunked_prefill: bool | None = None
+    max_num_batched_tokens: int | None = Field(None, ge=1)
+    enable_prefix_caching: bool = False
+    attention_backend: str | None = None
+    graph_mode: Literal[GRAPH_MODES] | None = None  # type: ignore[valid-type]
+    tensor_parallel_size: int = Field(1, ge=1)
+    dtype: str | None = None
+    max_model_len: int | None = Field(None, ge=16)
+    load_format: str | None = None
+    gpu_memory_utilization: float | None = Field(None, gt=0, le=1)
+    host: str = "127.0.0.1"
+    port: int | None = Field(None, ge=1, le=65535)
+    launcher: Literal["process", "docker"] = "process"
+    image: str | None = None
+    gpu_vendor: Literal["nvidia", "amd", "none"] = "nvidia"
+    startup_timeout_s: float = Field(900, gt=0)
+    extra_args: list[str] = []
+    env: dict[str, str] = {}
+
+    @model_validator(mode="after")
+    def _docker_needs_image(self):
+        if self.launcher == "docker" and not self.image:
+            raise ValueError("launcher 'docker' needs 'image'")
+        return self
+
+    def resolved(self, key: str):
+        """A scheduler setting after applying the engine preset."""
+        value = getattr(self, key)
+        return ENGINE_PRESETS[self.engine].get(key) if value is None else value
+
+
+class DatasetSpec(_Strict):
+    """Where prompts come from.
+
+    sharegpt:  ``path`` to ShareGPT JSON (vLLM's filtering: >= 2 turns, prompt >= 4 and
+               output >= 4 tokens, prompt <= 1024, prompt + output <= 2048)
+    synthetic: ShareGPT-shaped lengths drawn from log-normal distributions (see
+               `datasets.SyntheticShape`), random text of those lengths
+    random:    fixed ``input_len`` / ``output_len`` for every request
+    """
+
+    kind: Literal["sharegpt", "synthetic", "random"] = "synthetic"
+    path: str | None = None
+    input_len: int | None = Field(None, ge=1)
+    output_len: int | None = Field(None, ge=1)
+    # synthetic shape: medians and log-sigma of prompt / output lengths, caps
+    prompt_median: float = Field(220, gt=0)
+    prompt_sigma: float = Field(1.0, ge=0)
+    output_median: float = Field(180, gt=0)
+    output_sigma: float = Field(0.9, ge=0)
+    max_prompt_len: int = Field(1024, ge=4)
+    max_total_len: int = Field(2048, ge=8)
+
+    @model_validator(mode="after")
+    def _needs(self):
+        if self.kind == "sharegpt" and not self.path:
+            raise ValueError("kind 'sharegpt' needs 'path' (the ShareGPT JSON file)")
+        if self.kind == "random" and (self.input_len is None or self.output_len is None):
+            raise ValueError("kind 'random' needs 'input_len' and 'output_len'")
+        return self
+
+
+class BenchmarkSettings(_Strict):
+    """The load: which prompts, how fast, how many times.
+
+    ``request_rate`` is requests/s (``inf`` sends all at once); ``arrival`` shapes the gaps:
+    constant, poisson (exponential gaps), gamma (``burstiness`` < 1 burstier, > 1 smoother;
+    1 is Poisson). ``warmup_requests`` run once per server start and are not measured.
+    """
+
+    dataset: DatasetSpec = DatasetSpec()
+    num_prompts: int = Field(200, ge=1)
+    request_rate: float = Field(math.inf, gt=0)
+    arrival: Literal["constant", "poisson", "gamma"] = "poisson"
+    burstiness: float = Field(1.0, gt=0)
+    max_concurrency: int | None = Field(None, ge=1)
+    ignore_eos: bool = True
+    warmup_requests: int = Field(2, ge=0)
+    repeats: int = Field(3, ge=1)
+    seed: int = 0
+    request_timeout_s: float = Field(600, gt=0)
+    goodput_slo_ms: dict[Literal["ttft", "tpot", "e2el"], float] = {}
+
+
+class Recipe(_Strict):
+    """One run: a server and a load."""
+
+    name: str
+    description: str = ""
+    model: ModelSpec
+    serve: ServeSettings = ServeSettings()
+    benchmark: BenchmarkSettings = BenchmarkSettings()
+
+    def digest(self) -> str:
+        """sha256 of the resolved recipe (canonical JSON): the provenance 'recipe hash'."""
+        blob = json.dumps(self.model_dump(mode="json"), sort_keys=True).encode()
+        return hashlib.sha256(blob).hexdigest()
+
+
+class Suite(BaseModel):
+    """A named list of resolved runs, in file order."""
+
+    name: str
+    description: str = ""
+    source: str = ""
+    runs: list[Recipe]
+
+    def select(self, only: list[str] | None) -> list[Recipe]:
+        if not only:
+            return list(self.runs)
+        names = [r.name for r in self.runs]
+        missing = [o for o in only if o not in names]
+        if missing:
+            raise RecipeError(f"{self.source}: no run named {missing}; runs are {names}")
+        return [r for r in self.runs if r.name in only]
+
+
+# ---------------------------------------------------------------------- loading
+def deep_merge(base: dict, override: dict) -> dict:
+    """``override`` over ``base``: nested dicts merge, everything else replaces."""
+    out = copy.deepcopy(base)
+    for key, value in override.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = deep_merge(out[key], value)
+        else:
+            out[key] = copy.deepcopy(value)
+    return out
+
+
+def _set_path(data: dict, dotted: str, value: Any) -> None:
+    node = data
+    parts = dotted.split(".")
+    for part in parts[:-1]:
+        node = node.setdefault(part, {})
+        if not isinstance(node, dict):
+            raise RecipeError(f"matrix key {dotted!r}: {part!r} is not a mapping")
+    node[parts[-1]] = value
+
+
+def _expand_matrix(run: dict, where: str) -> list[dict]:
+    """``matrix: {serve.max_num_seqs: [256, 1024]}`` -> one run per combination, named
+    ``<name>-<value>[-<value>...]``."""
+    matrix = run.pop("matrix", None)
+    if not matrix:
+        return [run]
+    if not isinstance(matrix, dict) or not all(isinstance(v, list) and v for v in matrix.values()):
+        raise RecipeError(f"{where}.matrix: expected a mapping of field paths to non-empty lists, got {matrix!r}")
+    keys = list(matrix)
+    out = []
+    for values in itertools.product(*(matrix[k] for k in keys)):
+        expanded = copy.deepcopy(run)
+        for k, v in zip(keys, values):
+            _set_path(expanded, k, v)
+        suffix = "-".join(str(v).lower().replace("_", "-") for v in values)
+        expanded["name"] = f"{run['name']}-{suffix}"
+        out.append(expanded)
+    return out
+
+
+def _format_errors(source: str, run_name: str, err: ValidationError) -> str:
+    lines = [f"{source}: run {run_name!r} is invalid:"]
+    for e in err.errors():
+        where = ".".join(str(p) for p in e["loc"]) or "(top level)"
+        got = e.get("input")
+        lines.append(f"  {where}: {e['msg']} (got {got!r})"[:400])
+    return "\n".join(lines)
+
+
+def load_suite(path: str | Path) -> Suite:
+    """Read a suite file; raises `RecipeError` naming file, field and value on any problem."""
+    path = Path(path)
+    source = str(path)
+    try:
+        data = yaml.safe_load(path.read_text())
+    except FileNotFoundError:
+        raise RecipeError(f"{source}: no such suite file") from None
+    except yaml.YAMLError as e:
+        raise RecipeError(f"{source}: not valid YAML: {e}") from None
+    if not isinstance(data, dict):
+        raise RecipeError(f"{source}: expected a mapping with 'name' and 'runs', got {type(data).__name__}")
+    unknown = set(data) - {"name", "description", "defaults", "runs"}
+    if unknown:
+        raise RecipeError(f"{source}: unknown top-level keys {sorted(unknown)}; expected name, description, defaults, runs")
+    if not isinstance(data.get("name"), str):
+        raise RecipeError(f"{source}: 'name' must be a string, got {data.get('name')!r}")
+    runs = data.get("runs")
+    if not isinstance(runs, list) or not runs:
+        raise RecipeError(f"{source}: 'runs' must be a non-empty list, got {runs!r}")
+    defaults = data.get("defaults") or {}
+    if not isinstance(defaults, dict):
+        raise RecipeError(f"{source}: 'defaults' must be a mapping, got {defaults!r}")
+    recipes: list[Recipe] = []
+    for i, run in enumerate(runs):
+        if not isinstance(run, dict) or not isinstance(run.get("name"), str):
+            raise RecipeError(f"{source}: runs[{i}] needs a 'name' (string), got {run!r}")
+        for expanded in _expand_matrix(deep_merge(defaults, run), f"runs[{i}]"):
+            try:
+                recipes.append(Recipe.model_validate(expanded))
+            except ValidationError as e:
+                raise RecipeError(_format_errors(source, expanded["name"], e)) from None
+    names = [r.name for r in recipes]
+    dup = sorted({n for n in names if names.count(n) > 1})
+    if dup:
+        raise RecipeError(f"{source}: run names must be unique, repeated: {dup}")
+    return Suite(name=data["name"], description=data.get("description", ""), source=source, runs=recipes)
+
+
+def graph_mode_args(mode: str | None) -> list[str]:
+    """vLLM flags for a graph mode: eager -> --enforce-eager, else a compilation config."""
+    if mode is None:
+        return []
+    if mode == "eager":
+        return ["--enforce-eager"]
+    return ["--compilation-config", json.dumps({"cudagraph_mode": _CUDAGRAPH_MODE[mode]})]

@@ -1,0 +1,251 @@
+"""Start, watch and stop a real `vllm serve` process.
+
+`build_launch` turns a recipe into a `LaunchPlan` (an argv list, never a shell string, and
+an environment) for one of two launchers: ``process`` (vLLM's OpenAI server module in this
+Python, e.g. inside the container or a venv) and ``docker`` (``docker run`` of an image,
+for version-vs-version runs). `ServerProcess` runs a plan in its own process group with a
+log file, waits for ``/health``, reports an early exit with the log's last lines, and on
+stop sends TERM to the whole group, then KILL after a grace period, and checks that the
+port is free again.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .recipe import Recipe, graph_mode_args
+
+VLLM_SERVER_MODULE = "vllm.entrypoints.openai.api_server"
+
+
+class ServerError(RuntimeError):
+    """The server could not be started or stopped cleanly."""
+
+
+class PortInUseError(ServerError):
+    pass
+
+
+@dataclass
+class LaunchPlan:
+    argv: list[str]
+    env: dict[str, str]
+    host: str
+    port: int
+    container: str | None = None  # docker: the container name, for stop
+
+    @property
+    def base_url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    def shell_line(self) -> str:
+        """For display only (`attnbench recipes show`)."""
+        env = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(self.env.items()))
+        return (env + " " if env else "") + shlex.join(self.argv)
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def port_is_free(host: str, port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
+def vllm_args(recipe: Recipe, host: str, port: int) -> list[str]:
+    """The `vllm serve` flags of a recipe (after applying its engine preset)."""
+    m, s = recipe.model, recipe.serve
+    args = ["--model", m.path, "--served-model-name", m.name, "--host", host, "--port", str(port)]
+    if m.tokenizer:
+        args += ["--tokenizer", m.tokenizer]
+    if s.resolved("max_num_seqs") is not None:
+        args += ["--max-num-seqs", str(s.resolved("max_num_seqs"))]
+    chunked = s.resolved("enable_chunked_prefill")
+    if chunked is not None:
+        args.append("--enable-chunked-prefill" if chunked else "--no-enable-chunked-prefill")
+    if s.resolved("max_num_batched_tokens") is not None:
+        args += ["--max-num-batched-tokens", str(s.resolved("max_num_batched_tokens"))]
+    args.append("--enable-prefix-caching" if s.enable_prefix_caching else "--no-enable-prefix-caching")
+    if s.attention_backend:
+        args += ["--attention-backend", s.attention_backend]
+    args += graph_mode_args(s.graph_mode)
+    if s.tensor_parallel_size != 1:
+        args += ["--tensor-parallel-size", str(s.tensor_parallel_size)]
+    for flag, value in (("--dtype", s.dtype), ("--max-model-len", s.max_model_len),
+                        ("--load-format", s.load_format),
+                        ("--gpu-memory-utilization", s.gpu_memory_utilization)):
+        if value is not None:
+            args += [flag, str(value)]
+    return args + list(s.extra_args)
+
+
+DOCKER_DEVICE_ARGS = {
+    "nvidia": ["--gpus", "all", "--ipc=host"],
+    # as vLLM documents for ROCm containers
+    "amd": ["--device", "/dev/kfd", "--device", "/dev/dri", "--group-add", "video", "--ipc=host",
+            "--security-opt", "seccomp=unconfined", "--cap-add", "SYS_PTRACE"],
+    "none": [],
+}
+
+
+def build_launch(recipe: Recipe, port: int | None = None, python: str | None = None) -> LaunchPlan:
+    """The argv and environment that start ``recipe``'s server."""
+    s = recipe.serve
+    port = port or s.port or free_port(s.host)
+    if s.launcher == "process":
+        argv = [python or sys.executable, "-m", VLLM_SERVER_MODULE, *vllm_args(recipe, s.host, port)]
+        return LaunchPlan(argv, dict(s.env), s.host, port)
+    container = f"attnbench-{recipe.name}-{os.getpid()}-{port}"
+    argv = ["docker", "run", "--rm", "--name", container, *DOCKER_DEVICE_ARGS[s.gpu_vendor],
+            "-p", f"{s.host}:{port}:{port}"]
+    model_dir = Path(recipe.model.path)
+    if model_dir.exists():  # a local folder: mount it at the same path, read-only
+        argv += ["-v", f"{model_dir.resolve()}:{model_dir.resolve()}:ro"]
+    hf_home = os.environ.get("HF_HOME", str(Path.home() / ".cache" / "huggingface"))
+    argv += ["-v", f"{hf_home}:/hf-cache", "-e", "HF_HOME=/hf-cache"]
+    for key, value in sorted(s.env.items()):
+        argv += ["-e", f"{key}={value}"]
+    inner = vllm_args(recipe, "0.0.0.0", port)
+    if model_dir.exists():
+        inner[inner.index("--model") + 1] = str(model_dir.resolve())
+    argv += ["--entrypoint", "python3", s.image, "-m", VLLM_SERVER_MODULE, *inner]
+    return LaunchPlan(argv, {}, s.host, port, container=container)
+
+
+def _tail(path: Path, lines: int = 30) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return "(no log)"
+
+
+@dataclass
+class ServerProcess:
+    """A running server: ``with ServerProcess(plan, log) as server: ...`` starts and stops it."""
+
+    plan: LaunchPlan
+    log_path: Path
+    startup_timeout_s: float = 900.0
+    stop_grace_s: float = 30.0
+    proc: subprocess.Popen | None = field(default=None, init=False)
+
+    def start(self) -> "ServerProcess":
+        if not port_is_free(self.plan.host, self.plan.port):
+            raise PortInUseError(
+                f"port {self.plan.port} on {self.plan.host} is already in use: stop what holds it "
+                f"(e.g. `ss -ltnp 'sport = :{self.plan.port}'`) or set serve.port to another port")
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.log_path, "ab") as log:
+            log.write(f"$ {self.plan.shell_line()}\n".encode())
+            log.flush()
+            self.proc = subprocess.Popen(
+                self.plan.argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                env={**os.environ, **self.plan.env}, start_new_session=True)
+        return self
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def healthy(self) -> bool:
+        try:
+            with urllib.request.urlopen(self.plan.base_url + "/health", timeout=2) as r:
+                return r.status == 200
+        except (urllib.error.URLError, ConnectionError, TimeoutError, OSError):
+            return False
+
+    def wait_ready(self) -> None:
+        """Block until /health answers 200; raise with the log tail if the server exits or
+        the start-up timeout passes (the server is stopped first)."""
+        deadline = time.monotonic() + self.startup_timeout_s
+        while time.monotonic() < deadline:
+            if not self.alive():
+                code = self.proc.returncode if self.proc else None
+                self.stop()
+                raise ServerError(f"vLLM server exited with code {code} during start-up "
+                                  f"(log: {self.log_path}); last lines:\n{_tail(self.log_path)}")
+            if self.healthy():
+                return
+            time.sleep(0.5)
+        self.stop()
+        raise ServerError(f"vLLM server not healthy after {self.startup_timeout_s:.0f} s "
+                          f"(log: {self.log_path}); last lines:\n{_tail(self.log_path)}")
+
+    def version(self) -> str | None:
+        """vLLM's self-reported version (GET /version), if it answers."""
+        import json
+
+        try:
+            with urllib.request.urlopen(self.plan.base_url + "/version", timeout=2) as r:
+                return json.loads(r.read()).get("version")
+        except Exception:  # noqa: BLE001 - provenance only
+            return None
+
+    def _group_alive(self, pgid: int) -> bool:
+        try:
+            os.killpg(pgid, 0)
+            return True
+        except ProcessLookupError:
+            return False
+
+    def stop(self) -> None:
+        """TERM the process group, KILL it after the grace period, reap, check the port."""
+        if self.proc is None:
+            return
+        pgid = self.proc.pid  # leader of its own session/group
+        if self.plan.container:
+            subprocess.run(["docker", "stop", "-t", str(int(self.stop_grace_s)), self.plan.container],
+                           capture_output=True, check=False)
+        for sig, wait_s in ((signal.SIGTERM, self.stop_grace_s), (signal.SIGKILL, 10.0)):
+            if not self._group_alive(pgid):
+                break
+            try:
+                os.killpg(pgid, sig)
+            except ProcessLookupError:
+                break
+            deadline = time.monotonic() + wait_s
+            while time.monotonic() < deadline and self._group_alive(pgid):
+                if self.proc.poll() is None:
+                    try:
+                        self.proc.wait(timeout=0.2)
+                    except subprocess.TimeoutExpired:
+                        pass
+                else:
+                    time.sleep(0.2)
+        if self.proc.poll() is None:
+            self.proc.wait(timeout=5)
+        self.proc = None
+        deadline = time.monotonic() + 15
+        while not port_is_free(self.plan.host, self.plan.port):
+            if time.monotonic() > deadline:
+                raise ServerError(f"port {self.plan.port} still busy after the server stopped")
+            time.sleep(0.2)
+
+    def __enter__(self) -> "ServerProcess":
+        self.start()
+        try:
+            self.wait_ready()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()

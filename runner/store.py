@@ -1,0 +1,137 @@
+"""The results tree: the one place that defines where results live and what they are called.
+
+    <root>/<suite>/<run>/recipe.yaml        the resolved recipe of the run
+    <root>/<suite>/<run>/provenance.json    machine, versions, git SHA, recipe hash
+    <root>/<suite>/<run>/server.log         the vLLM server's output
+    <root>/<suite>/<run>/warmup.jsonl       warm-up requests (not measured)
+    <root>/<suite>/<run>/r<k>/requests.jsonl one RequestRecord per line, appended as measured
+    <root>/<suite>/<run>/r<k>/summary.json   metrics (vllm bench serve key names) + status
+
+A repeat is complete when its summary.json says ``"status": "ok"``; ``--resume`` skips
+those and re-runs the rest. Files other than requests.jsonl are written atomically.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import IO, Iterator
+
+import yaml
+
+from .loadgen import RequestRecord
+
+RECIPE_FILE = "recipe.yaml"
+PROVENANCE_FILE = "provenance.json"
+SERVER_LOG = "server.log"
+WARMUP_FILE = "warmup.jsonl"
+REQUESTS_FILE = "requests.jsonl"
+SUMMARY_FILE = "summary.json"
+REPEAT_PREFIX = "r"
+STATUSES = ("ok", "failed", "interrupted")
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    """Write via a temporary file in the same folder and rename: readers never see half a file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def atomic_write_json(path: Path, data) -> None:
+    atomic_write_text(path, json.dumps(data, indent=2, sort_keys=True, default=str) + "\n")
+
+
+class RecordWriter:
+    """Appends RequestRecords to a JSONL file, one flushed line per record."""
+
+    def __init__(self, path: Path, truncate: bool = True):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.path = path
+        self._fh: IO[str] = path.open("w" if truncate else "a")
+
+    def __call__(self, record: RequestRecord) -> None:
+        self._fh.write(record.to_json() + "\n")
+        self._fh.flush()
+
+    def close(self) -> None:
+        self._fh.close()
+
+    def __enter__(self) -> "RecordWriter":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def read_records(path: Path) -> list[RequestRecord]:
+    """Records of a JSONL file; a torn last line (interrupted write) is ignored."""
+    out = []
+    for line in Path(path).read_text().splitlines():
+        try:
+            out.append(RequestRecord.from_dict(json.loads(line)))
+        except (json.JSONDecodeError, TypeError):
+            continue
+    return out
+
+
+class ResultsStore:
+    """Paths and writers of one suite's results under ``root``."""
+
+    def __init__(self, root: str | Path, suite: str):
+        self.root = Path(root)
+        self.suite_dir = self.root / suite
+
+    def run_dir(self, run: str) -> Path:
+        return self.suite_dir / run
+
+    def repeat_dir(self, run: str, repeat: int) -> Path:
+        return self.run_dir(run) / f"{REPEAT_PREFIX}{repeat}"
+
+    def summary(self, run: str, repeat: int) -> dict | None:
+        path = self.repeat_dir(run, repeat) / SUMMARY_FILE
+        try:
+            return json.loads(path.read_text())
+        except (FileNotFoundError, json.JSONDecodeError):
+            return None
+
+    def is_complete(self, run: str, repeat: int) -> bool:
+        s = self.summary(run, repeat)
+        return bool(s) and s.get("status") == "ok"
+
+    def write_run_meta(self, run: str, recipe_dump: dict, provenance: dict) -> None:
+        d = self.run_dir(run)
+        atomic_write_text(d / RECIPE_FILE, yaml.safe_dump(recipe_dump, sort_keys=False))
+        atomic_write_json(d / PROVENANCE_FILE, provenance)
+
+    def server_log(self, run: str) -> Path:
+        return self.run_dir(run) / SERVER_LOG
+
+    def warmup_writer(self, run: str) -> RecordWriter:
+        return RecordWriter(self.run_dir(run) / WARMUP_FILE)
+
+    def requests_writer(self, run: str, repeat: int) -> RecordWriter:
+        return RecordWriter(self.repeat_dir(run, repeat) / REQUESTS_FILE)
+
+    def write_summary(self, run: str, repeat: int, summary: dict) -> None:
+        if summary.get("status") not in STATUSES:
+            raise ValueError(f"summary status: expected one of {STATUSES}, got {summary.get('status')!r}")
+        atomic_write_json(self.repeat_dir(run, repeat) / SUMMARY_FILE, summary)
+
+
+def iter_repeat_dirs(suite_dir: Path) -> Iterator[tuple[str, int, Path]]:
+    """(run, repeat, folder) of every repeat folder under a suite folder, in sorted order."""
+    for run_dir in sorted(p for p in suite_dir.iterdir() if p.is_dir()):
+        for rep in sorted(run_dir.glob(f"{REPEAT_PREFIX}[0-9]*")):
+            if rep.is_dir() and rep.name[len(REPEAT_PREFIX):].isdigit():
+                yield run_dir.name, int(rep.name[len(REPEAT_PREFIX):]), rep
