@@ -1,0 +1,117 @@
+"""Datasets (ShareGPT filtering, synthetic shape, random) and locally built model folders."""
+
+from __future__ import annotations
+
+import json
+import random
+import statistics
+
+import pytest
+
+from attnbench.runner.datasets import (DatasetError, LocalTokenizer, SyntheticShape, load_sharegpt,
+                                       random_fixed, synthetic_sharegpt)
+from attnbench.runner.models import ARCHS, write_dummy_model, write_tiny_model
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    return write_tiny_model(tmp_path_factory.mktemp("tiny"))
+
+
+@pytest.fixture(scope="module")
+def tok(tiny):
+    return LocalTokenizer(tiny)
+
+
+def test_tiny_model_folder(tiny):
+    config = json.loads((tiny / "config.json").read_text())
+    assert config["architectures"] == ["LlamaForCausalLM"] and config["vocab_size"] == 4096
+    from safetensors import safe_open
+
+    with safe_open(str(tiny / "model.safetensors"), "np") as f:
+        names = set(f.keys())
+    assert "model.layers.1.self_attn.k_proj.weight" in names and "lm_head.weight" in names
+    header_len = int.from_bytes((tiny / "model.safetensors").read_bytes()[:8], "little")
+    header = json.loads((tiny / "model.safetensors").read_bytes()[8:8 + header_len])
+    assert {v["dtype"] for k, v in header.items() if k != "__metadata__"} == {"BF16"}
+
+
+@pytest.mark.parametrize("arch", sorted(ARCHS))
+def test_dummy_model_has_the_published_shape_and_no_weights(tmp_path, arch):
+    out = write_dummy_model(tmp_path / arch, arch)
+    config = json.loads((out / "config.json").read_text())
+    assert config["head_dim"] == 128 and config["num_key_value_heads"] == 8
+    assert not list(out.glob("*.safetensors")) and (out / "tokenizer.json").exists()
+    assert LocalTokenizer(out).count("hello world") > 0
+
+
+def test_dummy_model_unknown_arch(tmp_path):
+    with pytest.raises(ValueError, match="arch: expected one of"):
+        write_dummy_model(tmp_path, "gpt-5")
+
+
+def write_sharegpt(path, convs):
+    path.write_text(json.dumps([{"id": str(i), "conversations": c} for i, c in enumerate(convs)]))
+
+
+def turn(frm, words):
+    return {"from": frm, "value": " ".join(["word"] * words)}
+
+
+def test_sharegpt_filtering_like_vllm(tmp_path, tok):
+    per_word = tok.count("word word") - tok.count("word")  # tokens one more word adds
+    convs = [
+        [turn("human", 20), turn("gpt", 30)],                # kept
+        [turn("human", 20)],                                 # one turn: dropped
+        [turn("human", 1), turn("gpt", 30)],                 # prompt < 4 tokens: dropped
+        [turn("human", 20), turn("gpt", 1)],                 # output < 4 tokens: dropped
+        [turn("human", 1100 // per_word + 5), turn("gpt", 10)],  # prompt > 1024: dropped
+        [turn("human", 900 // per_word), turn("gpt", 1200 // per_word)],  # total > 2048: dropped
+        [turn("human", 40), turn("gpt", 8), turn("human", 5)],   # kept (first two turns)
+    ]
+    path = tmp_path / "sg.json"
+    write_sharegpt(path, convs)
+    reqs = load_sharegpt(path, 2, tok, seed=0)
+    assert sorted((r.prompt_len, r.output_len) for r in reqs) == sorted(
+        [(tok.count(convs[0][0]["value"]), tok.count(convs[0][1]["value"])),
+         (tok.count(convs[6][0]["value"]), tok.count(convs[6][1]["value"]))])
+    with pytest.raises(DatasetError, match="only 2 conversations pass"):
+        load_sharegpt(path, 3, tok, seed=0)
+    fixed = load_sharegpt(path, 2, tok, seed=0, output_len=16)
+    assert {r.output_len for r in fixed} == {16}
+
+
+def test_sharegpt_is_seeded(tmp_path, tok):
+    path = tmp_path / "sg.json"
+    write_sharegpt(path, [[turn("human", 5 + i), turn("gpt", 8)] for i in range(50)])
+    a = [r.prompt for r in load_sharegpt(path, 10, tok, seed=1)]
+    assert a == [r.prompt for r in load_sharegpt(path, 10, tok, seed=1)]
+    assert a != [r.prompt for r in load_sharegpt(path, 10, tok, seed=2)]
+
+
+def test_sharegpt_missing_file_says_where_to_get_it(tmp_path, tok):
+    with pytest.raises(DatasetError, match="ShareGPT file not found"):
+        load_sharegpt(tmp_path / "none.json", 1, tok, 0)
+
+
+def test_synthetic_shape_is_heavy_tailed_and_capped(tok):
+    shape = SyntheticShape(220, 1.0, 180, 0.9, 1024, 2048)
+    draws = [shape.draw(random.Random(i)) for i in range(3000)]
+    prompts = [p for p, _ in draws]
+    assert all(4 <= p <= 1024 and p + o <= 2048 and o >= 4 for p, o in draws)
+    assert 180 < statistics.median(prompts) < 260
+    assert statistics.mean(prompts) > statistics.median(prompts)  # right tail
+    reqs = synthetic_sharegpt(20, tok, seed=0, shape=shape)
+    assert [r.prompt for r in reqs] == [r.prompt for r in synthetic_sharegpt(20, tok, seed=0, shape=shape)]
+    assert all(r.prompt_len == tok.count(r.prompt) for r in reqs)
+
+
+def test_random_fixed_lengths(tok):
+    reqs = random_fixed(10, tok, seed=0, input_len=64, output_len=32)
+    assert {r.output_len for r in reqs} == {32}
+    assert all(48 <= r.prompt_len <= 80 for r in reqs)  # decode/re-encode may shift a little
+
+
+def test_missing_tokenizer_is_a_clear_error(tmp_path):
+    with pytest.raises(DatasetError, match="no tokenizer.json"):
+        LocalTokenizer(tmp_path)

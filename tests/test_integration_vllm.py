@@ -1,0 +1,143 @@
+"""End to end against a real vLLM server (vLLM's CPU build) serving a tiny local model."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from attnbench.runner.execute import run_suite
+from attnbench.runner.recipe import load_suite
+from attnbench.runner.server import port_is_free
+from attnbench.runner.store import read_records
+
+pytestmark = [pytest.mark.integration, pytest.mark.xdist_group("vllm")]
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    from attnbench.runner.models import write_tiny_model
+
+    return write_tiny_model(tmp_path_factory.mktemp("models") / "tiny-it")
+
+
+def suite_file(tmp_path: Path, model_dir: Path, runs: list[dict], **benchmark) -> Path:
+    data = {
+        "name": "it",
+        "defaults": {
+            "model": {"path": str(model_dir), "served_name": "tiny"},
+            "serve": {"engine": "v1", "max_num_seqs": 8, "graph_mode": "eager", "dtype": "bfloat16",
+                      "max_model_len": 1024, "startup_timeout_s": 300,
+                      "env": {"VLLM_CPU_KVCACHE_SPACE": "1"}},
+            "benchmark": {"dataset": {"kind": "random", "input_len": 32, "output_len": 12},
+                          "num_prompts": 10, "warmup_requests": 1, "repeats": 2, **benchmark},
+        },
+        "runs": runs,
+    }
+    path = tmp_path / "suite.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+def server_pids(model_dir: Path) -> list[int]:
+    out = subprocess.run(["pgrep", "-f", "--", f"--model {model_dir}"], capture_output=True, text=True)
+    return [int(p) for p in out.stdout.split()]
+
+
+def test_run_completes_exact_tokens_and_cleans_up(tmp_path, model_dir):
+    suite = load_suite(suite_file(tmp_path, model_dir, [{"name": "v1"}]))
+    outcomes = run_suite(suite, tmp_path / "results")
+    assert [o.status for o in outcomes] == ["ok", "ok"]
+    run_dir = tmp_path / "results" / "it" / "v1"
+    prov = json.loads((run_dir / "provenance.json").read_text())
+    assert prov["vllm_server_version"] and prov["packages"].get("vllm-cpu")
+    port = int(prov["server_argv"][prov["server_argv"].index("--port") + 1])
+    for repeat in (1, 2):
+        records = read_records(run_dir / f"r{repeat}" / "requests.jsonl")
+        assert len(records) == 10
+        for r in records:
+            assert r.status == "ok"
+            assert r.completion_tokens == 12 and sum(r.chunk_tokens) == 12  # ignore_eos: exactly max_tokens
+            ttft, e2el = r.chunk_s[0] - r.sent_s, r.chunk_s[-1] - r.sent_s
+            assert 0 < ttft < e2el
+        summary = json.loads((run_dir / f"r{repeat}" / "summary.json").read_text())
+        assert summary["completed"] == 10 and summary["total_output_tokens"] == 120
+        assert summary["median_ttft_ms"] < summary["median_e2el_ms"]
+    assert len(read_records(run_dir / "warmup.jsonl")) == 1
+    assert "--enforce-eager" in (run_dir / "server.log").read_text()
+    assert server_pids(model_dir) == [] and port_is_free("127.0.0.1", port)
+
+    # resume: nothing left to do, so no server starts
+    log_size = (run_dir / "server.log").stat().st_size
+    again = run_suite(suite, tmp_path / "results", resume=True)
+    assert [o.error for o in again] == ["kept (resume)"] * 2
+    assert (run_dir / "server.log").stat().st_size == log_size
+
+
+def test_server_killed_mid_run_then_bad_argument(tmp_path, model_dir):
+    """Run A loses its server during repeat 2: r1 is kept, r2 and r3 fail. Run B fails at
+    start-up with a bad flag and a clear error. The suite goes on through both."""
+    path = suite_file(tmp_path, model_dir, [
+        {"name": "a", "benchmark": {"repeats": 3, "num_prompts": 24, "max_concurrency": 2,
+                                    "dataset": {"kind": "random", "input_len": 32, "output_len": 48}}},
+        {"name": "b", "serve": {"extra_args": ["--no-such-flag"]}},
+    ])
+    results = tmp_path / "results"
+    r2 = results / "it" / "a" / "r2" / "requests.jsonl"
+
+    def kill_server_during_r2():
+        deadline = time.monotonic() + 400
+        while time.monotonic() < deadline:
+            if r2.exists() and r2.stat().st_size > 0:
+                for pid in server_pids(model_dir):
+                    try:
+                        os.killpg(os.getpgid(pid), signal.SIGKILL)
+                    except ProcessLookupError:
+                        pass
+                return
+            time.sleep(0.05)
+
+    killer = threading.Thread(target=kill_server_during_r2, daemon=True)
+    killer.start()
+    outcomes = run_suite(load_suite(path), results)
+    killer.join(5)
+    by = {(o.run, o.repeat): o for o in outcomes}
+    assert by[("a", 1)].status == "ok"
+    assert by[("a", 2)].status == "failed" and "exited during the repeat" in by[("a", 2)].error
+    assert by[("a", 3)].status == "failed" and "not running" in by[("a", 3)].error
+    assert by[("b", 1)].status == "failed"
+    assert "exited with code" in by[("b", 1)].error and "no-such-flag" in by[("b", 1)].error
+    assert json.loads((results / "it" / "a" / "r1" / "summary.json").read_text())["status"] == "ok"
+    assert read_records(results / "it" / "a" / "r1" / "requests.jsonl")  # earlier results kept
+    assert server_pids(model_dir) == []
+
+
+def test_sigint_stops_the_server_and_keeps_partial_results(tmp_path, model_dir):
+    path = suite_file(tmp_path, model_dir, [{"name": "long"}], num_prompts=400, max_concurrency=2,
+                      repeats=1, dataset={"kind": "random", "input_len": 32, "output_len": 64})
+    results = tmp_path / "results"
+    proc = subprocess.Popen([sys.executable, "-m", "attnbench.runner.cli", "run", str(path), "--out", str(results)],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    requests = results / "it" / "long" / "r1" / "requests.jsonl"
+    deadline = time.monotonic() + 400
+    while time.monotonic() < deadline and proc.poll() is None:
+        if requests.exists() and len(requests.read_text().splitlines()) >= 3:
+            break
+        time.sleep(0.1)
+    assert proc.poll() is None, proc.stdout.read()[-3000:]
+    proc.send_signal(signal.SIGINT)
+    out, _ = proc.communicate(timeout=120)
+    assert proc.returncode == 130, out[-3000:]
+    summary = json.loads((results / "it" / "long" / "r1" / "summary.json").read_text())
+    assert summary["status"] == "interrupted"
+    assert len(read_records(requests)) >= 3
+    assert summary["completed"] >= 3
+    assert server_pids(model_dir) == []

@@ -1,0 +1,186 @@
+"""The streaming client against a fake OpenAI SSE server (unit tests of the client only)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import pytest
+from aiohttp import web
+
+from attnbench.runner.datasets import BenchRequest
+from attnbench.runner.loadgen import LoadConfig, arrival_offsets, run_load
+from attnbench.runner.metrics import summarize
+
+
+def _chunk(text, completion_tokens=None, prompt_tokens=5):
+    body = {"choices": [{"index": 0, "text": text}]}
+    if completion_tokens is not None:
+        body["usage"] = {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens}
+    return b"data: " + json.dumps(body).encode() + b"\n\n"
+
+
+def _final(n, prompt_tokens=5):
+    return (b"data: " + json.dumps({"choices": [], "usage": {"prompt_tokens": prompt_tokens,
+                                                             "completion_tokens": n}}).encode()
+            + b"\n\ndata: [DONE]\n\n")
+
+
+class FakeServer:
+    """Behaviour chosen by the prompt: ok | multi | split | error500 | early | nousage | slow."""
+
+    def __init__(self):
+        self.in_flight = 0
+        self.max_in_flight = 0
+        self.bodies = []
+
+    async def completions(self, request):
+        body = await request.json()
+        self.bodies.append(body)
+        mode, n = body["prompt"], body["max_tokens"]
+        if mode == "error500":
+            return web.Response(status=500, text="boom: engine dead")
+        self.in_flight += 1
+        self.max_in_flight = max(self.max_in_flight, self.in_flight)
+        try:
+            resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+            await resp.prepare(request)
+            if mode == "slow":
+                await asyncio.sleep(0.05)
+            if mode == "multi":  # 3 tokens per chunk, then 1
+                done = 0
+                while done < n:
+                    step = min(3, n - done)
+                    done += step
+                    await resp.write(_chunk("abc"[:step], done))
+                    await asyncio.sleep(0.002)
+            elif mode == "split":
+                for i in range(1, n + 1):
+                    data = _chunk("x", i)
+                    await resp.write(data[:7])
+                    await asyncio.sleep(0.003)
+                    await resp.write(data[7:])
+            elif mode == "nousage":
+                for _ in range(n):
+                    await resp.write(_chunk("y"))
+            else:
+                for i in range(1, n + 1):
+                    await resp.write(_chunk("t", i))
+                    await asyncio.sleep(0.001)
+                    if mode == "early" and i == 2:
+                        return resp  # connection closed without [DONE]
+            await resp.write(_final(n))
+            return resp
+        finally:
+            self.in_flight -= 1
+
+
+async def _with_server(fn):
+    fake = FakeServer()
+    app = web.Application()
+    app.router.add_post("/v1/completions", fake.completions)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]
+    try:
+        return fake, await fn(f"http://127.0.0.1:{port}")
+    finally:
+        await runner.cleanup()
+
+
+def load(requests, offsets=None, **cfg):
+    records = []
+
+    async def go(url):
+        return await run_load(LoadConfig(url, "m", **cfg), requests, offsets or [0.0] * len(requests),
+                              sink=records.append)
+
+    fake, returned = asyncio.run(_with_server(go))
+    return fake, returned, records
+
+
+def test_payload_asks_for_streamed_usage_and_ignore_eos():
+    fake, recs, _ = load([BenchRequest("ok", 3, 4)], ignore_eos=True)
+    body = fake.bodies[0]
+    assert body["stream"] is True and body["ignore_eos"] is True and body["max_tokens"] == 4
+    assert body["stream_options"] == {"include_usage": True, "continuous_usage_stats": True}
+    r = recs[0]
+    assert r.status == "ok" and r.completion_tokens == 4 and r.prompt_tokens == 5
+    assert len(r.chunk_s) == 4 and r.chunk_tokens == [1, 1, 1, 1]
+    assert r.sent_s <= r.chunk_s[0] <= r.chunk_s[-1] <= r.end_s
+
+
+def test_multi_token_chunks_are_counted_per_token():
+    _, recs, _ = load([BenchRequest("multi", 3, 7)])
+    r = recs[0]
+    assert r.chunk_tokens == [3, 3, 1] and r.completion_tokens == 7
+    s = summarize(recs)
+    assert s["max_chunk_tokens"] == 3
+    # per-chunk ITL has 2 samples; per-token ITL spreads them over 3 + 1 tokens
+    assert s["total_output_tokens"] == 7
+
+
+def test_chunk_split_across_reads_is_reassembled():
+    _, recs, _ = load([BenchRequest("split", 3, 5)])
+    r = recs[0]
+    assert r.status == "ok" and len(r.chunk_s) == 5 and r.completion_tokens == 5
+
+
+def test_http_500_is_recorded_with_the_body():
+    _, recs, sunk = load([BenchRequest("error500", 3, 5), BenchRequest("ok", 3, 2)])
+    bad = recs[0]
+    assert bad.status == "error" and bad.http_status == 500 and "engine dead" in bad.error
+    assert recs[1].status == "ok"
+    assert len(sunk) == 2  # both reached the sink
+    s = summarize(recs)
+    assert s["completed"] == 1 and s["failed"] == 1 and "boom: engine dead" in s["errors"][0]
+
+
+def test_stream_that_stops_early_is_an_error_but_keeps_its_chunks():
+    _, recs, _ = load([BenchRequest("early", 3, 10)])
+    r = recs[0]
+    assert r.status == "error" and "before [DONE]" in r.error
+    assert len(r.chunk_s) == 2
+
+
+def test_without_per_chunk_usage_each_chunk_counts_one_token():
+    _, recs, _ = load([BenchRequest("nousage", 3, 4)])
+    assert recs[0].chunk_tokens == [1, 1, 1, 1] and recs[0].completion_tokens == 4
+
+
+def test_max_concurrency_is_enforced():
+    fake, recs, _ = load([BenchRequest("slow", 3, 2) for _ in range(12)], max_concurrency=3)
+    assert fake.max_in_flight == 3
+    assert all(r.status == "ok" for r in recs)
+
+
+def test_schedule_is_followed_and_lag_recorded():
+    offsets = [0.0, 0.05, 0.10, 0.15]
+    _, recs, _ = load([BenchRequest("ok", 3, 1) for _ in offsets], offsets=offsets)
+    for r, due in zip(recs, offsets):
+        assert r.scheduled_s == due
+        assert 0 <= r.dispatch_s - due < 0.05
+    assert recs[-1].sent_s >= 0.15
+
+
+@pytest.mark.parametrize("arrival", ["constant", "poisson", "gamma"])
+def test_arrival_schedules(arrival):
+    offs = arrival_offsets(2000, 10.0, arrival, 0.5, seed=3)
+    assert offs == sorted(offs) and offs[0] == 0.0
+    mean_gap = offs[-1] / (len(offs) - 1)
+    assert abs(mean_gap - 0.1) < 0.015  # mean rate 10 req/s
+    assert arrival_offsets(2000, 10.0, arrival, 0.5, seed=3) == offs  # seeded
+    assert arrival_offsets(5, float("inf"), arrival, 1.0, 0) == [0.0] * 5
+
+
+def test_gamma_burstiness_changes_the_spread():
+    import statistics
+
+    def cv(b):
+        offs = arrival_offsets(4000, 10.0, "gamma", b, seed=1)
+        gaps = [b - a for a, b in zip(offs, offs[1:])]
+        return statistics.pstdev(gaps) / statistics.mean(gaps)
+
+    assert cv(0.25) > 1.5 > cv(1.0) > 0.8 > cv(4.0)

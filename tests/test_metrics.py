@@ -1,0 +1,67 @@
+"""Metric definitions checked on hand-computed examples."""
+
+from __future__ import annotations
+
+import pytest
+
+from attnbench.runner.loadgen import RequestRecord
+from attnbench.runner.metrics import request_latencies, summarize
+
+
+def rec(i, sent, chunks, tokens, *, prompt=10, end=None, status="ok", phase="measure", sched=0.0, dispatch=None):
+    return RequestRecord(index=i, phase=phase, prompt_len=prompt, output_len=sum(tokens),
+                         scheduled_s=sched, dispatch_s=sched if dispatch is None else dispatch,
+                         sent_s=sent, chunk_s=chunks, chunk_tokens=tokens,
+                         end_s=end if end is not None else (chunks[-1] if chunks else sent),
+                         prompt_tokens=prompt, completion_tokens=sum(tokens), status=status)
+
+
+def test_single_request_latencies():
+    # sent at 1.0 s, chunks at 1.1, 1.15, 1.25 (one token each)
+    lat = request_latencies(rec(0, 1.0, [1.1, 1.15, 1.25], [1, 1, 1]))
+    assert lat["ttft"] == pytest.approx(100.0)
+    assert lat["e2el"] == pytest.approx(250.0)
+    assert lat["tpot"] == pytest.approx((250 - 100) / 2)
+    assert list(lat["itl"]) == pytest.approx([50.0, 100.0])
+
+
+def test_multi_token_chunk_itl_definitions():
+    # second chunk carries 4 tokens after 80 ms: one ITL sample of 80 ms (vLLM), or 4 of 20 ms
+    lat = request_latencies(rec(0, 0.0, [0.1, 0.18], [1, 4]))
+    assert list(lat["itl"]) == pytest.approx([80.0])
+    assert list(lat["itl_per_token"]) == pytest.approx([20.0] * 4)
+    assert lat["tpot"] == pytest.approx(80.0 / 4)  # (E2EL - TTFT) / (5 - 1)
+
+
+def test_run_summary_hand_computed():
+    records = [
+        rec(0, 0.0, [0.2, 0.3, 0.4], [1, 1, 1], prompt=10),           # ttft 200, e2el 400
+        rec(1, 0.5, [0.6, 0.8], [1, 1], prompt=20, end=2.0),          # ttft 100, e2el 300, ends at 2.0 s
+        rec(2, 0.1, [], [], status="error"),                          # failed
+        rec(3, 0.0, [0.05], [1], phase="warmup", end=5.0),            # not measured
+    ]
+    s = summarize(records, slo_ms={"ttft": 150})
+    assert s["completed"] == 2 and s["failed"] == 1
+    assert s["duration"] == pytest.approx(2.0)  # last measured request's end
+    assert s["total_input_tokens"] == 30 and s["total_output_tokens"] == 5
+    assert s["request_throughput"] == pytest.approx(1.0)
+    assert s["output_throughput"] == pytest.approx(2.5)
+    assert s["total_token_throughput"] == pytest.approx(17.5)
+    assert s["mean_ttft_ms"] == pytest.approx(150.0) and s["median_ttft_ms"] == pytest.approx(150.0)
+    assert s["p99_ttft_ms"] == pytest.approx(100 + 0.99 * 100)
+    assert s["mean_e2el_ms"] == pytest.approx(350.0)
+    assert s["mean_tpot_ms"] == pytest.approx((100.0 + 200.0) / 2)  # 200/2 and 200/1
+    assert s["median_itl_ms"] == pytest.approx(100.0)  # samples 100, 100, 200
+    assert s["request_goodput"] == pytest.approx(0.5)  # only request 1 meets ttft <= 150 ms
+    assert "p20_itl_ms" in s and "p80_e2el_ms" in s and "p90_tpot_ms" in s
+
+
+def test_schedule_lag():
+    records = [rec(i, 0.0 + i, [1.0 + i], [1], sched=float(i), dispatch=i + 0.002) for i in range(3)]
+    s = summarize(records)
+    assert s["median_schedule_lag_ms"] == pytest.approx(2.0)
+
+
+def test_empty_run_has_no_nan_metrics():
+    s = summarize([rec(0, 0.0, [], [], status="error")])
+    assert s["completed"] == 0 and s["median_ttft_ms"] is None and s["request_throughput"] == 0.0

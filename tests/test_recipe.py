@@ -1,0 +1,99 @@
+"""Recipe and suite loading: every shipped suite validates; bad ones fail naming file, field, value."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from attnbench.runner.recipe import ENGINE_PRESETS, RecipeError, graph_mode_args, load_suite
+
+RECIPES = Path(__file__).resolve().parents[1] / "recipes"
+
+
+@pytest.mark.parametrize("path", sorted(RECIPES.glob("*.yaml")), ids=lambda p: p.name)
+def test_shipped_suites_validate(path):
+    suite = load_suite(path)
+    assert suite.runs and suite.name
+
+
+def write(tmp_path: Path, data: dict) -> Path:
+    path = tmp_path / "suite.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+BASE = {"name": "t", "defaults": {"model": {"path": "/m", "served_name": "m"}}, "runs": [{"name": "a"}]}
+
+
+def test_defaults_merge_and_engine_presets(tmp_path):
+    data = {**BASE, "runs": [{"name": "v0", "serve": {"engine": "v0-style"}},
+                             {"name": "v1", "serve": {"engine": "v1", "max_num_seqs": 8}}]}
+    suite = load_suite(write(tmp_path, data))
+    v0, v1 = suite.runs
+    assert v0.model.path == "/m" and v1.model.name == "m"
+    assert v0.serve.resolved("max_num_seqs") == ENGINE_PRESETS["v0-style"]["max_num_seqs"] == 256
+    assert v0.serve.resolved("enable_chunked_prefill") is False
+    assert v1.serve.resolved("max_num_seqs") == 8  # explicit beats the preset
+    assert v1.serve.resolved("max_num_batched_tokens") == 8192
+
+
+def test_matrix_expands_into_named_runs(tmp_path):
+    data = {**BASE, "runs": [{"name": "be", "matrix": {"serve.attention_backend": ["TRITON_ATTN", "FLASH_ATTN"],
+                                                      "benchmark.max_concurrency": [8, 64]}}]}
+    names = [r.name for r in load_suite(write(tmp_path, data)).runs]
+    assert names == ["be-triton-attn-8", "be-triton-attn-64", "be-flash-attn-8", "be-flash-attn-64"]
+    run = load_suite(write(tmp_path, data)).runs[1]
+    assert run.serve.attention_backend == "TRITON_ATTN" and run.benchmark.max_concurrency == 64
+
+
+@pytest.mark.parametrize("change, words", [
+    ({"runs": [{"name": "a", "serve": {"max_num_seq": 8}}]}, ["serve.max_num_seq", "Extra inputs"]),
+    ({"runs": [{"name": "a", "serve": {"max_num_seqs": "many"}}]}, ["serve.max_num_seqs", "'many'"]),
+    ({"runs": [{"name": "a", "serve": {"graph_mode": "cuda"}}]}, ["serve.graph_mode", "'cuda'"]),
+    ({"runs": [{"name": "a", "benchmark": {"dataset": {"kind": "sharegpt"}}}]}, ["benchmark.dataset", "path"]),
+    ({"runs": [{"name": "a", "benchmark": {"request_rate": -1}}]}, ["benchmark.request_rate", "-1"]),
+    ({"runs": [{"name": "a", "serve": {"launcher": "docker"}}]}, ["serve", "image"]),
+    ({"runs": [{"name": "a", "model": {"path": "/m", "build": "large"}}]}, ["model.build", "'large'"]),
+    ({"runs": [{"name": "a"}, {"name": "a"}]}, ["unique", "'a'"]),
+    ({"runs": [{"serve": {}}]}, ["runs[0]", "name"]),
+    ({"runz": []}, ["unknown top-level keys", "runz"]),
+    ({"runs": [{"name": "a", "matrix": {"serve.port": 80}}]}, ["runs[0].matrix"]),
+])
+def test_bad_suites_name_file_field_and_value(tmp_path, change, words):
+    data = {**BASE, **change}
+    path = write(tmp_path, data)
+    with pytest.raises(RecipeError) as info:
+        load_suite(path)
+    message = str(info.value)
+    assert str(path) in message
+    for word in words:
+        assert word in message, f"{word!r} not in {message!r}"
+
+
+def test_missing_and_broken_files(tmp_path):
+    with pytest.raises(RecipeError, match="no such suite file"):
+        load_suite(tmp_path / "nope.yaml")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: [unclosed")
+    with pytest.raises(RecipeError, match="not valid YAML"):
+        load_suite(bad)
+
+
+def test_select_unknown_run(tmp_path):
+    suite = load_suite(write(tmp_path, BASE))
+    with pytest.raises(RecipeError, match="no run named"):
+        suite.select(["zzz"])
+
+
+def test_graph_modes_map_to_vllm_flags():
+    assert graph_mode_args("eager") == ["--enforce-eager"]
+    assert graph_mode_args("full_decode_only") == ["--compilation-config", '{"cudagraph_mode": "FULL_DECODE_ONLY"}']
+    assert graph_mode_args(None) == []
+
+
+def test_recipe_hash_changes_with_any_setting(tmp_path):
+    a = load_suite(write(tmp_path, BASE)).runs[0]
+    b = load_suite(write(tmp_path, {**BASE, "runs": [{"name": "a", "benchmark": {"seed": 1}}]})).runs[0]
+    assert a.digest() != b.digest() and len(a.digest()) == 64

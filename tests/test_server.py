@@ -1,0 +1,147 @@
+"""Server argv for both launchers, and the process lifecycle on a real (non-vLLM) process."""
+
+from __future__ import annotations
+
+import socket
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import yaml
+
+from attnbench.runner.recipe import load_suite
+from attnbench.runner.server import (LaunchPlan, PortInUseError, ServerError, ServerProcess,
+                                     build_launch, free_port, port_is_free)
+
+
+def recipe(tmp_path, serve=None, model_path="/models/m"):
+    data = {"name": "t", "runs": [{"name": "r", "model": {"path": model_path, "served_name": "m"},
+                                   "serve": serve or {}}]}
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return load_suite(path).runs[0]
+
+
+def test_process_argv_v0_style(tmp_path):
+    plan = build_launch(recipe(tmp_path, {"engine": "v0-style", "attention_backend": "TRITON_ATTN",
+                                          "graph_mode": "full_and_piecewise", "max_model_len": 8192,
+                                          "load_format": "dummy", "extra_args": ["--seed", "1"],
+                                          "env": {"VLLM_USE_FLASHINFER_SAMPLER": "0"}}), port=8123)
+    argv = plan.argv
+    assert argv[:3] == [sys.executable, "-m", "vllm.entrypoints.openai.api_server"]
+    expect = ["--model", "/models/m", "--served-model-name", "m", "--host", "127.0.0.1", "--port", "8123",
+              "--max-num-seqs", "256", "--no-enable-chunked-prefill", "--no-enable-prefix-caching",
+              "--attention-backend", "TRITON_ATTN",
+              "--compilation-config", '{"cudagraph_mode": "FULL_AND_PIECEWISE"}',
+              "--max-model-len", "8192", "--load-format", "dummy", "--seed", "1"]
+    assert argv[3:] == expect
+    assert plan.env == {"VLLM_USE_FLASHINFER_SAMPLER": "0"}
+    assert all(isinstance(a, str) for a in argv)
+
+
+def test_process_argv_v1_defaults(tmp_path):
+    argv = build_launch(recipe(tmp_path, {"engine": "v1"}), port=9000).argv
+    i = argv.index("--max-num-seqs")
+    assert argv[i + 1] == "1024"
+    assert "--enable-chunked-prefill" in argv
+    assert argv[argv.index("--max-num-batched-tokens") + 1] == "8192"
+
+
+def test_docker_argv_nvidia(tmp_path):
+    model = tmp_path / "model"
+    model.mkdir()
+    plan = build_launch(recipe(tmp_path, {"launcher": "docker", "image": "attnbench:cuda",
+                                          "env": {"A": "1"}}, str(model)), port=8200)
+    argv = plan.argv
+    assert argv[:3] == ["docker", "run", "--rm"]
+    assert argv[argv.index("--gpus") + 1] == "all"
+    assert "-p" in argv and argv[argv.index("-p") + 1] == "127.0.0.1:8200:8200"
+    assert f"{model.resolve()}:{model.resolve()}:ro" in argv
+    assert "A=1" in argv
+    entry = argv.index("--entrypoint")
+    assert argv[entry + 1:entry + 5] == ["python3", "attnbench:cuda", "-m", "vllm.entrypoints.openai.api_server"]
+    inner = argv[entry + 5:]
+    assert inner[inner.index("--host") + 1] == "0.0.0.0"
+    assert inner[inner.index("--model") + 1] == str(model.resolve())
+    assert plan.container and plan.container in argv
+
+
+def test_docker_argv_rocm(tmp_path):
+    argv = build_launch(recipe(tmp_path, {"launcher": "docker", "image": "attnbench:rocm",
+                                          "gpu_vendor": "amd", "attention_backend": "ROCM_ATTN"}), port=8201).argv
+    for flag in (["--device", "/dev/kfd"], ["--device", "/dev/dri"], ["--group-add", "video"],
+                 ["--security-opt", "seccomp=unconfined"]):
+        assert any(argv[i:i + 2] == flag for i in range(len(argv) - 1)), flag
+    assert "--ipc=host" in argv and "--gpus" not in argv
+
+
+# ----------------------------------------------------------------- lifecycle (real processes)
+FAKE_SERVER = textwrap.dedent("""
+    import http.server, os, subprocess, sys, time
+    port = int(sys.argv[1]); mode = sys.argv[2]
+    if mode == "crash":
+        print("fatal: bad argument --frobnicate", flush=True); sys.exit(2)
+    # a child in the same process group, like vLLM's engine core
+    subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    class H(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            self.send_response(200 if self.path == "/health" else 404); self.end_headers()
+        def log_message(self, *a): pass
+    if mode == "slow":
+        time.sleep(600)
+    http.server.HTTPServer(("127.0.0.1", port), H).serve_forever()
+""")
+
+
+def fake_plan(tmp_path: Path, mode: str) -> LaunchPlan:
+    script = tmp_path / "fake_server.py"
+    script.write_text(FAKE_SERVER)
+    port = free_port()
+    return LaunchPlan([sys.executable, str(script), str(port), mode], {}, "127.0.0.1", port)
+
+
+def _group_alive(pgid: int) -> bool:
+    import os
+
+    try:
+        os.killpg(pgid, 0)
+        return True
+    except ProcessLookupError:
+        return False
+
+
+def test_start_health_stop_kills_the_whole_group(tmp_path):
+    plan = fake_plan(tmp_path, "ok")
+    with ServerProcess(plan, tmp_path / "server.log", startup_timeout_s=30) as server:
+        assert server.healthy()
+        pgid = server.proc.pid
+    assert not _group_alive(pgid), "a process of the server's group survived stop()"
+    assert port_is_free(plan.host, plan.port)
+    assert "fake_server.py" in (tmp_path / "server.log").read_text()  # argv logged
+
+
+def test_early_exit_reports_the_log_tail(tmp_path):
+    with pytest.raises(ServerError) as info:
+        with ServerProcess(fake_plan(tmp_path, "crash"), tmp_path / "server.log", startup_timeout_s=30):
+            pass
+    assert "exited with code 2" in str(info.value)
+    assert "bad argument --frobnicate" in str(info.value)
+
+
+def test_startup_timeout_stops_the_server(tmp_path):
+    plan = fake_plan(tmp_path, "slow")
+    server = ServerProcess(plan, tmp_path / "server.log", startup_timeout_s=2, stop_grace_s=2)
+    with pytest.raises(ServerError, match="not healthy after 2 s"):
+        with server:
+            pass
+    assert server.proc is None and port_is_free(plan.host, plan.port)
+
+
+def test_port_in_use_is_a_clear_error(tmp_path):
+    plan = fake_plan(tmp_path, "ok")
+    with socket.socket() as s:
+        s.bind((plan.host, plan.port))
+        s.listen()
+        with pytest.raises(PortInUseError, match=f"port {plan.port} .* already in use"):
+            ServerProcess(plan, tmp_path / "server.log").start()

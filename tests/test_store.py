@@ -1,0 +1,40 @@
+"""Results tree: atomic writes, resume detection, torn lines."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from attnbench.runner.loadgen import RequestRecord
+from attnbench.runner.store import ResultsStore, atomic_write_json, iter_repeat_dirs, read_records
+
+
+def test_repeat_completion_and_resume(tmp_path):
+    store = ResultsStore(tmp_path, "suite")
+    assert not store.is_complete("run", 1)
+    store.write_summary("run", 1, {"status": "failed", "error": "x"})
+    assert not store.is_complete("run", 1)
+    store.write_summary("run", 1, {"status": "ok"})
+    assert store.is_complete("run", 1)
+    with pytest.raises(ValueError, match="status"):
+        store.write_summary("run", 2, {"status": "meh"})
+    assert [(r, k) for r, k, _ in iter_repeat_dirs(tmp_path / "suite")] == [("run", 1)]
+
+
+def test_records_roundtrip_and_torn_last_line(tmp_path):
+    store = ResultsStore(tmp_path, "s")
+    recs = [RequestRecord(i, "measure", 5, 3, 0.0, chunk_s=[0.1], chunk_tokens=[1]) for i in range(3)]
+    with store.requests_writer("r", 1) as w:
+        for r in recs:
+            w(r)
+    path = store.repeat_dir("r", 1) / "requests.jsonl"
+    with path.open("a") as fh:
+        fh.write('{"index": 9, "pha')  # interrupted mid-write
+    assert read_records(path) == recs
+
+
+def test_atomic_write_leaves_no_temp_files(tmp_path):
+    atomic_write_json(tmp_path / "a.json", {"x": 1})
+    assert json.loads((tmp_path / "a.json").read_text()) == {"x": 1}
+    assert [p.name for p in tmp_path.iterdir()] == ["a.json"]
