@@ -1,26 +1,32 @@
 """`attnbench calibrate`: how much does the load generator itself add?
 
-A zero-work OpenAI-compatible SSE server (`stub_app`: answers /v1/completions by streaming
-``max_tokens`` one-token chunks at once, with per-chunk usage) runs in a child process on
-its own CPU; the load generator runs here, pinned to one CPU, against it. Since the server
-does no work, the TTFT and ITL the client measures are the client's (plus loopback's) own
-overhead, and chunks/s is the most this client can ingest on one core.
+A zero-work OpenAI-compatible SSE server (`stub_app`) runs in a child process on its own
+CPU; the load generator runs here, pinned to one CPU, against it. The stub answers
+``/v1/completions`` with ``max_tokens`` one-token chunks (per-chunk usage), the first one
+at once; under ``/pace/<ms>/v1/completions`` it waits ``ms`` between chunks. Two phases:
+
+* overhead: paced streams at the given concurrency (steady state, below the capacity of
+  both sides). The stub's TTFT is 0 and its ITL is exactly the pace, so the client's
+  measured TTFT, and ITL minus the pace, are what the client (plus loopback) adds.
+  TTFT percentiles skip the first wave of ``concurrency`` requests (connection set-up).
+* throughput: unpaced streams; chunks/s is the most this client ingests on one core.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
-import multiprocessing as mp
 import os
+import subprocess
+import sys
 import time
+import urllib.request
 from dataclasses import dataclass
 
 from aiohttp import web
 
 from .datasets import BenchRequest
-from .loadgen import LoadConfig, arrival_offsets, run_load
-from .metrics import summarize
+from .loadgen import LoadConfig, arrival_offsets, run_async, run_load
 from .server import free_port
 
 STUB_MODEL = "stub"
@@ -29,18 +35,24 @@ STUB_MODEL = "stub"
 def stub_app() -> web.Application:
     """An aiohttp app that streams completions instantly (no model)."""
 
+    def chunk(i: int, n: int, prompt_tokens: int) -> bytes:
+        body = {"id": "stub", "object": "text_completion", "model": STUB_MODEL,
+                "choices": [{"index": 0, "text": " x", "finish_reason": "length" if i == n else None}],
+                "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": i,
+                          "total_tokens": prompt_tokens + i}}
+        return b"data: " + json.dumps(body).encode() + b"\n\n"
+
     async def completions(request: web.Request) -> web.StreamResponse:
         body = await request.json()
         n = int(body.get("max_tokens", 16))
+        pace = float(request.match_info.get("ms", 0)) / 1e3
         prompt_tokens = max(1, len(str(body.get("prompt", "")).split()))
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await resp.prepare(request)
         for i in range(1, n + 1):
-            chunk = {"id": "stub", "object": "text_completion", "model": STUB_MODEL,
-                     "choices": [{"index": 0, "text": " x", "finish_reason": "length" if i == n else None}],
-                     "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": i,
-                               "total_tokens": prompt_tokens + i}}
-            await resp.write(b"data: " + json.dumps(chunk).encode() + b"\n\n")
+            await resp.write(chunk(i, n, prompt_tokens))
+            if pace and i < n:
+                await asyncio.sleep(pace)
         final = {"id": "stub", "object": "text_completion", "model": STUB_MODEL, "choices": [],
                  "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": n,
                            "total_tokens": prompt_tokens + n}}
@@ -55,32 +67,44 @@ def stub_app() -> web.Application:
         return web.Response(text="")
 
     app = web.Application()
-    app.add_routes([web.post("/v1/completions", completions), web.get("/v1/models", models),
+    app.add_routes([web.post("/v1/completions", completions),
+                    web.post("/pace/{ms}/v1/completions", completions),
+                    web.get("/v1/models", models), web.get("/pace/{ms}/v1/models", models),
                     web.get("/health", health)])
     return app
 
 
-def _serve_stub(port: int, cpu: int | None) -> None:
-    if cpu is not None and hasattr(os, "sched_setaffinity"):
-        os.sched_setaffinity(0, {cpu})
+def serve_stub(port: int) -> None:
+    """Run the stub in the foreground (the body of `attnbench stub-server`)."""
+    try:  # the stub must not be the bottleneck: use uvloop when it is installed
+        import uvloop
+
+        uvloop.install()
+    except ImportError:
+        pass
     web.run_app(stub_app(), host="127.0.0.1", port=port, print=None, access_log=None)
 
 
 class StubServer:
-    """The stub in a child process: ``with StubServer() as url: ...``."""
+    """The stub as a child process (`attnbench stub-server`): ``with StubServer() as url: ...``."""
 
     def __init__(self, port: int | None = None, cpu: int | None = None):
         self.port = port or free_port()
         self.cpu = cpu
-        self.proc: mp.Process | None = None
+        self.proc: subprocess.Popen | None = None
 
     def __enter__(self) -> str:
-        self.proc = mp.get_context("spawn").Process(target=_serve_stub, args=(self.port, self.cpu), daemon=True)
-        self.proc.start()
-        import urllib.request
+        cpu = self.cpu
 
+        def pin():
+            if cpu is not None and hasattr(os, "sched_setaffinity"):
+                os.sched_setaffinity(0, {cpu})
+
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "attnbench.runner.cli", "stub-server", "--port", str(self.port)],
+            preexec_fn=pin, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
+        while time.monotonic() < deadline and self.proc.poll() is None:
             try:
                 urllib.request.urlopen(f"http://127.0.0.1:{self.port}/health", timeout=1)
                 return f"http://127.0.0.1:{self.port}"
@@ -92,9 +116,11 @@ class StubServer:
     def __exit__(self, *exc) -> None:
         if self.proc is not None:
             self.proc.terminate()
-            self.proc.join(5)
-            if self.proc.is_alive():
+            try:
+                self.proc.wait(5)
+            except subprocess.TimeoutExpired:
                 self.proc.kill()
+                self.proc.wait()
             self.proc = None
 
 
@@ -103,39 +129,69 @@ class Calibration:
     concurrency: int
     requests: int
     tokens_per_request: int
-    chunks_per_s: float
-    summary: dict
+    pace_ms: float
+    added_ttft_ms: dict  # p50/p90/p99 over steady-state requests (after the first wave)
+    added_ttft_all_ms: dict  # over every request, first wave included (as vllm bench serve reports)
+    added_itl_ms: dict   # p50/p90/p99 of |ITL - pace|
+    schedule_lag_ms: dict
+    chunks_per_s: float  # unpaced phase
 
     def lines(self) -> list[str]:
-        s = self.summary
+        def fmt(d, nd=3):
+            return "  ".join(f"{k} {v:.{nd}f}" for k, v in d.items())
         return [
-            f"concurrent streams {self.concurrency}, {self.requests} requests x {self.tokens_per_request} chunks",
-            f"client throughput: {self.chunks_per_s:,.0f} chunks/s",
-            f"added TTFT ms: p50 {s['median_ttft_ms']:.3f}  p90 {s['p90_ttft_ms']:.3f}  p99 {s['p99_ttft_ms']:.3f}",
-            f"added ITL  ms: p50 {s['median_itl_ms']:.4f}  p90 {s['p90_itl_ms']:.4f}  p99 {s['p99_itl_ms']:.4f}",
-            f"schedule lag ms: p50 {s['median_schedule_lag_ms']:.3f}  p99 {s['p99_schedule_lag_ms']:.3f}",
+            f"{self.concurrency} concurrent streams, {self.requests} requests x {self.tokens_per_request} "
+            f"chunks, stub pace {self.pace_ms:g} ms",
+            f"added TTFT ms (steady state): {fmt(self.added_ttft_ms)}",
+            f"added TTFT ms (all requests): {fmt(self.added_ttft_all_ms)}",
+            f"added ITL ms  |ITL - pace|:   {fmt(self.added_itl_ms, 4)}",
+            f"schedule lag ms:              {fmt(self.schedule_lag_ms)}",
+            f"client throughput (unpaced):  {self.chunks_per_s:,.0f} chunks/s on one core",
         ]
 
+    def as_dict(self) -> dict:
+        return dict(self.__dict__)
 
-def calibrate(concurrency: int = 256, requests: int = 1024, tokens: int = 128,
+
+def _pcts(values) -> dict:
+    import numpy as np
+
+    v = np.asarray(values, dtype=float)
+    return {f"p{p}": float(np.percentile(v, p)) for p in (50, 90, 99)}
+
+
+def calibrate(concurrency: int = 256, requests: int = 2048, tokens: int = 64, pace_ms: float = 20.0,
               client_cpu: int | None = 0, server_cpu: int | None = 1, url: str | None = None) -> Calibration:
     """Measure the client against the stub (started here unless ``url`` is given)."""
-    if client_cpu is not None and hasattr(os, "sched_setaffinity") and client_cpu < os.cpu_count():
+    ncpu = os.cpu_count() or 1
+    if client_cpu is not None and hasattr(os, "sched_setaffinity") and client_cpu < ncpu:
         os.sched_setaffinity(0, {client_cpu})
     reqs = [BenchRequest("hello " * 8, 8, tokens) for _ in range(requests)]
 
-    def measure(base_url: str) -> Calibration:
+    def load(base_url: str):
         cfg = LoadConfig(base_url, STUB_MODEL, max_concurrency=concurrency)
-        records = asyncio.run(run_load(cfg, reqs, arrival_offsets(requests, float("inf"), "constant", 1.0, 0),
+        records = run_async(run_load(cfg, reqs, arrival_offsets(requests, float("inf"), "constant", 1.0, 0),
                                        sink=lambda r: None))
-        s = summarize(records)
-        if s["failed"]:
-            raise RuntimeError(f"{s['failed']} stub requests failed: {s['errors']}")
-        chunks = sum(len(r.chunk_s) for r in records)
-        return Calibration(concurrency, requests, tokens, chunks / s["duration"], s)
+        failed = [r for r in records if r.status != "ok"]
+        if failed:
+            raise RuntimeError(f"{len(failed)} stub requests failed: {failed[0].error}")
+        return records
+
+    def measure(base_url: str) -> Calibration:
+        paced = load(f"{base_url}/pace/{pace_ms:g}")
+        steady = paced[concurrency:] or paced
+        ttft = [(r.chunk_s[0] - r.sent_s) * 1e3 for r in steady]
+        ttft_all = [(r.chunk_s[0] - r.sent_s) * 1e3 for r in paced]
+        itl = [abs((b - a) * 1e3 - pace_ms) for r in paced for a, b in zip(r.chunk_s, r.chunk_s[1:])]
+        lag = [(r.dispatch_s - r.scheduled_s) * 1e3 for r in steady]
+        unpaced = load(base_url)
+        chunks = sum(len(r.chunk_s) for r in unpaced)
+        duration = max(r.end_s for r in unpaced)
+        return Calibration(concurrency, requests, tokens, pace_ms, _pcts(ttft), _pcts(ttft_all), _pcts(itl), _pcts(lag),
+                           chunks / duration)
 
     if url:
-        return measure(url)
-    server_cpu = server_cpu if (server_cpu is not None and server_cpu < (os.cpu_count() or 1)) else None
+        return measure(url.rstrip("/"))
+    server_cpu = server_cpu if (server_cpu is not None and server_cpu < ncpu) else None
     with StubServer(cpu=server_cpu) as base_url:
         return measure(base_url)

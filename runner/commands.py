@@ -105,7 +105,7 @@ def load_cmd(url, model, tokenizer_dir, dataset, dataset_path, input_len, output
     from pydantic import ValidationError
 
     from .datasets import DatasetError, build_requests
-    from .loadgen import LoadConfig, arrival_offsets, run_load
+    from .loadgen import LoadConfig, arrival_offsets, run_async, run_load
     from .metrics import summarize
     from .recipe import DatasetSpec
     from .store import REQUESTS_FILE, SUMMARY_FILE, RecordWriter, atomic_write_json
@@ -120,7 +120,7 @@ def load_cmd(url, model, tokenizer_dir, dataset, dataset_path, input_len, output
     out_dir.mkdir(parents=True, exist_ok=True)
     with RecordWriter(out_dir / REQUESTS_FILE) as writer:
         try:
-            records = asyncio.run(run_load(cfg, requests, offsets, writer))
+            records = run_async(run_load(cfg, requests, offsets, writer))
         except KeyboardInterrupt:
             click.echo(f"interrupted; records so far in {writer.path}", err=True)
             sys.exit(130)
@@ -133,28 +133,27 @@ def load_cmd(url, model, tokenizer_dir, dataset, dataset_path, input_len, output
 
 @click.command("calibrate")
 @click.option("--concurrency", type=click.IntRange(min=1), default=256, show_default=True)
-@click.option("--requests", "num_requests", type=click.IntRange(min=1), default=1024, show_default=True)
-@click.option("--tokens", type=click.IntRange(min=1), default=128, show_default=True, help="Chunks per request.")
-@click.option("--url", help="Use a running stub instead of starting one.")
-@click.option("--json", "as_json", is_flag=True, help="Print the full summary as JSON.")
-def calibrate_cmd(concurrency, num_requests, tokens, url, as_json):
+@click.option("--requests", "num_requests", type=click.IntRange(min=1), default=2048, show_default=True)
+@click.option("--tokens", type=click.IntRange(min=1), default=64, show_default=True, help="Chunks per request.")
+@click.option("--pace-ms", type=click.FloatRange(min=0), default=20.0, show_default=True,
+              help="Stub's gap between chunks in the overhead phase.")
+@click.option("--url", help="Use a running stub (`attnbench stub-server`) instead of starting one.")
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+def calibrate_cmd(concurrency, num_requests, tokens, pace_ms, url, as_json):
     """Measure the load generator's own overhead against a zero-work streaming server."""
     from .calibrate import calibrate
 
-    result = calibrate(concurrency, num_requests, tokens, url=url)
-    if as_json:
-        click.echo(json.dumps({"chunks_per_s": result.chunks_per_s, **result.summary}, indent=2))
-    else:
-        click.echo("\n".join(result.lines()))
+    result = calibrate(concurrency, num_requests, tokens, pace_ms, url=url)
+    click.echo(json.dumps(result.as_dict(), indent=2) if as_json else "\n".join(result.lines()))
 
 
 @click.command("stub-server")
 @click.option("--port", type=int, required=True)
 def stub_server_cmd(port):
     """Run the zero-work streaming server of `calibrate` in the foreground."""
-    from .calibrate import _serve_stub
+    from .calibrate import serve_stub
 
-    _serve_stub(port, None)
+    serve_stub(port)
 
 
 @click.group("recipes")

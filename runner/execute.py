@@ -10,7 +10,6 @@ exits. Every request record is on disk the moment it finishes.
 
 from __future__ import annotations
 
-import asyncio
 import datetime as dt
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,7 +20,7 @@ from tqdm import tqdm
 
 from . import provenance
 from .datasets import build_requests
-from .loadgen import LoadConfig, arrival_offsets, run_load
+from .loadgen import LoadConfig, arrival_offsets, run_async, run_load
 from .metrics import summarize
 from .models import ensure_model
 from .recipe import Recipe, Suite
@@ -65,7 +64,7 @@ def _failed(store: ResultsStore, suite: Suite, recipe: Recipe, repeat: int, stat
 def _measure(cfg: LoadConfig, requests, offsets, writer, desc: str, phase: str = "measure"):
     bar = tqdm(total=len(requests), desc=desc, unit="req", leave=False, dynamic_ncols=True)
     try:
-        return asyncio.run(run_load(cfg, requests, offsets, writer, phase=phase,
+        return run_async(run_load(cfg, requests, offsets, writer, phase=phase,
                                     on_done=lambda _: bar.update(1)))
     finally:
         bar.close()

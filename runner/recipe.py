@@ -270,7 +270,7 @@ def load_suite(path: str | Path) -> Suite:
     for i, run in enumerate(runs):
         if not isinstance(run, dict) or not isinstance(run.get("name"), str):
             raise RecipeError(f"{source}: runs[{i}] needs a 'name' (string), got {run!r}")
-        for expanded in _expand_matrix(deep_merge(defaults, run), f"runs[{i}]"):
+        for expanded in _expand_matrix(deep_merge(defaults, run), f"{source}: runs[{i}]"):
             try:
                 recipes.append(Recipe.model_validate(expanded))
             except ValidationError as e:
