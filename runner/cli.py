@@ -16,6 +16,8 @@ COMMANDS = {
     "stub-server": "runner.commands:stub_server_cmd",
     "recipes": "runner.commands:recipes_group",
     "model": "runner.commands:model_group",
+    "plot": "analysis.cli:plot_cmd",
+    "report": "analysis.cli:report_cmd",
     "microbench": "kernels.cli:microbench",
     "tune": "kernels.cli:tune",
     "kernels": "kernels.cli:kernels_group",

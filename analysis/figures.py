@@ -1,0 +1,234 @@
+"""The seed documents' figures, one function each (matplotlib, Okabe-Ito colours).
+
+Every figure is written as PNG and SVG with the data it plots as CSV beside it, carries
+units on its axes, a title and a footnote built from provenance (GPU, model, vLLM, date)
+and the error-bar convention. A figure whose data is missing is skipped with a warning.
+"""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+
+from .normalize import CONVENTION  # noqa: E402
+
+OKABE_ITO = ["#0072B2", "#E69F00", "#009E73", "#D55E00", "#CC79A7", "#56B4E9", "#F0E442", "#000000"]
+
+
+class MissingData(UserWarning):
+    """A figure was skipped because its data is not there."""
+
+
+def _skip(name: str, why: str) -> list[Path]:
+    warnings.warn(f"figure {name} skipped: {why}", MissingData, stacklevel=3)
+    return []
+
+
+def footnote(df: pd.DataFrame) -> str:
+    """'GPU | model (weights) | vLLM | date' from the provenance columns of a frame."""
+    def values(col):
+        return sorted({str(v) for v in df.get(col, pd.Series(dtype=str)).dropna() if str(v)})
+    model = ", ".join(values("model")) or "model ?"
+    weights = values("weights")
+    if any("dummy" in w or "random" in w for w in weights):
+        model += " (dummy weights)" if any("dummy" in w for w in weights) else " (random weights)"
+    parts = [", ".join(values("gpu")) or "device ?", model,
+             "vLLM " + (", ".join(values("vllm_version")) or "?"), ", ".join(values("date"))]
+    return " | ".join(p for p in parts if p)
+
+
+def micro_footnote(mb: pd.DataFrame) -> str:
+    """'device | torch | triton | vLLM | heads, dtype' of microbenchmark rows."""
+    def values(col):
+        return ", ".join(sorted({str(v) for v in mb.get(col, pd.Series(dtype=str)).dropna() if str(v)}))
+    heads = ", ".join(sorted({f"{q}/{k}/{d}" for q, k, d in zip(mb["num_q_heads"], mb["num_kv_heads"], mb["head_size"])}))
+    return (f"{values('device')} | torch {values('torch')} | triton {values('triton')} | "
+            f"{values('vllm') or 'no vLLM'} | q/kv heads/head size {heads}, {values('dtype')}")
+
+
+def _save(fig, data: pd.DataFrame, out_dir: Path, name: str) -> list[Path]:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    paths = [out_dir / f"{name}.png", out_dir / f"{name}.svg", out_dir / f"{name}.csv"]
+    fig.savefig(paths[0], dpi=150, bbox_inches="tight")
+    fig.savefig(paths[1], bbox_inches="tight")
+    plt.close(fig)
+    data.to_csv(paths[2], index=False)
+    return paths
+
+
+def _bar_panel(ax, df: pd.DataFrame, col: str, scale: float, ylabel: str):
+    x = np.arange(len(df))
+    vals = df[col].to_numpy(float) * scale
+    lo = df.get(f"{col}_lo", pd.Series(np.nan, index=df.index)).to_numpy(float) * scale
+    hi = df.get(f"{col}_hi", pd.Series(np.nan, index=df.index)).to_numpy(float) * scale
+    err = np.vstack([np.clip(vals - lo, 0, None), np.clip(hi - vals, 0, None)])
+    colors = [OKABE_ITO[i % len(OKABE_ITO)] for i in range(len(df))]
+    ax.bar(x, vals, color=colors, yerr=np.nan_to_num(err), capsize=4, edgecolor="black", linewidth=0.5)
+    ax.set_xticks(x, df["run"], rotation=20, ha="right")
+    ax.set_ylabel(ylabel)
+    ax.grid(axis="y", alpha=0.3)
+
+
+def fig_serving_bars(agg: pd.DataFrame, out_dir: Path, suite: str) -> list[Path]:
+    """Blog Fig. 8-10: total token throughput (tok/s), TTFT (s), ITL (ms) per configuration."""
+    name = f"{suite}-serving"
+    df = agg[agg["suite"] == suite]
+    needed = ["total_token_throughput", "ttft", "itl"]
+    if df.empty or any(c not in df or df[c].isna().all() for c in needed):
+        return _skip(name, f"needs {needed} for suite {suite!r}")
+    for gpu, g in df.groupby("gpu", sort=False):
+        fig, axes = plt.subplots(1, 3, figsize=(13, 4.2))
+        _bar_panel(axes[0], g, "total_token_throughput", 1.0, "total token throughput (tok/s)")
+        _bar_panel(axes[1], g, "ttft", 1e-3, "TTFT (s)")
+        _bar_panel(axes[2], g, "itl", 1.0, "ITL (ms)")
+        fig.suptitle(f"{suite}: throughput and latency per configuration")
+        fig.text(0.01, -0.04, f"{footnote(g)}\n{CONVENTION}", fontsize=8, ha="left", va="top")
+        cols = ["gpu", "run", "repeats"] + [c for m in needed for c in (m, f"{m}_lo", f"{m}_hi") if c in g]
+        return _save(fig, g[cols], out_dir, name)  # one GPU per suite run
+    return []
+
+
+def fig_normalized_bars(norm: pd.DataFrame, out_dir: Path, suite: str, baseline: str) -> list[Path]:
+    """Talk: end-to-end bars normalized to a baseline backend, one panel per GPU."""
+    name = f"{suite}-normalized"
+    df = norm[norm["suite"] == suite]
+    metrics = [("total_token_throughput", "total tok/s"), ("ttft", "TTFT"), ("itl", "ITL")]
+    metrics = [(m, label) for m, label in metrics if m in df and not df[m].isna().all()]
+    if df.empty or not metrics:
+        return _skip(name, f"no normalized data for suite {suite!r}")
+    gpus = list(dict.fromkeys(df["gpu"]))
+    fig, axes = plt.subplots(1, len(gpus), figsize=(5.5 * len(gpus) + 2, 4.2), squeeze=False)
+    runs = list(dict.fromkeys(df["run"]))
+    width = 0.8 / len(runs)
+    for ax, gpu in zip(axes[0], gpus):
+        g = df[df["gpu"] == gpu].set_index("run")
+        for i, run in enumerate(runs):
+            if run not in g.index:
+                continue
+            row = g.loc[run]
+            vals = np.array([row[m] for m, _ in metrics], float)
+            lo = np.array([row.get(f"{m}_lo", np.nan) for m, _ in metrics], float)
+            hi = np.array([row.get(f"{m}_hi", np.nan) for m, _ in metrics], float)
+            err = np.nan_to_num(np.vstack([np.clip(vals - lo, 0, None), np.clip(hi - vals, 0, None)]))
+            ax.bar(np.arange(len(metrics)) + i * width, vals, width, yerr=err, capsize=3, label=run,
+                   color=OKABE_ITO[i % len(OKABE_ITO)], edgecolor="black", linewidth=0.5)
+        ax.axhline(1.0, color="black", linewidth=0.8, linestyle="--")
+        ax.set_xticks(np.arange(len(metrics)) + width * (len(runs) - 1) / 2, [label for _, label in metrics])
+        ax.set_ylabel(f"relative to {baseline} (= 1)")
+        ax.set_title(gpu, fontsize=10)
+        ax.grid(axis="y", alpha=0.3)
+    axes[0][-1].legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    fig.suptitle(f"{suite}: normalized to {baseline} (throughput: higher is better; latency: lower)")
+    fig.text(0.01, -0.04, f"{footnote(df)}\n{CONVENTION}", fontsize=8, ha="left", va="top")
+    cols = ["gpu", "run"] + [c for m, _ in metrics for c in (m, f"{m}_lo", f"{m}_hi") if c in df]
+    return _save(fig, df[cols], out_dir, name)
+
+
+def fig_latency_vs_output_len(agg: pd.DataFrame, out_dir: Path, suite: str) -> list[Path]:
+    """Paper Fig. 9: end-to-end latency (s) vs output length, one line per kernel/backend."""
+    name = f"{suite}-latency-vs-output"
+    df = agg[(agg["suite"] == suite) & agg["output_len"].notna()].copy() if "output_len" in agg else agg.iloc[0:0]
+    if df.empty or df["output_len"].nunique() < 2 or "e2el" not in df:
+        return _skip(name, f"suite {suite!r} has no runs that differ in output length")
+    df["line"] = df["attention_backend"].astype(str) + np.where(df["graph_mode"].astype(str) != "default",
+                                                                " / " + df["graph_mode"].astype(str), "")
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for i, (line, g) in enumerate(df.sort_values("output_len").groupby("line", sort=False)):
+        ax.errorbar(g["output_len"], g["e2el"] / 1e3, yerr=np.nan_to_num(np.vstack([
+            (g["e2el"] - g["e2el_lo"]).clip(lower=0), (g["e2el_hi"] - g["e2el"]).clip(lower=0)]) / 1e3),
+            marker="o", capsize=3, label=line, color=OKABE_ITO[i % len(OKABE_ITO)])
+    ax.set_xscale("log")
+    ax.set_xlabel("output length (tokens)")
+    ax.set_ylabel("end-to-end latency (s)")
+    ax.grid(alpha=0.3, which="both")
+    ax.legend(fontsize=8)
+    ax.set_title(f"{suite}: latency vs output length (batch size 1)")
+    fig.text(0.01, -0.04, f"{footnote(df)}\n{CONVENTION}", fontsize=8, ha="left", va="top")
+    return _save(fig, df[["gpu", "run", "line", "output_len", "e2el", "e2el_lo", "e2el_hi"]], out_dir, name)
+
+
+def _micro_ok(mb: pd.DataFrame) -> pd.DataFrame:
+    ok = mb[(mb["status"] == "ok") & (mb["group"] != "")].copy()
+    ok["median_us"] = ok["median_us"].astype(float)
+    return ok
+
+
+def _micro_panels(ok: pd.DataFrame, panel_col: str, x_col: str, baseline: str, normalized: bool,
+                  panel_label, x_label: str, title: str, out_dir: Path, name: str) -> list[Path]:
+    panels = sorted(ok[panel_col].unique())
+    fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels) + 1.5, 4), squeeze=False)
+    impls = list(dict.fromkeys(ok["implementation"]))
+    plotted = []
+    for ax, panel in zip(axes[0], panels):
+        p = ok[ok[panel_col] == panel].sort_values(x_col)
+        base = p[p["implementation"] == baseline]
+        scale = base["median_us"].iloc[0] if normalized and not base.empty else 1.0
+        for i, impl in enumerate(impls):
+            g = p[p["implementation"] == impl]
+            if g.empty:
+                continue
+            y = g["median_us"] / scale
+            ax.plot(g[x_col], y, marker="o", markersize=3, linewidth=1, label=impl,
+                    color=OKABE_ITO[i % len(OKABE_ITO)])
+            plotted.append(g.assign(panel=panel, y=y.to_numpy()))
+        if not normalized and "floor_us" in p and p["floor_us"].notna().any():
+            floor = p.groupby(x_col)["floor_us"].first()
+            ax.plot(floor.index, floor.to_numpy(), color="black", linestyle="--", label="roofline floor")
+        ax.set_xscale("log", base=2 if x_col == "num_seqs" else 10)
+        if x_col == "num_seqs":
+            ticks = sorted(p[x_col].unique())
+            ax.set_xticks(ticks, [str(int(t)) for t in ticks])
+            ax.minorticks_off()
+        ax.set_yscale("log")
+        ax.set_title(panel_label(panel), fontsize=10)
+        ax.set_xlabel(x_label)
+        ax.grid(alpha=0.3, which="both")
+    axes[0][0].set_ylabel(f"latency relative to {baseline} at the leftmost point" if normalized else "latency (us)")
+    handles = {}
+    for ax in axes[0]:
+        for h, label in zip(*ax.get_legend_handles_labels()):
+            handles.setdefault(label, h)
+    fig.legend(handles.values(), handles.keys(), fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 0.9))
+    fig.tight_layout()
+    fig.suptitle(title, y=1.02)
+    note = "median of do_bench runs (L2 flushed)"
+    if not normalized:
+        note += "; dashed: roofline floor max(bytes / copy bandwidth, FLOPs / matmul rate)"
+    fig.text(0.01, -0.05, f"{micro_footnote(ok)}\n{note}", fontsize=8, ha="left", va="top")
+    data = pd.concat(plotted)[["panel", x_col, "implementation", "median_us", "y", "floor_us"]]
+    return _save(fig, data, out_dir, name)
+
+
+def fig_microbench_by_batch(mb: pd.DataFrame, out_dir: Path, baseline: str, normalized: bool,
+                            decode_share: float = 0.5) -> list[Path]:
+    """Paper Fig. 6a: latency vs batch size, one panel per max sequence length."""
+    name = f"microbench-by-batch-d{round(decode_share * 100)}-{'normalized' if normalized else 'absolute'}"
+    ok = _micro_ok(mb)
+    ok = ok[np.isclose(ok["decode_share"].astype(float), decode_share)]
+    if ok.empty or ok["num_seqs"].nunique() < 2:
+        return _skip(name, f"no sweep rows with decode share {decode_share:.0%} over several batch sizes")
+    if normalized and baseline not in set(ok["implementation"]):
+        return _skip(name, f"baseline implementation {baseline!r} not in the CSV")
+    return _micro_panels(ok, "max_seqlen_k", "num_seqs", baseline, normalized,
+                         lambda v: f"max sequence length {int(v)}", "batch size (sequences)",
+                         f"Latency by batch size ({decode_share:.0%} decodes)", out_dir, name)
+
+
+def fig_microbench_by_decode_share(mb: pd.DataFrame, out_dir: Path, baseline: str, normalized: bool) -> list[Path]:
+    """Paper Fig. 6c: latency vs batch tokens (batch size x sequence length), one panel per decode share."""
+    name = f"microbench-by-decode-share-{'normalized' if normalized else 'absolute'}"
+    ok = _micro_ok(mb)
+    if ok.empty or ok["decode_share"].nunique() < 2:
+        return _skip(name, "no sweep rows with several decode shares")
+    if normalized and baseline not in set(ok["implementation"]):
+        return _skip(name, f"baseline implementation {baseline!r} not in the CSV")
+    return _micro_panels(ok, "decode_share", "sum_seq_lens", baseline, normalized,
+                         lambda v: f"{float(v):.0%} decode", "batch tokens (sum of sequence lengths)",
+                         "Latency by batch composition", out_dir, name)

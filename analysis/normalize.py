@@ -1,0 +1,85 @@
+"""Aggregate repeats and normalize to a baseline run (the talk's conventions).
+
+For each (GPU, suite, run):
+* throughput (request, output, total tokens/s): the mean over repeats, error bars at the
+  min and max over repeats;
+* latency (TTFT, TPOT, ITL, E2EL, ms): the mean over repeats of each repeat's median, error
+  bars at the 20th and 80th percentile over all requests (ITL: over all chunk gaps) of
+  all repeats.
+`normalize` divides values and error bars by the baseline run's value on the same GPU.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from .collect import Collected, CollectError
+
+THROUGHPUT = {"request_throughput": "req/s", "output_throughput": "tok/s", "total_token_throughput": "tok/s"}
+LATENCY = {"ttft": "ttft_ms", "tpot": "tpot_ms", "e2el": "e2el_ms", "itl": "itl_ms"}
+CONVENTION = ("bars: mean of repeats; error bars: min/max over repeats (throughput), "
+              "p20/p80 over requests (latency)")
+KEYS = ["gpu", "suite", "run"]
+
+
+def aggregate(data: Collected) -> pd.DataFrame:
+    """One row per (gpu, suite, run): ``<metric>``, ``<metric>_lo``, ``<metric>_hi``, ``repeats``."""
+    ok = data.runs[data.runs["status"] == "ok"]
+    if ok.empty:
+        raise CollectError("no successful repeat to aggregate (every summary.json has a status other than ok)")
+    rows = []
+    for key, g in ok.groupby(KEYS, sort=False):
+        row = dict(zip(KEYS, key))
+        first = g.iloc[0]
+        for col in ("model", "weights", "vllm_version", "date", "vendor", "engine", "attention_backend",
+                    "graph_mode", "max_num_seqs", "chunked_prefill", "output_len"):
+            row[col] = first.get(col)
+        row["repeats"] = len(g)
+        for metric in THROUGHPUT:
+            if metric in g:
+                row[metric], row[f"{metric}_lo"], row[f"{metric}_hi"] = g[metric].mean(), g[metric].min(), g[metric].max()
+        suite, run = key[1], key[2]
+        for name, col in LATENCY.items():
+            median_col = f"median_{name}_ms"
+            if median_col not in g:
+                continue
+            row[name] = g[median_col].mean()
+            pooled = _pooled(data, suite, run, name, col)
+            row[f"{name}_lo"], row[f"{name}_hi"] = (np.percentile(pooled, 20), np.percentile(pooled, 80)) \
+                if len(pooled) else (np.nan, np.nan)
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def _pooled(data: Collected, suite: str, run: str, name: str, col: str) -> np.ndarray:
+    frame = data.itl if name == "itl" else data.requests
+    if frame.empty or col not in frame:
+        return np.array([])
+    sel = frame[(frame["suite"] == suite) & (frame["run"] == run)][col].dropna()
+    return sel.to_numpy(dtype=float)
+
+
+def metric_columns(agg: pd.DataFrame) -> list[str]:
+    return [m for m in [*THROUGHPUT, *LATENCY] if m in agg]
+
+
+def normalize(agg: pd.DataFrame, baseline: str) -> pd.DataFrame:
+    """Values and error bars relative to run ``baseline`` on the same GPU (baseline = 1)."""
+    if baseline not in set(agg["run"]):
+        raise CollectError(f"baseline run {baseline!r} not found; runs are {sorted(set(agg['run']))}")
+    out = []
+    for gpu, g in agg.groupby("gpu", sort=False):
+        base = g[g["run"] == baseline]
+        if base.empty:
+            continue  # this GPU has no baseline run: it cannot be normalized
+        base = base.iloc[0]
+        n = g.copy()
+        for m in metric_columns(agg):
+            for col in (m, f"{m}_lo", f"{m}_hi"):
+                if col in n:
+                    n[col] = n[col] / base[m]
+        out.append(n)
+    if not out:
+        raise CollectError(f"baseline run {baseline!r} has no successful repeat")
+    return pd.concat(out, ignore_index=True)

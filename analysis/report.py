@@ -1,0 +1,148 @@
+"""`attnbench plot` / `attnbench report`: every figure that the data supports, and a
+Markdown report (tables of runs x metrics, normalized tables, the figures, the
+measurement conventions)."""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pandas as pd
+
+from . import figures
+from .collect import Collected, CollectError, collect_results, collect_vllm_bench, load_microbench
+from .normalize import CONVENTION, aggregate, metric_columns, normalize
+
+DEFAULT_BASELINES = ("FLEX_ATTENTION", "v0-default", "v0-style")
+MICRO_BASELINES = ("vllm_unified", "sdpa", "naive")
+
+
+@dataclass
+class MicroResult:
+    name: str  # the CSV's stem; its figures live in out_dir/<name>/
+    frame: pd.DataFrame
+    figures: list[Path]
+
+
+@dataclass
+class Analysis:
+    out_dir: Path
+    agg: pd.DataFrame | None = None
+    normalized: dict[str, tuple[str, pd.DataFrame]] = field(default_factory=dict)  # suite -> (baseline, frame)
+    serving_figures: dict[str, list[Path]] = field(default_factory=dict)  # suite -> files
+    micro: list[MicroResult] = field(default_factory=list)
+
+    @property
+    def figures(self) -> list[Path]:
+        return [p for ps in self.serving_figures.values() for p in ps] + [p for m in self.micro for p in m.figures]
+
+
+def pick_baseline(agg: pd.DataFrame, suite: str, requested: str | None) -> str | None:
+    """The requested baseline run, else a FlexAttention run, else a V0 default run."""
+    runs = agg[agg["suite"] == suite]
+    if requested:
+        if requested in set(runs["run"]):
+            return requested
+        if requested in set(agg["run"]):
+            return None  # it belongs to another suite
+        raise CollectError(f"baseline run {requested!r} not found; runs are {sorted(set(agg['run']))}")
+    flex = runs[runs["attention_backend"] == "FLEX_ATTENTION"]
+    if not flex.empty:
+        return flex["run"].iloc[0]
+    for name in DEFAULT_BASELINES:
+        if name in set(runs["run"]):
+            return name
+    return None
+
+
+def analyze(results: list[Path], out_dir: Path, *, microbench: list[Path] = (), vllm_bench: list[Path] = (),
+            baseline: str | None = None, micro_baseline: str | None = None) -> Analysis:
+    """Collect everything given, draw every figure the data supports."""
+    if not results and not microbench and not vllm_bench:
+        raise CollectError("nothing to analyze: give a results directory, --microbench CSV or --vllm-bench JSON")
+    out = Analysis(out_dir)
+    parts = [collect_results(r) for r in results] + [collect_vllm_bench(p) for p in vllm_bench]
+    if parts:
+        data = Collected.concat(parts)
+        out.agg = aggregate(data)
+        if baseline and baseline not in set(out.agg["run"]):
+            raise CollectError(f"baseline run {baseline!r} not found; runs are {sorted(set(out.agg['run']))}")
+        for suite in dict.fromkeys(out.agg["suite"]):
+            drawn = figures.fig_serving_bars(out.agg, out_dir, suite)
+            base = pick_baseline(out.agg, suite, baseline)
+            if base:
+                norm = normalize(out.agg[out.agg["suite"] == suite], base)
+                out.normalized[suite] = (base, norm)
+                drawn += figures.fig_normalized_bars(norm, out_dir, suite, base)
+            if out.agg[out.agg["suite"] == suite]["output_len"].nunique() > 1:  # a latency sweep
+                drawn += figures.fig_latency_vs_output_len(out.agg, out_dir, suite)
+            out.serving_figures[suite] = drawn
+    for csv in microbench:
+        mb = load_microbench(csv)
+        impls = set(mb["implementation"])
+        if micro_baseline and micro_baseline not in impls:
+            raise CollectError(f"{csv}: baseline implementation {micro_baseline!r} not found; have {sorted(impls)}")
+        mbase = micro_baseline or next((b for b in MICRO_BASELINES if b in impls), sorted(impls)[0])
+        sub = out_dir / Path(csv).stem
+        drawn = []
+        sweep = mb[(mb["group"] != "") & (mb["status"] == "ok")]
+        if not sweep.empty:  # the paper's Fig. 6-8 grids; hand-written cases only get the table
+            for normalized in (True, False):
+                for share in sorted(sweep["decode_share"].astype(float).unique()):
+                    drawn += figures.fig_microbench_by_batch(mb, sub, mbase, normalized, share)
+                drawn += figures.fig_microbench_by_decode_share(mb, sub, mbase, normalized)
+        out.micro.append(MicroResult(Path(csv).stem, mb, drawn))
+    return out
+
+
+def _figure_links(paths: list[Path], report: Path) -> list[str]:
+    lines = []
+    for p in paths:
+        if p.suffix == ".png":
+            rel = Path(*p.resolve().parts[len(report.parent.resolve().parts):]) \
+                if p.resolve().is_relative_to(report.parent.resolve()) else p.resolve()
+            lines += [f"![{p.stem}]({rel})", f"(data: `{rel.with_suffix('.csv')}`)", ""]
+    return lines
+
+
+def _fmt_table(df: pd.DataFrame) -> str:
+    return df.to_markdown(index=False, floatfmt=".3g")
+
+
+def write_report(analysis: Analysis, path: Path) -> Path:
+    """One Markdown report: provenance, tables, figures, conventions."""
+    lines = [f"# attnbench report", "", f"Generated {dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M} UTC.", ""]
+    lines += ["## Conventions", "",
+              "- TTFT: first streamed chunk minus send time; ITL: gap between chunks (one sample per "
+              "chunk); TPOT: (E2EL - TTFT) / (output tokens - 1); E2EL: last chunk minus send time "
+              "(the definitions of `vllm bench serve`).",
+              "- Throughput: tokens (input + output for total) over the load's duration, warm-ups excluded.",
+              f"- Aggregation over repeats: {CONVENTION}.",
+              "- Normalized tables divide by the baseline run on the same GPU.", ""]
+    if analysis.agg is not None:
+        agg = analysis.agg
+        for suite in dict.fromkeys(agg["suite"]):
+            s = agg[agg["suite"] == suite]
+            lines += [f"## {suite}", "", f"{figures.footnote(s)}", ""]
+            cols = ["run", "repeats", "engine", "attention_backend", "graph_mode"] + metric_columns(s)
+            lines += [_fmt_table(s[[c for c in cols if c in s]]), ""]
+            if suite in analysis.normalized:
+                base, norm = analysis.normalized[suite]
+                lines += [f"Normalized to `{base}`:", "", _fmt_table(norm[["gpu", "run"] + metric_columns(norm)]), ""]
+            lines += _figure_links(analysis.serving_figures.get(suite, []), path)
+    for micro in analysis.micro:
+        mb = micro.frame
+        ok = mb[mb["status"] == "ok"]
+        lines += [f"## Microbenchmark: {micro.name}", "", figures.micro_footnote(mb), ""]
+        if not ok.empty:
+            pivot = ok.pivot_table(index="case", columns="implementation", values="median_us", sort=False)
+            lines += ["Median latency (us):", "", pivot.reset_index().to_markdown(index=False, floatfmt=".1f"), ""]
+        not_ok = mb[mb["status"] != "ok"]
+        if not not_ok.empty:
+            lines += [f"{len(not_ok)} rows not timed: " + ", ".join(
+                f"{k} x{v}" for k, v in not_ok["status"].value_counts().items()), ""]
+        lines += _figure_links(micro.figures, path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("\n".join(lines) + "\n")
+    return path

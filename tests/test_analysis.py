@@ -1,0 +1,251 @@
+"""Analysis: results trees and microbenchmark CSVs made with the project's own writers, the
+numbers each figure plots, the files it writes, and clear errors on bad input."""
+
+from __future__ import annotations
+
+import json
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from attnbench.analysis import figures
+from attnbench.analysis.collect import CollectError, collect_results, collect_vllm_bench, load_microbench
+from attnbench.analysis.normalize import aggregate, normalize
+from attnbench.analysis.report import analyze, write_report
+from attnbench.kernels.schema import MICROBENCH_FIELDS
+from attnbench.runner.loadgen import RequestRecord
+from attnbench.runner.metrics import summarize
+from attnbench.runner.store import ResultsStore
+
+
+def make_records(ttfts_ms, itl_ms, tokens=4, prompt=10):
+    recs = []
+    for i, ttft in enumerate(ttfts_ms):
+        first = 0.01 * i + ttft / 1e3
+        chunks = [first + k * itl_ms / 1e3 for k in range(tokens)]
+        recs.append(RequestRecord(i, "measure", prompt, tokens, 0.0, dispatch_s=0.0, sent_s=0.01 * i,
+                                  chunk_s=chunks, chunk_tokens=[1] * tokens, end_s=chunks[-1],
+                                  prompt_tokens=prompt, completion_tokens=tokens))
+    return recs
+
+
+def write_run(store: ResultsStore, suite: str, run: str, repeats: list[list[RequestRecord]], *,
+              backend="TRITON_ATTN", gpu="NVIDIA H100 80GB HBM3", output_len=None, weights="dummy (random)"):
+    recipe = {"model": {"path": "/m/llama8b"}, "serve": {"engine": "v1", "attention_backend": backend},
+              "benchmark": {"dataset": {"kind": "random", "input_len": 10, "output_len": output_len}}}
+    prov = {"gpus": [{"name": gpu}], "vendor": "nvidia", "model": "/m/llama8b", "model_weights": weights,
+            "vllm_server_version": "0.26.0", "collected_at": "2026-11-22T00:00:00+00:00"}
+    store.write_run_meta(run, recipe, prov)
+    for k, records in enumerate(repeats, start=1):
+        with store.requests_writer(run, k) as w:
+            for r in records:
+                w(r)
+        store.write_summary(run, k, {"suite": suite, "run": run, "repeat": k, "status": "ok", **summarize(records)})
+
+
+@pytest.fixture
+def tree(tmp_path):
+    store = ResultsStore(tmp_path / "results", "talk")
+    write_run(store, "talk", "flex", [make_records([100, 120, 140], 10), make_records([110, 130, 150], 12),
+                                      make_records([90, 100, 200], 11)], backend="FLEX_ATTENTION")
+    write_run(store, "talk", "triton", [make_records([50, 60, 70], 5), make_records([55, 65, 75], 6),
+                                        make_records([45, 60, 80], 5)])
+    return tmp_path / "results"
+
+
+def test_collect_one_row_per_repeat_and_request(tree):
+    data = collect_results(tree)
+    assert len(data.runs) == 6 and set(data.runs["run"]) == {"flex", "triton"}
+    assert len(data.requests) == 18 and len(data.itl) == 18 * 3
+    row = data.runs.iloc[0]
+    assert row["gpu"] == "NVIDIA H100 80GB HBM3" and row["attention_backend"] == "FLEX_ATTENTION"
+    assert row["vllm_version"] == "0.26.0"
+
+
+def test_aggregate_follows_the_talks_convention(tree):
+    data = collect_results(tree)
+    agg = aggregate(data).set_index("run")
+    runs = data.runs[data.runs["run"] == "triton"]
+    assert agg.loc["triton", "total_token_throughput"] == pytest.approx(runs["total_token_throughput"].mean())
+    assert agg.loc["triton", "total_token_throughput_lo"] == pytest.approx(runs["total_token_throughput"].min())
+    assert agg.loc["triton", "total_token_throughput_hi"] == pytest.approx(runs["total_token_throughput"].max())
+    # TTFT: mean of the per-repeat medians (60, 65, 60); error bars p20/p80 over the 9 requests
+    assert agg.loc["triton", "ttft"] == pytest.approx((60 + 65 + 60) / 3, rel=1e-6)
+    pooled = [50, 60, 70, 55, 65, 75, 45, 60, 80]
+    assert agg.loc["triton", "ttft_lo"] == pytest.approx(np.percentile(pooled, 20), rel=1e-6)
+    assert agg.loc["triton", "ttft_hi"] == pytest.approx(np.percentile(pooled, 80), rel=1e-6)
+    assert agg.loc["triton", "itl"] == pytest.approx((5 + 6 + 5) / 3, rel=1e-6)
+
+
+def test_normalize_to_baseline(tree):
+    agg = aggregate(collect_results(tree))
+    norm = normalize(agg, "flex").set_index("run")
+    assert norm.loc["flex", "ttft"] == pytest.approx(1.0)
+    raw = agg.set_index("run")
+    assert norm.loc["triton", "ttft"] == pytest.approx(raw.loc["triton", "ttft"] / raw.loc["flex", "ttft"])
+    assert norm.loc["triton", "ttft_hi"] == pytest.approx(raw.loc["triton", "ttft_hi"] / raw.loc["flex", "ttft"])
+    with pytest.raises(CollectError, match="baseline run 'fa3' not found; runs are \\['flex', 'triton'\\]"):
+        normalize(agg, "fa3")
+
+
+@pytest.fixture
+def captured(monkeypatch):
+    """Figures drawn, with the matplotlib figure and the data they saved."""
+    drawn = {}
+    original = figures._save
+
+    def save(fig, data, out_dir, name):
+        drawn[name] = (fig, data.copy())
+        return original(fig, data, out_dir, name)
+
+    monkeypatch.setattr(figures, "_save", save)
+    return drawn
+
+
+def test_normalized_bars_plot_the_normalized_means_and_p20_p80(tree, tmp_path, captured):
+    analysis = analyze([tree], tmp_path / "figs")
+    fig, data = captured["talk-normalized"]
+    ax = fig.axes[0]
+    heights = [p.get_height() for p in ax.patches]
+    agg = aggregate(collect_results(tree))
+    norm = normalize(agg, "flex").set_index("run")
+    expect = [norm.loc["flex", m] for m in ("total_token_throughput", "ttft", "itl")] + \
+             [norm.loc["triton", m] for m in ("total_token_throughput", "ttft", "itl")]
+    assert heights == pytest.approx(expect)
+    # error bar ends (the vertical line segments) sit at p20/p80 (latency), min/max (throughput)
+    segments = [c for c in ax.collections if hasattr(c, "get_segments")]
+    ends = sorted(round(y, 6) for c in segments for seg in c.get_segments() for (_, y) in seg)
+    for m in ("ttft_lo", "ttft_hi", "total_token_throughput_lo", "total_token_throughput_hi"):
+        assert round(norm.loc["triton", m], 6) in ends
+    for p in analysis.figures:
+        assert p.exists() and p.stat().st_size > 0
+    saved = pd.read_csv(tmp_path / "figs" / "talk-normalized.csv").set_index("run")
+    assert saved.loc["triton", "ttft"] == pytest.approx(norm.loc["triton", "ttft"])
+
+
+def test_serving_bars_in_their_units(tree, tmp_path, captured):
+    analyze([tree], tmp_path / "figs")
+    fig, _ = captured["talk-serving"]
+    agg = aggregate(collect_results(tree)).set_index("run")
+    ttft_heights = [p.get_height() for p in fig.axes[1].patches]
+    assert ttft_heights == pytest.approx([agg.loc["flex", "ttft"] / 1e3, agg.loc["triton", "ttft"] / 1e3])
+    assert fig.axes[1].get_ylabel() == "TTFT (s)" and fig.axes[2].get_ylabel() == "ITL (ms)"
+    note = " ".join(t.get_text() for t in fig.texts)
+    assert "NVIDIA H100 80GB HBM3" in note and "dummy weights" in note and "vLLM 0.26.0" in note
+
+
+def test_latency_vs_output_length(tmp_path, captured):
+    store = ResultsStore(tmp_path / "res", "fig9")
+    for backend in ("TRITON_ATTN", "FLASH_ATTN"):
+        for out_len in (10, 100, 1000):
+            itl = 5 if backend == "TRITON_ATTN" else 4
+            write_run(store, "fig9", f"{backend.lower()}-{out_len}",
+                      [make_records([20], itl, tokens=out_len)], backend=backend, output_len=out_len)
+    analyze([tmp_path / "res"], tmp_path / "figs")
+    fig, data = captured["fig9-latency-vs-output"]
+    assert sorted(set(data["output_len"])) == [10, 100, 1000]
+    triton = data[data["line"] == "TRITON_ATTN"].sort_values("output_len")
+    assert triton["e2el"].tolist() == pytest.approx([20 + 9 * 5, 20 + 99 * 5, 20 + 999 * 5])
+    assert fig.axes[0].get_xlabel() == "output length (tokens)"
+
+
+def test_vllm_bench_json_plots_beside_ours(tree, tmp_path):
+    result = {"date": "20261122-000000", "backend": "vllm", "model_id": "llama8b", "num_prompts": 3,
+              "request_throughput": 2.0, "output_throughput": 20.0, "total_token_throughput": 50.0,
+              "median_ttft_ms": 80.0, "median_itl_ms": 7.0, "median_tpot_ms": 7.0, "median_e2el_ms": 100.0,
+              "ttfts": [0.07, 0.08, 0.09], "itls": [[0.007, 0.007], [0.007]], "input_lens": [10, 10, 10],
+              "output_lens": [3, 2, 1]}
+    path = tmp_path / "vllm-bench-triton.json"
+    path.write_text(json.dumps(result))
+    data = collect_vllm_bench(path)
+    assert data.runs.iloc[0]["run"] == "vllm-bench-triton" and len(data.requests) == 3 and len(data.itl) == 3
+    analysis = analyze([tree], tmp_path / "figs", vllm_bench=[path])
+    assert set(analysis.agg["run"]) == {"flex", "triton", "vllm-bench-triton"}
+
+
+def micro_csv(path: Path, rows: list[dict]) -> Path:
+    """A microbenchmark CSV with the schema's columns, written through the bench's own sink."""
+    from attnbench.kernels.bench import CsvSink
+
+    sink = CsvSink(path)
+    sink.write([{k: r.get(k, "") for k in MICROBENCH_FIELDS} for r in rows])
+    sink.close()
+    return path
+
+
+def micro_rows():
+    rows = []
+    for share in (0.0, 1.0):
+        for bs in (1, 4, 16):
+            for impl, speed in (("vllm_unified", 1.0), ("qblock", 0.5)):
+                rows.append({"suite": "s", "case": f"c-{share}-{bs}", "group": "fig6", "implementation": impl,
+                             "status": "ok", "num_seqs": bs, "max_seqlen_k": 512, "sum_seq_lens": 512 * bs,
+                             "decode_share": share, "median_us": 10.0 * bs * speed, "floor_us": 2.0 * bs,
+                             "num_q_heads": 32, "num_kv_heads": 8, "head_size": 128, "dtype": "bfloat16",
+                             "device": "NVIDIA H100 80GB HBM3", "torch": "2.11", "triton": "3.6"})
+    return rows
+
+
+def test_microbench_figures_normalized_to_the_leftmost_baseline(tmp_path, captured):
+    csv = micro_csv(tmp_path / "mb.csv", micro_rows())
+    analysis = analyze([], tmp_path / "figs", microbench=[csv])
+    fig, data = captured["microbench-by-decode-share-normalized"]
+    d0 = data[(data["panel"] == 0.0) & (data["implementation"] == "qblock")].sort_values("sum_seq_lens")
+    assert d0["y"].tolist() == pytest.approx([0.5, 2.0, 8.0])  # 10*bs*0.5 / 10 (baseline at B=1)
+    fig, data = captured["microbench-by-decode-share-absolute"]
+    floor = [line for line in fig.axes[0].get_lines() if line.get_label() == "roofline floor"][0]
+    assert list(floor.get_ydata()) == pytest.approx([2.0, 8.0, 32.0])
+    # by batch size for each decode share present (0 %, 100 %), by decode share: x2 (normalized, absolute)
+    assert len([p for p in analysis.figures if p.suffix == ".png"]) == 6
+
+
+def test_report_lists_tables_figures_and_conventions(tree, tmp_path):
+    csv = micro_csv(tmp_path / "mb.csv", micro_rows())
+    analysis = analyze([tree], tree / "figures", microbench=[csv])
+    text = write_report(analysis, tree / "report.md").read_text()
+    assert "## talk" in text and "Normalized to `flex`" in text and "p20/p80" in text
+    assert "![talk-normalized](figures/talk-normalized.png)" in text
+    assert "## Microbenchmark: mb" in text
+
+
+# ------------------------------------------------------------------------------ bad input
+def test_missing_empty_and_mixed_up_results(tmp_path, tree):
+    with pytest.raises(CollectError, match="no such results directory"):
+        collect_results(tmp_path / "nope")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(CollectError, match="no results found; expected <suite>/<run>/r<k>/summary.json"):
+        collect_results(tmp_path / "empty")
+    summary = tree / "talk" / "triton" / "r1" / "summary.json"
+    data = json.loads(summary.read_text())
+    data["run"] = "flex"
+    summary.write_text(json.dumps(data))
+    with pytest.raises(CollectError, match="mixed-up results directory"):
+        collect_results(tree)
+
+
+def test_unknown_baseline_is_an_error(tree, tmp_path):
+    with pytest.raises(CollectError, match="baseline run 'nope' not found"):
+        analyze([tree], tmp_path / "figs", baseline="nope")
+
+
+def test_bad_microbench_csv(tmp_path):
+    (tmp_path / "empty.csv").write_text("")
+    with pytest.raises(CollectError, match="empty file"):
+        load_microbench(tmp_path / "empty.csv")
+    (tmp_path / "cols.csv").write_text("case,median_us\na,1\n")
+    with pytest.raises(CollectError, match="missing columns .*'implementation'"):
+        load_microbench(tmp_path / "cols.csv")
+    with pytest.raises(CollectError, match="no such microbenchmark CSV"):
+        load_microbench(tmp_path / "none.csv")
+
+
+def test_figure_without_data_is_skipped_with_a_warning(tree, tmp_path):
+    agg = aggregate(collect_results(tree))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert figures.fig_latency_vs_output_len(agg, tmp_path / "figs", "talk") == []
+    assert any(issubclass(w.category, figures.MissingData) for w in caught)
+    assert not (tmp_path / "figs").exists()
