@@ -34,11 +34,21 @@ def _term_as_interrupt() -> None:
 @click.option("--out", "out_root", type=click.Path(file_okay=False, path_type=Path), default=Path("results"),
               show_default=True, help="Results root; the suite writes to OUT/<suite>/<run>/r<k>/.")
 @click.option("--resume", is_flag=True, help="Skip repeats whose summary.json says ok.")
-def run_cmd(suite_file, only, repeats, out_root, resume):
+@click.option("--models", type=click.Choice(["as-written", "dummy"]), default="as-written", show_default=True,
+              help="dummy: serve each run's published shape (model.arch) with random weights, no download.")
+@click.option("--models-dir", type=click.Path(file_okay=False, path_type=Path), default=Path(".models"),
+              show_default=True, help="Where dummy model folders are made.")
+@click.option("--sharegpt", type=click.Path(dir_okay=False, path_type=Path),
+              help="Use this ShareGPT JSON for every run's prompts.")
+def run_cmd(suite_file, only, repeats, out_root, resume, models, models_dir, sharegpt):
     """Serve each run of SUITE_FILE with vLLM, warm up, measure the repeats, stop the server."""
     from .execute import run_suite
 
     suite = _suite_or_fail(suite_file)
+    if models == "dummy":
+        suite = suite.with_dummy_models(models_dir)
+    if sharegpt:
+        suite = suite.with_sharegpt(sharegpt)
     try:
         suite.select(list(only) or None)
     except RecipeError as e:
@@ -180,11 +190,14 @@ def recipes_validate(suite_files):
 @recipes_group.command("show")
 @click.argument("suite_file", type=click.Path(dir_okay=False, path_type=Path))
 @click.option("--only", multiple=True)
-def recipes_show(suite_file, only):
+@click.option("--models", type=click.Choice(["as-written", "dummy"]), default="as-written", show_default=True)
+def recipes_show(suite_file, only, models):
     """Print each run's exact server argv and environment, and its load."""
     from .server import build_launch
 
     suite = _suite_or_fail(suite_file)
+    if models == "dummy":
+        suite = suite.with_dummy_models()
     for recipe in suite.select(list(only) or None):
         plan = build_launch(recipe, port=recipe.serve.port or 8000)
         b = recipe.benchmark

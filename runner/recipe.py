@@ -46,13 +46,25 @@ class ModelSpec(_Strict):
     ``path`` is a local folder or a Hugging Face id. ``build`` makes the folder on first use
     when it is missing: ``tiny`` (a small Llama with random weights and a locally trained
     tokenizer) or ``dummy:<arch>`` (a published architecture's config.json and a local
-    tokenizer, no weights: serve it with ``load_format: dummy``).
+    tokenizer, no weights: serve it with ``load_format: dummy``). ``arch`` names the
+    published shape of ``path``, so that ``attnbench run --models dummy`` can serve that
+    shape with random weights instead of downloading the checkpoint.
     """
 
     path: str
     served_name: str | None = None
     tokenizer: str | None = None
     build: str | None = None
+    arch: str | None = None  # a key of runner.models.ARCHS: lets `--models dummy` swap in that shape
+
+    @field_validator("arch")
+    @classmethod
+    def _arch(cls, v):
+        from .models import ARCHS
+
+        if v is not None and v not in ARCHS:
+            raise ValueError(f"expected one of {sorted(ARCHS)}")
+        return v
 
     @field_validator("build")
     @classmethod
@@ -182,6 +194,27 @@ class Suite(BaseModel):
     source: str = ""
     runs: list[Recipe]
 
+    def with_dummy_models(self, models_dir: str | Path = ".models") -> "Suite":
+        """Every run whose model names an ``arch`` serves that shape with random weights:
+        config + local tokenizer under ``models_dir/<arch>``, ``load_format: dummy``."""
+        runs = []
+        for r in self.runs:
+            if r.model.arch:
+                model = r.model.model_copy(update={
+                    "path": str(Path(models_dir) / r.model.arch), "build": f"dummy:{r.model.arch}",
+                    "tokenizer": None, "served_name": r.model.name})
+                r = r.model_copy(update={"model": model, "serve": r.serve.model_copy(update={"load_format": "dummy"})})
+            runs.append(r)
+        return self.model_copy(update={"runs": runs})
+
+    def with_sharegpt(self, path: str | Path) -> "Suite":
+        """Every run's prompts from the ShareGPT file at ``path`` (vLLM's filtering)."""
+        runs = []
+        for r in self.runs:
+            dataset = r.benchmark.dataset.model_copy(update={"kind": "sharegpt", "path": str(path)})
+            runs.append(r.model_copy(update={"benchmark": r.benchmark.model_copy(update={"dataset": dataset})}))
+        return self.model_copy(update={"runs": runs})
+
     def select(self, only: list[str] | None) -> list[Recipe]:
         if not only:
             return list(self.runs)
@@ -243,6 +276,36 @@ def _format_errors(source: str, run_name: str, err: ValidationError) -> str:
     return "\n".join(lines)
 
 
+def _included_runs(parent: Path, inc, platform_defaults: dict, where: str) -> list[tuple]:
+    """Runs of an included suite: ``{file, prefix, defaults, only}``.
+
+    Defaults merge in this order: the including suite's, the included suite's, the include
+    entry's (platform overrides for that experiment). Runs are renamed ``<prefix>-<run>``;
+    ``only`` keeps the named runs of the included file.
+    """
+    if not isinstance(inc, dict) or not isinstance(inc.get("file"), str):
+        raise RecipeError(f"{where}: expected {{file, prefix, defaults, only}}, got {inc!r}")
+    unknown = set(inc) - {"file", "prefix", "defaults", "only"}
+    if unknown:
+        raise RecipeError(f"{where}: unknown keys {sorted(unknown)}; expected file, prefix, defaults, only")
+    child = (parent.parent / inc["file"]).resolve()
+    try:
+        data = yaml.safe_load(child.read_text())
+    except FileNotFoundError:
+        raise RecipeError(f"{where}.file: no such suite file {child}") from None
+    if not isinstance(data, dict) or "include" in data:
+        raise RecipeError(f"{where}.file: {child} must be a suite with runs and no includes of its own")
+    base = deep_merge(deep_merge(platform_defaults, data.get("defaults") or {}), inc.get("defaults") or {})
+    prefix = inc.get("prefix") or data.get("name", child.stem)
+    only = inc.get("only")
+    out = []
+    for i, run in enumerate(data.get("runs") or []):
+        if only and run.get("name") not in only:
+            continue
+        out.append((str(child), f"runs[{i}]", base, {**run, "name": f"{prefix}-{run.get('name')}"}))
+    return out
+
+
 def load_suite(path: str | Path) -> Suite:
     """Read a suite file; raises `RecipeError` naming file, field and value on any problem."""
     path = Path(path)
@@ -255,26 +318,29 @@ def load_suite(path: str | Path) -> Suite:
         raise RecipeError(f"{source}: not valid YAML: {e}") from None
     if not isinstance(data, dict):
         raise RecipeError(f"{source}: expected a mapping with 'name' and 'runs', got {type(data).__name__}")
-    unknown = set(data) - {"name", "description", "defaults", "runs"}
+    unknown = set(data) - {"name", "description", "defaults", "runs", "include"}
     if unknown:
-        raise RecipeError(f"{source}: unknown top-level keys {sorted(unknown)}; expected name, description, defaults, runs")
+        raise RecipeError(f"{source}: unknown top-level keys {sorted(unknown)}; "
+                          "expected name, description, defaults, runs, include")
     if not isinstance(data.get("name"), str):
         raise RecipeError(f"{source}: 'name' must be a string, got {data.get('name')!r}")
-    runs = data.get("runs")
-    if not isinstance(runs, list) or not runs:
-        raise RecipeError(f"{source}: 'runs' must be a non-empty list, got {runs!r}")
     defaults = data.get("defaults") or {}
     if not isinstance(defaults, dict):
         raise RecipeError(f"{source}: 'defaults' must be a mapping, got {defaults!r}")
+    runs = [(source, f"runs[{i}]", defaults, run) for i, run in enumerate(data.get("runs") or [])]
+    for j, inc in enumerate(data.get("include") or []):
+        runs += _included_runs(path, inc, defaults, f"{source}: include[{j}]")
+    if not runs:
+        raise RecipeError(f"{source}: needs a non-empty 'runs' list or 'include'")
     recipes: list[Recipe] = []
-    for i, run in enumerate(runs):
+    for where_file, where, base, run in runs:
         if not isinstance(run, dict) or not isinstance(run.get("name"), str):
-            raise RecipeError(f"{source}: runs[{i}] needs a 'name' (string), got {run!r}")
-        for expanded in _expand_matrix(deep_merge(defaults, run), f"{source}: runs[{i}]"):
+            raise RecipeError(f"{where_file}: {where} needs a 'name' (string), got {run!r}")
+        for expanded in _expand_matrix(deep_merge(base, run), f"{where_file}: {where}"):
             try:
                 recipes.append(Recipe.model_validate(expanded))
             except ValidationError as e:
-                raise RecipeError(_format_errors(source, expanded["name"], e)) from None
+                raise RecipeError(_format_errors(where_file, expanded["name"], e)) from None
     names = [r.name for r in recipes]
     dup = sorted({n for n in names if names.count(n) > 1})
     if dup:

@@ -97,3 +97,45 @@ def test_recipe_hash_changes_with_any_setting(tmp_path):
     a = load_suite(write(tmp_path, BASE)).runs[0]
     b = load_suite(write(tmp_path, {**BASE, "runs": [{"name": "a", "benchmark": {"seed": 1}}]})).runs[0]
     assert a.digest() != b.digest() and len(a.digest()) == 64
+
+
+def test_include_merges_defaults_prefixes_and_filters(tmp_path):
+    (tmp_path / "exp.yaml").write_text(yaml.safe_dump({
+        "name": "exp", "defaults": {"model": {"path": "org/big", "arch": "llama-3.1-8b"},
+                                    "serve": {"max_model_len": 4096}},
+        "runs": [{"name": "a", "matrix": {"benchmark.seed": [1, 2]}}, {"name": "b"}]}, sort_keys=False))
+    platform = {"name": "plat", "defaults": {"serve": {"env": {"X": "1"}, "max_model_len": 1024}},
+                "include": [{"file": "exp.yaml", "prefix": "e", "only": ["a"],
+                             "defaults": {"benchmark": {"num_prompts": 7}}}]}
+    suite = load_suite(write(tmp_path, platform))
+    assert [r.name for r in suite.runs] == ["e-a-1", "e-a-2"]
+    run = suite.runs[0]
+    assert run.serve.env == {"X": "1"}           # platform default
+    assert run.serve.max_model_len == 4096       # the included suite's default wins over the platform's
+    assert run.benchmark.num_prompts == 7        # the include entry's override wins over both
+
+
+def test_include_errors_name_the_entry(tmp_path):
+    with pytest.raises(RecipeError, match=r"include\[0\].file: no such suite file"):
+        load_suite(write(tmp_path, {"name": "p", "include": [{"file": "missing.yaml"}]}))
+    with pytest.raises(RecipeError, match=r"include\[0\]: unknown keys \['prefx'\]"):
+        load_suite(write(tmp_path, {"name": "p", "include": [{"file": "x.yaml", "prefx": "a"}]}))
+
+
+def test_dummy_models_and_sharegpt_switches(tmp_path):
+    data = {"name": "t", "defaults": {"model": {"path": "meta-llama/Llama-3.1-8B-Instruct", "served_name": "l",
+                                                "arch": "llama-3.1-8b"}},
+            "runs": [{"name": "a"}, {"name": "tiny", "model": {"path": "/x", "build": "tiny", "arch": None}}]}
+    suite = load_suite(write(tmp_path, data)).with_dummy_models(tmp_path / "models")
+    dummy, tiny = suite.runs
+    assert dummy.model.path == str(tmp_path / "models" / "llama-3.1-8b")
+    assert dummy.model.build == "dummy:llama-3.1-8b" and dummy.serve.load_format == "dummy"
+    assert dummy.model.name == "l"
+    assert tiny.model.path == "/x" and tiny.serve.load_format is None  # no arch: untouched
+    shared = suite.with_sharegpt("/data/sg.json").runs[0].benchmark.dataset
+    assert shared.kind == "sharegpt" and shared.path == "/data/sg.json"
+
+
+def test_unknown_arch_is_rejected(tmp_path):
+    with pytest.raises(RecipeError, match="model.arch.*'gpt-9'"):
+        load_suite(write(tmp_path, {**BASE, "runs": [{"name": "a", "model": {"path": "/m", "arch": "gpt-9"}}]}))
