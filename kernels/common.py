@@ -153,3 +153,80 @@ def qblock_rows(
     valid = (offs_m < BLOCK_Q * QPK) & (tok < query_len)
     pos = context_len + tok
     return tok, head, valid, pos
+
+
+@triton.jit
+def locate_qblock(cu_seqlens_q_ptr, seq_lens_ptr, q_block, num_seqs, BLOCK_Q: tl.constexpr):
+    """(sequence, its first query row, query length, Q-block index within it, sequence length).
+
+    The Q-block has rows only if ``q_block_local * BLOCK_Q < query_len``: surplus indices of
+    the upper-bound grid and padding sequences have none.
+    """
+    seq = find_seq_idx(cu_seqlens_q_ptr, q_block, num_seqs, BLOCK_Q, True)
+    q_start = tl.load(cu_seqlens_q_ptr + seq)
+    query_len = tl.load(cu_seqlens_q_ptr + seq + 1) - q_start
+    q_block_local = q_block - (q_start // BLOCK_Q + seq)
+    seq_len = tl.load(seq_lens_ptr + seq)
+    return seq, q_start, query_len, q_block_local, seq_len
+
+
+@triton.jit
+def attend_qblock(
+    q_ptr, k_ptr, v_ptr, block_table_ptr,
+    seq, q_start, query_len, q_block_local, seq_len, kv_head, segment, num_segments,
+    qk_scale, softcap, sliding_window,
+    stride_qt, stride_qh, stride_kb, stride_ks, stride_kh, stride_vb, stride_vs, stride_vh, stride_bt,
+    QPK: tl.constexpr, HEAD_SIZE: tl.constexpr, HEAD_PAD: tl.constexpr,
+    BLOCK_SIZE: tl.constexpr, TILE_SIZE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_Q: tl.constexpr,
+    USE_SOFTCAP: tl.constexpr, USE_WINDOW: tl.constexpr,
+):
+    """Load one Q-block and run the tiled softmax over segment ``segment`` of
+    ``num_segments`` of its KV tiles (1 segment: the whole range).
+
+    Returns the unnormalized ``acc``, the row max ``m_i`` and sum ``l_i``, and where the
+    rows go: (token in sequence, query head, valid).
+    """
+    context_len = seq_len - query_len
+    # BLOCK_Q tokens x QPK heads of one KV head, flattened to BLOCK_M rows
+    tok, head, row_valid, pos_q = qblock_rows(q_block_local, query_len, context_len, kv_head, BLOCK_M, BLOCK_Q, QPK)
+    offs_d = tl.arange(0, HEAD_PAD)
+    q_rows = (q_start + tok).to(tl.int64) * stride_qt + head * stride_qh
+    q = tl.load(q_ptr + q_rows[:, None] + offs_d[None, :],
+                mask=row_valid[:, None] & (offs_d < HEAD_SIZE)[None, :], other=0.0)
+
+    # the Q-block's KV tiles: up to its last token's position (causal), from its first
+    # token's window start (sliding window); this segment's share of them
+    max_pos = tl.max(tl.where(row_valid, pos_q, 0), axis=0)
+    first_tile, first_masked, end_tile = tile_ranges(context_len, q_block_local, max_pos, sliding_window,
+                                                     BLOCK_Q, TILE_SIZE, USE_WINDOW)
+    tiles_per_segment = tl.cdiv(end_tile - first_tile, num_segments)
+    seg_first = first_tile + segment * tiles_per_segment
+    seg_end = tl.minimum(seg_first + tiles_per_segment, end_tile)
+
+    # mask-free tiles first, then the ones that reach the diagonal / window edge
+    m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
+    l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
+    acc = tl.zeros([BLOCK_M, HEAD_PAD], dtype=tl.float32)
+    bt_row = block_table_ptr + tl.cast(seq, tl.int64) * stride_bt
+    acc, m_i, l_i = attend_tiles(acc, m_i, l_i, q, pos_q, seg_first, tl.minimum(seg_end, first_masked),
+                                 k_ptr, v_ptr, bt_row, seq_len, kv_head,
+                                 stride_kb, stride_ks, stride_kh, stride_vb, stride_vs, stride_vh,
+                                 qk_scale, softcap, sliding_window, HEAD_SIZE, HEAD_PAD, BLOCK_SIZE,
+                                 TILE_SIZE, USE_SOFTCAP, USE_WINDOW, False)
+    acc, m_i, l_i = attend_tiles(acc, m_i, l_i, q, pos_q, tl.maximum(seg_first, first_masked), seg_end,
+                                 k_ptr, v_ptr, bt_row, seq_len, kv_head,
+                                 stride_kb, stride_ks, stride_kh, stride_vb, stride_vs, stride_vh,
+                                 qk_scale, softcap, sliding_window, HEAD_SIZE, HEAD_PAD, BLOCK_SIZE,
+                                 TILE_SIZE, USE_SOFTCAP, USE_WINDOW, True)
+    return acc, m_i, l_i, tok, head, row_valid
+
+
+@triton.jit
+def store_rows(out_ptr, acc, l_i, q_start, tok, head, row_valid, stride_ot, stride_oh,
+               HEAD_SIZE: tl.constexpr, HEAD_PAD: tl.constexpr):
+    """Normalize ``acc`` by ``l_i`` and store the valid rows of a Q-block."""
+    offs_d = tl.arange(0, HEAD_PAD)
+    acc = acc / tl.where(l_i == 0.0, 1.0, l_i)[:, None]
+    o_rows = (q_start + tok).to(tl.int64) * stride_ot + head * stride_oh
+    tl.store(out_ptr + o_rows[:, None] + offs_d[None, :], acc.to(out_ptr.dtype.element_ty),
+             mask=row_valid[:, None] & (offs_d < HEAD_SIZE)[None, :])

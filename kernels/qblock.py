@@ -16,7 +16,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .common import attend_tiles, find_seq_idx, qblock_rows, tile_ranges
+from .common import attend_qblock, locate_qblock, store_rows
 from .heuristics import KernelConfig
 
 
@@ -41,48 +41,17 @@ def qblock_attention_kernel(
     q_block = tl.num_programs(0) - 1 - tl.program_id(0)
     kv_head = tl.program_id(1)
 
-    # sequence of this Q-block, and which of its Q-blocks this is
-    seq = find_seq_idx(cu_seqlens_q_ptr, q_block, num_seqs, BLOCK_Q, True)
-    q_start = tl.load(cu_seqlens_q_ptr + seq)
-    query_len = tl.load(cu_seqlens_q_ptr + seq + 1) - q_start
-    q_block_local = q_block - (q_start // BLOCK_Q + seq)
+    seq, q_start, query_len, q_block_local, seq_len = locate_qblock(
+        cu_seqlens_q_ptr, seq_lens_ptr, q_block, num_seqs, BLOCK_Q)
     if q_block_local * BLOCK_Q >= query_len:
         return
-    seq_len = tl.load(seq_lens_ptr + seq)
-    context_len = seq_len - query_len
-
-    # load the Q-block: BLOCK_Q tokens x QPK heads, flattened to BLOCK_M rows
-    tok, head, row_valid, pos_q = qblock_rows(q_block_local, query_len, context_len, kv_head, BLOCK_M, BLOCK_Q, QPK)
-    offs_d = tl.arange(0, HEAD_PAD)
-    d_mask = offs_d < HEAD_SIZE
-    q_rows = (q_start + tok).to(tl.int64) * stride_qt + head * stride_qh
-    q = tl.load(q_ptr + q_rows[:, None] + offs_d[None, :], mask=row_valid[:, None] & d_mask[None, :], other=0.0)
-
-    # KV tiles this Q-block needs: up to its last token's position (causal), from the
-    # first token's window start (sliding window); mask-free tiles first
-    max_pos = tl.max(tl.where(row_valid, pos_q, 0), axis=0)
-    first_tile, first_masked, end_tile = tile_ranges(context_len, q_block_local, max_pos, sliding_window,
-                                                     BLOCK_Q, TILE_SIZE, USE_WINDOW)
-    m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
-    l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
-    acc = tl.zeros([BLOCK_M, HEAD_PAD], dtype=tl.float32)
-    bt_row = block_table_ptr + tl.cast(seq, tl.int64) * stride_bt
-    acc, m_i, l_i = attend_tiles(acc, m_i, l_i, q, pos_q, first_tile, first_masked,
-                                 k_ptr, v_ptr, bt_row, seq_len, kv_head,
-                                 stride_kb, stride_ks, stride_kh, stride_vb, stride_vs, stride_vh,
-                                 qk_scale, softcap, sliding_window, HEAD_SIZE, HEAD_PAD, BLOCK_SIZE,
-                                 TILE_SIZE, USE_SOFTCAP, USE_WINDOW, False)
-    acc, m_i, l_i = attend_tiles(acc, m_i, l_i, q, pos_q, first_masked, end_tile,
-                                 k_ptr, v_ptr, bt_row, seq_len, kv_head,
-                                 stride_kb, stride_ks, stride_kh, stride_vb, stride_vs, stride_vh,
-                                 qk_scale, softcap, sliding_window, HEAD_SIZE, HEAD_PAD, BLOCK_SIZE,
-                                 TILE_SIZE, USE_SOFTCAP, USE_WINDOW, True)
-
-    # normalize and store the valid rows
-    acc = acc / tl.where(l_i == 0.0, 1.0, l_i)[:, None]
-    o_rows = (q_start + tok).to(tl.int64) * stride_ot + head * stride_oh
-    tl.store(out_ptr + o_rows[:, None] + offs_d[None, :], acc.to(out_ptr.dtype.element_ty),
-             mask=row_valid[:, None] & d_mask[None, :])
+    # one program walks all of the Q-block's KV tiles
+    acc, m_i, l_i, tok, head, row_valid = attend_qblock(
+        q_ptr, k_ptr, v_ptr, block_table_ptr, seq, q_start, query_len, q_block_local, seq_len, kv_head, 0, 1,
+        qk_scale, softcap, sliding_window,
+        stride_qt, stride_qh, stride_kb, stride_ks, stride_kh, stride_vb, stride_vs, stride_vh, stride_bt,
+        QPK, HEAD_SIZE, HEAD_PAD, BLOCK_SIZE, TILE_SIZE, BLOCK_M, BLOCK_Q, USE_SOFTCAP, USE_WINDOW)
+    store_rows(out_ptr, acc, l_i, q_start, tok, head, row_valid, stride_ot, stride_oh, HEAD_SIZE, HEAD_PAD)
 
 
 def launch(out, q, k_cache, v_cache, block_table, cu_seqlens_q, seq_lens, *,

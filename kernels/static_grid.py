@@ -21,7 +21,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .common import attend_tiles, find_seq_idx, qblock_rows, tile_ranges
+from .common import attend_qblock, locate_qblock, store_rows
 from .heuristics import KernelConfig
 
 
@@ -45,7 +45,6 @@ def static_grid_attention_kernel(
     USE_SOFTCAP: tl.constexpr, USE_WINDOW: tl.constexpr,
 ):
     offs_d = tl.arange(0, HEAD_PAD)
-    d_mask = offs_d < HEAD_SIZE
     offs_m = tl.arange(0, BLOCK_M)
 
     # persistent loop: this program takes every NUM_PROGRAMS-th work item; the segment
@@ -55,47 +54,19 @@ def static_grid_attention_kernel(
         kv_head = (item // num_segments) % num_kv_heads
         q_block = item // (num_segments * num_kv_heads)
 
-        seq = find_seq_idx(cu_seqlens_q_ptr, q_block, num_seqs, BLOCK_Q, True)
-        q_start = tl.load(cu_seqlens_q_ptr + seq)
-        query_len = tl.load(cu_seqlens_q_ptr + seq + 1) - q_start
-        q_block_local = q_block - (q_start // BLOCK_Q + seq)
+        seq, q_start, query_len, q_block_local, seq_len = locate_qblock(
+            cu_seqlens_q_ptr, seq_lens_ptr, q_block, num_seqs, BLOCK_Q)
         # surplus Q-block indices and padding sequences have no rows: nothing to do
         if q_block_local * BLOCK_Q < query_len:
-            seq_len = tl.load(seq_lens_ptr + seq)
-            context_len = seq_len - query_len
-            tok, head, row_valid, pos_q = qblock_rows(q_block_local, query_len, context_len, kv_head, BLOCK_M, BLOCK_Q, QPK)
-            q_rows = (q_start + tok).to(tl.int64) * stride_qt + head * stride_qh
-            q = tl.load(q_ptr + q_rows[:, None] + offs_d[None, :], mask=row_valid[:, None] & d_mask[None, :], other=0.0)
-
-            # this item's tiles: the whole causal range, or its segment of it (mask-free first)
-            max_pos = tl.max(tl.where(row_valid, pos_q, 0), axis=0)
-            first_tile, first_masked, end_tile = tile_ranges(context_len, q_block_local, max_pos, sliding_window,
-                                                             BLOCK_Q, TILE_SIZE, USE_WINDOW)
-            tiles_per_segment = tl.cdiv(end_tile - first_tile, num_segments)
-            seg_first = first_tile + segment * tiles_per_segment
-            seg_end = tl.minimum(seg_first + tiles_per_segment, end_tile)
-
-            m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
-            l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
-            acc = tl.zeros([BLOCK_M, HEAD_PAD], dtype=tl.float32)
-            bt_row = block_table_ptr + tl.cast(seq, tl.int64) * stride_bt
-            acc, m_i, l_i = attend_tiles(acc, m_i, l_i, q, pos_q, seg_first, tl.minimum(seg_end, first_masked),
-                                         k_ptr, v_ptr, bt_row, seq_len, kv_head,
-                                         stride_kb, stride_ks, stride_kh, stride_vb, stride_vs, stride_vh,
-                                         qk_scale, softcap, sliding_window, HEAD_SIZE, HEAD_PAD, BLOCK_SIZE,
-                                         TILE_SIZE, USE_SOFTCAP, USE_WINDOW, False)
-            acc, m_i, l_i = attend_tiles(acc, m_i, l_i, q, pos_q, tl.maximum(seg_first, first_masked), seg_end,
-                                         k_ptr, v_ptr, bt_row, seq_len, kv_head,
-                                         stride_kb, stride_ks, stride_kh, stride_vb, stride_vs, stride_vh,
-                                         qk_scale, softcap, sliding_window, HEAD_SIZE, HEAD_PAD, BLOCK_SIZE,
-                                         TILE_SIZE, USE_SOFTCAP, USE_WINDOW, True)
+            acc, m_i, l_i, tok, head, row_valid = attend_qblock(
+                q_ptr, k_ptr, v_ptr, block_table_ptr, seq, q_start, query_len, q_block_local, seq_len, kv_head,
+                segment, num_segments, qk_scale, softcap, sliding_window,
+                stride_qt, stride_qh, stride_kb, stride_ks, stride_kh, stride_vb, stride_vs, stride_vh, stride_bt,
+                QPK, HEAD_SIZE, HEAD_PAD, BLOCK_SIZE, TILE_SIZE, BLOCK_M, BLOCK_Q, USE_SOFTCAP, USE_WINDOW)
 
             if num_segments == 1:
                 # whole range done here: normalize and write the output rows
-                acc = acc / tl.where(l_i == 0.0, 1.0, l_i)[:, None]
-                o_rows = (q_start + tok).to(tl.int64) * stride_ot + head * stride_oh
-                tl.store(out_ptr + o_rows[:, None] + offs_d[None, :], acc.to(out_ptr.dtype.element_ty),
-                         mask=row_valid[:, None] & d_mask[None, :])
+                store_rows(out_ptr, acc, l_i, q_start, tok, head, row_valid, stride_ot, stride_oh, HEAD_SIZE, HEAD_PAD)
             else:
                 # one compact slot per (sequence, KV head, segment); empty segments store
                 # the -inf / 0 sentinel

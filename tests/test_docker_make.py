@@ -63,9 +63,17 @@ def test_dockerignore_keeps_results_venvs_and_caches_out():
         assert link.resolve() == (ROOT / "docker" / ".dockerignore").resolve()
 
 
+def make(*args: str) -> str:
+    """Output of a top-level make (a `make test` parent must not leak its MAKEFLAGS in)."""
+    import os
+
+    env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MAKELEVEL", "MFLAGS")}
+    return subprocess.run(["make", "--no-print-directory", *args], cwd=ROOT, env=env,
+                          capture_output=True, text=True, check=True).stdout
+
+
 def make_n(*args: str) -> list[list[str]]:
-    out = subprocess.run(["make", "-n", *args, "RESULTS=/data/results", "HF_CACHE=/data/hf"], cwd=ROOT,
-                         capture_output=True, text=True, check=True).stdout
+    out = make("-n", *args, "RESULTS=/data/results", "HF_CACHE=/data/hf")
     return [shlex.split(line) for line in out.splitlines() if line.strip()]
 
 
@@ -102,6 +110,6 @@ def test_native_runtime_runs_the_same_suite_without_docker():
 
 
 def test_make_help_lists_every_user_target():
-    out = subprocess.run(["make", "help"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    out = make("help")
     for target in ("demo", "test", "test-gpu", "plots", "bench-h100", "bench-mi300x", "image-cuda", "image-rocm"):
         assert f"  {target} " in out
