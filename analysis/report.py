@@ -106,8 +106,13 @@ def _figure_links(paths: list[Path], report: Path) -> list[str]:
     return lines
 
 
+UNITS = {"request_throughput": "req/s", "output_throughput": "output tok/s",
+         "total_token_throughput": "total tok/s", "ttft": "TTFT ms", "tpot": "TPOT ms", "e2el": "E2EL ms",
+         "itl": "ITL ms"}
+
+
 def _fmt_table(df: pd.DataFrame) -> str:
-    return df.to_markdown(index=False, floatfmt=".3g")
+    return df.rename(columns=UNITS).to_markdown(index=False, floatfmt=".3g")
 
 
 def write_report(analysis: Analysis, path: Path) -> Path:
