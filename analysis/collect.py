@@ -20,8 +20,8 @@ import yaml
 
 from attnbench.kernels.schema import MICROBENCH_FIELDS, MICROBENCH_REQUIRED
 from attnbench.runner.metrics import request_latencies
-from attnbench.runner.store import (PROVENANCE_FILE, RECIPE_FILE, REQUESTS_FILE, SUMMARY_FILE,
-                                    iter_repeat_dirs, read_records)
+from attnbench.runner.store import (PROVENANCE_FILE, RECIPE_FILE, SUMMARY_FILE, iter_repeat_dirs,
+                                    read_records, requests_path)
 
 
 class CollectError(ValueError):
@@ -129,8 +129,9 @@ def collect_results(root: str | Path) -> Collected:
             metrics = {k: v for k, v in summary.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
             runs.append({**key, "status": summary.get("status", ""), **_serve_settings(recipe),
                          **_provenance_columns(prov, recipe), **metrics, "source": str(rep_dir)})
-            if summary.get("status") == "ok" and (rep_dir / REQUESTS_FILE).exists():
-                rows, itl_rows = _request_rows(read_records(rep_dir / REQUESTS_FILE), key)
+            records_file = requests_path(rep_dir)
+            if summary.get("status") == "ok" and records_file is not None:
+                rows, itl_rows = _request_rows(read_records(records_file), key)
                 requests += rows
                 itl += itl_rows
     if not runs:

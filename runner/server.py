@@ -130,6 +130,20 @@ def build_launch(recipe: Recipe, port: int | None = None, python: str | None = N
     return LaunchPlan(argv, {}, s.host, port, container=container)
 
 
+def _die_with_parent() -> None:
+    """In the server's process (before exec): SIGTERM it when attnbench dies, even by SIGKILL.
+
+    The server runs in its own session (so that stop() can signal its whole group), which
+    also shields it from the signals that end attnbench; without this a killed attnbench
+    would leave vLLM holding the GPU and the port. Linux only (prctl PR_SET_PDEATHSIG).
+    """
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        PR_SET_PDEATHSIG = 1
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
 def _tail(path: Path, lines: int = 30) -> str:
     try:
         return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
@@ -158,7 +172,8 @@ class ServerProcess:
             log.flush()
             self.proc = subprocess.Popen(
                 self.plan.argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                env={**os.environ, **self.plan.env}, start_new_session=True)
+                env={**os.environ, **self.plan.env}, start_new_session=True,
+                preexec_fn=_die_with_parent)
         return self
 
     def alive(self) -> bool:

@@ -13,6 +13,7 @@ those and re-runs the rest. Files other than requests.jsonl are written atomical
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import tempfile
@@ -74,10 +75,21 @@ class RecordWriter:
         self.close()
 
 
+def requests_path(repeat_dir: Path) -> Path | None:
+    """The repeat's request records: requests.jsonl, or requests.jsonl.gz as archived."""
+    for name in (REQUESTS_FILE, REQUESTS_FILE + ".gz"):
+        if (repeat_dir / name).exists():
+            return repeat_dir / name
+    return None
+
+
 def read_records(path: Path) -> list[RequestRecord]:
-    """Records of a JSONL file; a torn last line (interrupted write) is ignored."""
+    """Records of a JSONL file (gzipped if it ends in .gz); a torn last line (interrupted
+    write) is ignored."""
+    path = Path(path)
+    text = gzip.decompress(path.read_bytes()).decode() if path.suffix == ".gz" else path.read_text()
     out = []
-    for line in Path(path).read_text().splitlines():
+    for line in text.splitlines():
         try:
             out.append(RequestRecord.from_dict(json.loads(line)))
         except (json.JSONDecodeError, TypeError):

@@ -78,8 +78,10 @@ def test_docker_argv_rocm(tmp_path):
 
 # ----------------------------------------------------------------- lifecycle (real processes)
 FAKE_SERVER = textwrap.dedent("""
-    import http.server, os, subprocess, sys, time
+    import http.server, os, signal, subprocess, sys, time
     port = int(sys.argv[1]); mode = sys.argv[2]
+    # like vLLM: on TERM, take the whole process group down
+    signal.signal(signal.SIGTERM, lambda *a: os.killpg(0, signal.SIGKILL))
     if mode == "crash":
         print("fatal: bad argument --frobnicate", flush=True); sys.exit(2)
     # a child in the same process group, like vLLM's engine core
@@ -145,3 +147,36 @@ def test_port_in_use_is_a_clear_error(tmp_path):
         s.listen()
         with pytest.raises(PortInUseError, match=f"port {plan.port} .* already in use"):
             ServerProcess(plan, tmp_path / "server.log").start()
+
+
+def test_server_dies_with_a_killed_attnbench(tmp_path):
+    """attnbench killed by SIGKILL (no cleanup runs) must not leave its server behind."""
+    import os
+    import signal
+    import subprocess
+    import time
+
+    plan = fake_plan(tmp_path, "ok")
+    driver = tmp_path / "driver.py"
+    driver.write_text(textwrap.dedent(f"""
+        import sys, time
+        from pathlib import Path
+        from attnbench.runner.server import LaunchPlan, ServerProcess
+        plan = LaunchPlan({plan.argv!r}, {{}}, "127.0.0.1", {plan.port})
+        server = ServerProcess(plan, Path({str(tmp_path / "server.log")!r}), startup_timeout_s=30).start()
+        server.wait_ready()
+        print(server.proc.pid, flush=True)
+        time.sleep(600)
+    """))
+    proc = subprocess.Popen([sys.executable, str(driver)], stdout=subprocess.PIPE, text=True)
+    server_pid = int(proc.stdout.readline())
+    assert _group_alive(server_pid)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    deadline = time.monotonic() + 15
+    while _group_alive(server_pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not _group_alive(server_pid), "the server outlived a SIGKILLed attnbench"
+    while not port_is_free(plan.host, plan.port) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert port_is_free(plan.host, plan.port)

@@ -38,3 +38,21 @@ def test_atomic_write_leaves_no_temp_files(tmp_path):
     atomic_write_json(tmp_path / "a.json", {"x": 1})
     assert json.loads((tmp_path / "a.json").read_text()) == {"x": 1}
     assert [p.name for p in tmp_path.iterdir()] == ["a.json"]
+
+
+def test_archived_gzip_records_read_the_same(tmp_path):
+    import gzip
+
+    from attnbench.runner.store import requests_path
+
+    store = ResultsStore(tmp_path, "s")
+    recs = [RequestRecord(i, "measure", 5, 3, 0.0, chunk_s=[0.1], chunk_tokens=[1]) for i in range(2)]
+    with store.requests_writer("r", 1) as w:
+        for r in recs:
+            w(r)
+    plain = store.repeat_dir("r", 1) / "requests.jsonl"
+    archived = plain.with_suffix(".jsonl.gz")
+    archived.write_bytes(gzip.compress(plain.read_bytes()))
+    plain.unlink()
+    assert requests_path(store.repeat_dir("r", 1)) == archived
+    assert read_records(archived) == recs
