@@ -117,7 +117,7 @@ def _fmt_table(df: pd.DataFrame) -> str:
 
 def write_report(analysis: Analysis, path: Path) -> Path:
     """One Markdown report: provenance, tables, figures, conventions."""
-    lines = [f"# attnbench report", "", f"Generated {dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M} UTC.", ""]
+    lines = ["# attnbench report", "", f"Generated {dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M} UTC.", ""]
     lines += ["## Conventions", "",
               "- TTFT: first streamed chunk minus send time; ITL: gap between chunks (one sample per "
               "chunk); TPOT: (E2EL - TTFT) / (output tokens - 1); E2EL: last chunk minus send time "

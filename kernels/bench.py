@@ -28,9 +28,9 @@ from .batch import PagedBatch
 from .bench_spec import Case, MicrobenchSuite
 from .heuristics import Platform, choose_config, with_overrides
 from .implementations import Unsupported, prepare
+from .reference import within_tolerance
 from .schema import MICROBENCH_FIELDS
 
-TOLERANCE = {torch.float16: (2e-3, 2**-10), torch.bfloat16: (1.6e-2, 2**-7)}  # (atol, rtol)
 DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
@@ -128,15 +128,6 @@ def _case_columns(suite: MicrobenchSuite, case: Case, batch: PagedBatch, ceiling
                 copy_gbps=ceilings.copy_bytes_s / 1e9, matmul_tflops=ceilings.matmul_flops_s / 1e12)
 
 
-def _max_error(out: torch.Tensor, ref: torch.Tensor, rows: int, dtype) -> tuple[float, bool]:
-    out, ref = out[:rows].float(), ref[:rows]
-    if not torch.isfinite(out).all():
-        return float("nan"), False
-    atol, rtol = TOLERANCE[dtype]
-    err = (out - ref).abs()
-    return err.max().item(), bool((err <= atol + rtol * ref.abs()).all())
-
-
 def measure_case(suite: MicrobenchSuite, case: Case, implementations: Iterable[str],
                  device: torch.device, ceilings: Ceilings | None, env: dict, seed: int) -> list[dict]:
     """All rows of one case: one per implementation."""
@@ -162,7 +153,7 @@ def measure_case(suite: MicrobenchSuite, case: Case, implementations: Iterable[s
                 prepared = prepare(name, batch)
             row["config"] = prepared.config
             out = prepared.run()
-            err, ok = _max_error(out, ref, batch.num_tokens, batch.dtype)
+            err, ok = within_tolerance(out[: batch.num_tokens], ref[: batch.num_tokens], batch.dtype)
             row["max_abs_err"] = err
             if not ok:
                 rows.append(dict(row, status="mismatch", message="output differs from the fp32 reference"))

@@ -140,7 +140,7 @@ class MicrobenchSuite(_Strict):
         known = set(IMPLEMENTATIONS) | set(self.configs)
         unknown = [i for i in self.implementations if i not in known]
         if unknown:
-            raise ValueError(f"unknown implementations {unknown}; expected names from "
+            raise ValueError(f"implementations: unknown {unknown}; expected names from "
                              f"{sorted(IMPLEMENTATIONS)} or from 'configs'")
         return self
 
@@ -151,7 +151,7 @@ class MicrobenchSuite(_Strict):
         names = [c.name for c in self.all_cases()]
         dup = {n for n in names if names.count(n) > 1}
         if dup:
-            raise ValueError(f"case names must be unique, repeated: {sorted(dup)}")
+            raise ValueError(f"cases: names must be unique, repeated: {sorted(dup)}")
         return self
 
     def all_cases(self) -> list[Case]:

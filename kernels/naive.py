@@ -9,7 +9,6 @@ token of a prefill, which is what the next step fixes.
 
 from __future__ import annotations
 
-import torch
 import triton
 import triton.language as tl
 

@@ -12,7 +12,6 @@ page is looked up in the block table, so pages of 16, 32 or 48 tokens all work.
 
 from __future__ import annotations
 
-import torch
 import triton
 import triton.language as tl
 

@@ -19,6 +19,25 @@ from __future__ import annotations
 
 import torch
 
+# How close a kernel's output must be to the fp32 reference, per output dtype: elementwise
+# |out - ref| <= atol + rtol * |ref|. rtol is one unit in the last place of the dtype (the
+# output itself is rounded to it), atol covers the low-precision P @ V product. Tight enough
+# that an off-by-one mask or a dropped tile fails (tests/test_kernels_correctness.py).
+TOLERANCES = {  # dtype: (atol, rtol)
+    torch.float16: (2e-3, 2**-10),
+    torch.bfloat16: (1.6e-2, 2**-7),
+}
+
+
+def within_tolerance(out: torch.Tensor, ref: torch.Tensor, dtype: torch.dtype) -> tuple[float, bool]:
+    """(max |out - ref|, whether every element is within `TOLERANCES`); NaN fails."""
+    out, ref = out.float(), ref.float().to(out.device)
+    if not torch.isfinite(out).all():
+        return float("nan"), False
+    atol, rtol = TOLERANCES[dtype]
+    err = (out - ref).abs()
+    return err.max().item(), bool((err <= atol + rtol * ref.abs()).all())
+
 
 def gather_kv(
     cache: torch.Tensor, block_table_row: torch.Tensor, seq_len: int

@@ -65,8 +65,9 @@ def sweep(suite, space: SearchSpace, out_csv: Path, device: str = "cuda", only=N
     """Time every config of ``space`` on every case; rows go to ``out_csv`` as measured."""
     import torch
 
-    from .bench import TOLERANCE, _time_us, build_batch
+    from .bench import _time_us, build_batch
     from .implementations import prepare
+    from .reference import within_tolerance
 
     dev = torch.device(device)
     configs = list(space.configs())
@@ -81,14 +82,13 @@ def sweep(suite, space: SearchSpace, out_csv: Path, device: str = "cuda", only=N
         for i, case in enumerate(cases):
             batch = build_batch(suite, case, dev, seed=suite.seed + i)
             ref = batch.reference()
-            atol, rtol = TOLERANCE[batch.dtype]
             for config in configs:
                 row = {"case": case.name, "config": json.dumps(config.as_dict(), sort_keys=True),
                        **features(batch.shape)}
                 try:
                     prepared = prepare(config.variant, batch, config)
-                    out = prepared.run()[: batch.num_tokens].float()
-                    if not bool(((out - ref).abs() <= atol + rtol * ref.abs()).all()):
+                    _, ok = within_tolerance(prepared.run()[: batch.num_tokens], ref, batch.dtype)
+                    if not ok:
                         row.update(status="mismatch")
                     else:
                         row.update(status="ok", median_us=_time_us(prepared.run, 10, 40, dev)[0])

@@ -151,7 +151,6 @@ def test_port_in_use_is_a_clear_error(tmp_path):
 
 def test_server_dies_with_a_killed_attnbench(tmp_path):
     """attnbench killed by SIGKILL (no cleanup runs) must not leave its server behind."""
-    import os
     import signal
     import subprocess
     import time

@@ -1,0 +1,100 @@
+"""The microbenchmark pipeline and the tuner, end to end on small cases (interpreter on CPU)."""
+
+from __future__ import annotations
+
+import csv
+import importlib.util
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+
+from attnbench.kernels import implementations
+from attnbench.kernels.bench import run_suite
+from attnbench.kernels.bench_spec import SpecError, load_suite
+from attnbench.kernels.heuristics import BatchShape, KernelConfig, Platform
+from attnbench.kernels.reference import TOLERANCES
+from attnbench.kernels.schema import MICROBENCH_FIELDS
+from attnbench.kernels.tune import SearchSpace, emit_python, fit_tree, sweep
+from kernel_checks import DEVICE
+
+SUITE = {
+    "name": "t", "heads": {"num_q_heads": 4, "num_kv_heads": 2, "head_size": 32}, "dtype": "float16",
+    "block_size": 16, "timing": {"warmup_ms": 1, "rep_ms": 5, "cuda_graph": True},
+    "implementations": ["qblock", "static_grid", "broken", "crashing", "qb-t16"],
+    "configs": {"qb-t16": {"variant": "qblock", "tile_size": 16}},
+    "cases": [{"name": "decode", "seqs": [{"count": 3, "query_len": 1, "context_len": 40}]},
+              {"name": "prefill", "seqs": [{"query_len": 12, "context_len": 0}]}],
+}
+
+
+def suite_file(tmp_path: Path, data: dict) -> Path:
+    path = tmp_path / "suite.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+@pytest.fixture
+def broken_impls(monkeypatch):
+    """Two implementations that must not be timed: one wrong, one that raises."""
+    def broken(batch, config=None):
+        return implementations.Prepared(lambda: torch.zeros_like(batch.q))
+
+    def crashing(batch, config=None):
+        raise RuntimeError("kernel exploded")
+
+    monkeypatch.setitem(implementations.REGISTRY, "broken", broken)
+    monkeypatch.setitem(implementations.REGISTRY, "crashing", crashing)
+
+
+def test_microbench_checks_then_times_and_writes_the_schema(tmp_path, broken_impls, monkeypatch):
+    import attnbench.kernels.bench_spec as spec
+
+    monkeypatch.setattr(spec, "IMPLEMENTATIONS", spec.IMPLEMENTATIONS + ("broken", "crashing"))
+    suite = load_suite(suite_file(tmp_path, SUITE))
+    out = tmp_path / "mb.csv"
+    rows = run_suite(suite, out, device=DEVICE)
+    with out.open() as fh:
+        reader = csv.DictReader(fh)
+        assert tuple(reader.fieldnames) == MICROBENCH_FIELDS
+        saved = list(reader)
+    assert len(saved) == len(rows) == 2 * 5
+    by = {(r["case"], r["implementation"]): r for r in saved}
+    atol = TOLERANCES[torch.float16][0]
+    for case in ("decode", "prefill"):
+        for impl in ("qblock", "static_grid", "qb-t16"):
+            r = by[(case, impl)]
+            assert r["status"] == "ok" and float(r["median_us"]) > 0
+            assert float(r["max_abs_err"]) < 4 * atol
+            assert float(r["p20_us"]) <= float(r["median_us"]) <= float(r["p80_us"])
+        assert by[(case, "broken")]["status"] == "mismatch" and by[(case, "broken")]["median_us"] == ""
+        assert by[(case, "crashing")]["status"] == "error" and "kernel exploded" in by[(case, "crashing")]["message"]
+    assert '"tile_size": 16' in by[("decode", "qb-t16")]["config"]
+    assert by[("prefill", "qblock")]["num_tokens"] == "12" and by[("decode", "qblock")]["decode_share"] == "1.0"
+
+
+def test_microbench_spec_errors_name_file_and_field(tmp_path):
+    bad = dict(SUITE, implementations=["qblock", "flashy"])
+    with pytest.raises(SpecError, match=r"(?s)suite.yaml.*implementations: unknown \['flashy'\]"):
+        load_suite(suite_file(tmp_path, bad))
+    bad = dict(SUITE, heads={"num_q_heads": 6, "num_kv_heads": 4, "head_size": 32})
+    with pytest.raises(SpecError, match="(?s)heads.*must divide"):
+        load_suite(suite_file(tmp_path, bad))
+
+
+def test_tuner_sweeps_fits_and_emits_working_heuristics(tmp_path):
+    suite = load_suite(suite_file(tmp_path, dict(SUITE, implementations=["qblock"], configs={})))
+    space = SearchSpace(variants={"qblock": {"tile_size": [16, 32], "num_warps": [4]},
+                                  "static_grid": {"tile_size": [16], "num_segments": [1, 2]}})
+    rows = sweep(suite, space, tmp_path / "tune.csv", device=DEVICE)
+    assert len(rows) == 2 * 4 and all(r["status"] == "ok" for r in rows)
+    tree, labels = fit_tree(rows, max_depth=2)
+    module = tmp_path / "tuned_test_gpu.py"
+    module.write_text(emit_python(tree, labels, "Test GPU", "tune.csv"))
+    spec = importlib.util.spec_from_file_location("tuned_test_gpu", module)
+    tuned = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tuned)
+    for shape in (BatchShape(3, 3, 1, 41, 4, 2, 32), BatchShape(1, 12, 12, 12, 4, 2, 32)):
+        config = KernelConfig(**tuned.choose(shape, Platform("cuda", 132, "Test GPU")))
+        assert config.as_dict() in [__import__("json").loads(lbl) for lbl in labels]
