@@ -20,6 +20,7 @@ import yaml
 
 from attnbench.kernels.schema import MICROBENCH_FIELDS, MICROBENCH_REQUIRED
 from attnbench.runner.metrics import request_latencies
+from attnbench.runner.recipe import Recipe, ServeSettings
 from attnbench.runner.store import (PROVENANCE_FILE, RECIPE_FILE, SUMMARY_FILE, iter_repeat_dirs,
                                     read_records, requests_path)
 
@@ -45,24 +46,13 @@ class Collected:
                    [s for p in parts for s in p.sources])
 
 
-RUN_COLUMNS = ("suite", "run", "repeat", "status", "gpu", "vendor", "model", "weights", "vllm_version",
-               "date", "engine", "attention_backend", "graph_mode", "max_num_seqs", "chunked_prefill",
-               "output_len", "source")
-
-
 def _serve_settings(recipe: dict) -> dict:
-    serve = recipe.get("serve", {})
-    from attnbench.runner.recipe import ENGINE_PRESETS
-
-    preset = ENGINE_PRESETS.get(serve.get("engine", "v1"), {})
-
-    def resolved(key):
-        return serve.get(key) if serve.get(key) is not None else preset.get(key)
-
-    dataset = recipe.get("benchmark", {}).get("dataset", {})
-    return {"engine": serve.get("engine", ""), "attention_backend": serve.get("attention_backend") or "default",
-            "graph_mode": serve.get("graph_mode") or "default", "max_num_seqs": resolved("max_num_seqs"),
-            "chunked_prefill": resolved("enable_chunked_prefill"), "output_len": dataset.get("output_len")}
+    """Serve settings of a run's resolved recipe.yaml (engine presets applied by `Recipe`)."""
+    serve = Recipe.model_validate(recipe).serve if recipe else ServeSettings()
+    dataset = recipe.get("benchmark", {}).get("dataset", {}) if recipe else {}
+    return {"engine": serve.engine, "attention_backend": serve.attention_backend or "default",
+            "graph_mode": serve.graph_mode or "default", "max_num_seqs": serve.resolved("max_num_seqs"),
+            "chunked_prefill": serve.resolved("enable_chunked_prefill"), "output_len": dataset.get("output_len")}
 
 
 def _provenance_columns(prov: dict, recipe: dict) -> dict:

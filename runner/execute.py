@@ -24,8 +24,8 @@ from .loadgen import LoadConfig, arrival_offsets, run_async, run_load
 from .metrics import summarize
 from .models import ensure_model
 from .recipe import Recipe, Suite
-from .server import ServerError, ServerProcess, _tail, build_launch
-from .store import ResultsStore
+from .server import ServerError, ServerProcess, build_launch, log_tail
+from .store import ResultsStore, read_records
 
 
 @dataclass
@@ -106,14 +106,12 @@ def run_recipe(suite: Suite, recipe: Recipe, store: ResultsStore, repeats: list[
                 try:
                     records = _measure(cfg, requests, offsets, writer, f"{recipe.name} r{repeat}")
                 except KeyboardInterrupt:
-                    from .store import read_records
-
                     _failed(store, suite, recipe, repeat, "interrupted", "interrupted (Ctrl-C)",
                             read_records(writer.path))
                     raise
             if not server.alive():
                 error = (f"vLLM server exited during the repeat (code {server.proc.returncode}); "
-                         f"last log lines:\n{_tail(log, 15)}")
+                         f"last log lines:\n{log_tail(log, 15)}")
                 outcomes.append(_failed(store, suite, recipe, repeat, "failed", error, records))
                 console.print(f"[red]{recipe.name} r{repeat}: server died[/]")
                 continue

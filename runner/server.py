@@ -11,6 +11,7 @@ port is free again.
 
 from __future__ import annotations
 
+import json
 import os
 import shlex
 import signal
@@ -144,7 +145,8 @@ def _die_with_parent() -> None:
         ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
-def _tail(path: Path, lines: int = 30) -> str:
+def log_tail(path: Path, lines: int = 30) -> str:
+    """The last ``lines`` lines of a log file, for error messages."""
     try:
         return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
     except OSError:
@@ -195,18 +197,16 @@ class ServerProcess:
                 code = self.proc.returncode if self.proc else None
                 self.stop()
                 raise ServerError(f"vLLM server exited with code {code} during start-up "
-                                  f"(log: {self.log_path}); last lines:\n{_tail(self.log_path)}")
+                                  f"(log: {self.log_path}); last lines:\n{log_tail(self.log_path)}")
             if self.healthy():
                 return
             time.sleep(0.5)
         self.stop()
         raise ServerError(f"vLLM server not healthy after {self.startup_timeout_s:.0f} s "
-                          f"(log: {self.log_path}); last lines:\n{_tail(self.log_path)}")
+                          f"(log: {self.log_path}); last lines:\n{log_tail(self.log_path)}")
 
     def version(self) -> str | None:
         """vLLM's self-reported version (GET /version), if it answers."""
-        import json
-
         try:
             with urllib.request.urlopen(self.plan.base_url + "/version", timeout=2) as r:
                 return json.loads(r.read()).get("version")

@@ -18,6 +18,7 @@ from attnbench.analysis.report import analyze, write_report
 from attnbench.kernels.schema import MICROBENCH_FIELDS
 from attnbench.runner.loadgen import RequestRecord
 from attnbench.runner.metrics import summarize
+from attnbench.runner.recipe import Recipe
 from attnbench.runner.store import ResultsStore
 
 
@@ -34,8 +35,11 @@ def make_records(ttfts_ms, itl_ms, tokens=4, prompt=10):
 
 def write_run(store: ResultsStore, suite: str, run: str, repeats: list[list[RequestRecord]], *,
               backend="TRITON_ATTN", gpu="NVIDIA H100 80GB HBM3", output_len=None, weights="dummy (random)"):
-    recipe = {"model": {"path": "/m/llama8b"}, "serve": {"engine": "v1", "attention_backend": backend},
-              "benchmark": {"dataset": {"kind": "random", "input_len": 10, "output_len": output_len}}}
+    dataset = ({"kind": "random", "input_len": 10, "output_len": output_len} if output_len
+               else {"kind": "synthetic"})
+    recipe = Recipe.model_validate({"name": run, "model": {"path": "/m/llama8b"},
+                                    "serve": {"engine": "v1", "attention_backend": backend},
+                                    "benchmark": {"dataset": dataset}}).model_dump(mode="json")
     prov = {"gpus": [{"name": gpu}], "vendor": "nvidia", "model": "/m/llama8b", "model_weights": weights,
             "vllm_server_version": "0.26.0", "collected_at": "2026-11-22T00:00:00+00:00"}
     store.write_run_meta(run, recipe, prov)
