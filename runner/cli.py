@@ -16,6 +16,7 @@ COMMANDS = {
     "stub-server": "runner.commands:stub_server_cmd",
     "recipes": "runner.commands:recipes_group",
     "model": "runner.commands:model_group",
+    "dataset": "runner.commands:dataset_group",
     "plot": "analysis.cli:plot_cmd",
     "report": "analysis.cli:report_cmd",
     "microbench": "kernels.cli:microbench",

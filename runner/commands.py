@@ -68,21 +68,33 @@ def run_cmd(suite_file, only, repeats, out_root, resume, models, models_dir, sha
 @click.command("serve")
 @click.argument("suite_file", type=click.Path(dir_okay=False, path_type=Path))
 @click.option("--only", "run_name", help="Run to serve (default: the suite's first run).")
+@click.option("--models", type=click.Choice(["as-written", "dummy"]), default="as-written", show_default=True,
+              help="dummy: serve the run's published shape (model.arch) with random weights, no download.")
+@click.option("--models-dir", type=click.Path(file_okay=False, path_type=Path), default=Path(".models"),
+              show_default=True, help="Where dummy model folders are made.")
+@click.option("--port", type=click.IntRange(1, 65535), help="Port to bind (default: the recipe's, else a free one).")
 @click.option("--log", "log_path", type=click.Path(dir_okay=False, path_type=Path), default=Path("server.log"),
               show_default=True)
-def serve_cmd(suite_file, run_name, log_path):
-    """Start one run's vLLM server and hold it until Ctrl-C."""
+def serve_cmd(suite_file, run_name, models, models_dir, port, log_path):
+    """Start one run's vLLM server and hold it until Ctrl-C (e.g. to load it with
+    `attnbench load` and another client side by side)."""
     from .models import ensure_model
     from .server import ServerError, ServerProcess, build_launch
 
     suite = _suite_or_fail(suite_file)
-    recipe = suite.select([run_name])[0] if run_name else suite.runs[0]
+    if models == "dummy":
+        suite = suite.with_dummy_models(models_dir)
+    try:
+        recipe = suite.select([run_name])[0] if run_name else suite.runs[0]
+    except RecipeError as e:
+        raise click.BadParameter(str(e), param_hint="--only") from None
     ensure_model(recipe.model.path, recipe.model.build)
-    plan = build_launch(recipe)
+    plan = build_launch(recipe, port=port)
     _term_as_interrupt()
     try:
         with ServerProcess(plan, log_path, recipe.serve.startup_timeout_s):
-            click.echo(f"{recipe.name}: serving {recipe.model.name} at {plan.base_url} (log {log_path}); Ctrl-C stops it")
+            click.echo(f"{recipe.name}: serving {recipe.model.name} at {plan.base_url} (log {log_path}); "
+                       f"Ctrl-C stops it")
             signal.pause() if hasattr(signal, "pause") else input()
     except ServerError as e:
         raise click.ClickException(str(e)) from None
@@ -90,41 +102,58 @@ def serve_cmd(suite_file, run_name, log_path):
         click.echo("server stopped")
 
 
+def dataset_options(f):
+    """The prompt-set options shared by `load` and `dataset export`."""
+    for option in reversed([
+        click.option("--tokenizer", "tokenizer_dir", required=True, type=click.Path(file_okay=False, path_type=Path),
+                     help="Folder with the model's tokenizer.json (token counts, synthetic text)."),
+        click.option("--dataset", type=click.Choice(["synthetic", "sharegpt", "random"]), default="synthetic",
+                     show_default=True),
+        click.option("--dataset-path", help="ShareGPT JSON (for --dataset sharegpt)."),
+        click.option("--input-len", type=int, help="random: prompt tokens."),
+        click.option("--output-len", type=int, help="Fixed output tokens (random: required)."),
+        click.option("--num-prompts", type=click.IntRange(min=1), default=200, show_default=True),
+        click.option("--seed", type=int, default=0, show_default=True),
+    ]):
+        f = option(f)
+    return f
+
+
+def _requests_or_fail(dataset, dataset_path, input_len, output_len, num_prompts, tokenizer_dir, seed):
+    from pydantic import ValidationError
+
+    from .datasets import DatasetError, build_requests
+    from .recipe import DatasetSpec
+
+    try:
+        spec = DatasetSpec(kind=dataset, path=dataset_path, input_len=input_len, output_len=output_len)
+        return build_requests(spec, num_prompts, tokenizer_dir, seed)
+    except (ValidationError, DatasetError) as e:
+        raise click.UsageError(str(e)) from None
+
+
 @click.command("load")
 @click.option("--url", required=True, help="Base URL of an OpenAI-compatible server, e.g. http://127.0.0.1:8000")
 @click.option("--model", required=True, help="Served model name.")
-@click.option("--tokenizer", "tokenizer_dir", required=True, type=click.Path(file_okay=False, path_type=Path),
-              help="Folder with the model's tokenizer.json (token counts, synthetic text).")
-@click.option("--dataset", type=click.Choice(["synthetic", "sharegpt", "random"]), default="synthetic", show_default=True)
-@click.option("--dataset-path", help="ShareGPT JSON (for --dataset sharegpt).")
-@click.option("--input-len", type=int, help="random: prompt tokens.")
-@click.option("--output-len", type=int, help="Fixed output tokens (random: required).")
-@click.option("--num-prompts", type=click.IntRange(min=1), default=200, show_default=True)
+@dataset_options
 @click.option("--request-rate", type=float, default=float("inf"), show_default=True, help="requests/s; inf = all at once")
 @click.option("--arrival", type=click.Choice(["constant", "poisson", "gamma"]), default="poisson", show_default=True)
 @click.option("--burstiness", type=float, default=1.0, show_default=True)
 @click.option("--max-concurrency", type=click.IntRange(min=1))
 @click.option("--ignore-eos/--no-ignore-eos", default=True, show_default=True)
-@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--per-chunk-usage", is_flag=True,
+              help="Ask vLLM for usage in every chunk (exact tokens per chunk; loads its API server).")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), required=True,
               help="Folder for requests.jsonl and summary.json.")
 def load_cmd(url, model, tokenizer_dir, dataset, dataset_path, input_len, output_len, num_prompts,
-             request_rate, arrival, burstiness, max_concurrency, ignore_eos, seed, out_dir):
+             request_rate, arrival, burstiness, max_concurrency, ignore_eos, per_chunk_usage, seed, out_dir):
     """Load an already running server and write requests.jsonl + summary.json."""
-    from pydantic import ValidationError
-
-    from .datasets import DatasetError, build_requests
     from .loadgen import LoadConfig, arrival_offsets, run_async, run_load
     from .metrics import summarize
-    from .recipe import DatasetSpec
     from .store import REQUESTS_FILE, SUMMARY_FILE, RecordWriter, atomic_write_json
 
-    try:
-        spec = DatasetSpec(kind=dataset, path=dataset_path, input_len=input_len, output_len=output_len)
-        requests = build_requests(spec, num_prompts, tokenizer_dir, seed)
-    except (ValidationError, DatasetError) as e:
-        raise click.UsageError(str(e)) from None
-    cfg = LoadConfig(url.rstrip("/"), model, ignore_eos, max_concurrency)
+    requests = _requests_or_fail(dataset, dataset_path, input_len, output_len, num_prompts, tokenizer_dir, seed)
+    cfg = LoadConfig(url.rstrip("/"), model, ignore_eos, max_concurrency, per_chunk_usage=per_chunk_usage)
     offsets = arrival_offsets(len(requests), request_rate, arrival, burstiness, seed)
     out_dir.mkdir(parents=True, exist_ok=True)
     with RecordWriter(out_dir / REQUESTS_FILE) as writer:
@@ -231,3 +260,29 @@ def model_tiny(out_dir, seed):
     from .models import write_tiny_model
 
     click.echo(f"wrote {write_tiny_model(out_dir, seed)}")
+
+
+@click.group("dataset")
+def dataset_group():
+    """Prompt sets outside a run."""
+
+
+@dataset_group.command("export")
+@dataset_options
+@click.argument("out_file", type=click.Path(dir_okay=False, path_type=Path))
+def dataset_export(tokenizer_dir, dataset, dataset_path, input_len, output_len, num_prompts, seed, out_file):
+    """Write NUM_PROMPTS prompts as ShareGPT JSON, every one passing vLLM's ShareGPT filter,
+    for other clients to send the same prompts (`vllm bench serve --dataset-name sharegpt
+    --dataset-path OUT_FILE --num-prompts NUM_PROMPTS`)."""
+    from .datasets import LocalTokenizer, to_sharegpt
+    from .store import atomic_write_json
+
+    # draw spares: the few prompts near the filter's limits are left out
+    drawn = _requests_or_fail(dataset, dataset_path, input_len, output_len, 2 * num_prompts + 10,
+                              tokenizer_dir, seed)
+    conversations = to_sharegpt(drawn, LocalTokenizer(tokenizer_dir), seed, limit=num_prompts)
+    if len(conversations) < num_prompts:
+        raise click.UsageError(f"only {len(conversations)} of {len(drawn)} drawn prompts pass vLLM's "
+                               f"ShareGPT filter; ask for fewer (--num-prompts) or other lengths")
+    atomic_write_json(out_file, conversations)
+    click.echo(f"wrote {out_file}: {len(conversations)} conversations")

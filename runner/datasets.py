@@ -53,6 +53,25 @@ class LocalTokenizer:
         ids = [rng.choice(self._plain_ids) for _ in range(n)]
         return self._tok.decode(ids)
 
+    def text_of_exact_length(self, n: int, rng: random.Random) -> str:
+        """Random text that re-encodes to ``n`` tokens: drops or adds as many ids as the
+        count is off, until it matches (the closest found after 50 tries otherwise)."""
+        ids = [rng.choice(self._plain_ids) for _ in range(n)]
+        best, best_gap = "", n + 1
+        for _ in range(50):
+            text = self._tok.decode(ids)
+            gap = self.count(text) - n
+            if abs(gap) < best_gap:
+                best, best_gap = text, abs(gap)
+            if gap == 0:
+                break
+            if gap > 0:
+                for _ in range(min(gap, len(ids) - 1)):
+                    ids.pop(rng.randrange(len(ids)))
+            else:
+                ids += [rng.choice(self._plain_ids) for _ in range(-gap)]
+        return best
+
 
 def load_sharegpt(path: str | Path, num_prompts: int, tokenizer: LocalTokenizer, seed: int,
                   output_len: int | None = None) -> list[BenchRequest]:
@@ -80,7 +99,7 @@ def load_sharegpt(path: str | Path, num_prompts: int, tokenizer: LocalTokenizer,
     for prompt, completion in pairs:
         p_len = tokenizer.count(prompt)
         o_len = output_len or tokenizer.count(completion)
-        if p_len < MIN_TOKENS or o_len < MIN_TOKENS or p_len > MAX_PROMPT or p_len + o_len > MAX_TOTAL:
+        if not passes_sharegpt_filter(p_len, o_len):
             continue
         out.append(BenchRequest(prompt, p_len, o_len))
         if len(out) == num_prompts:
@@ -142,3 +161,35 @@ def build_requests(spec: DatasetSpec, num_prompts: int, tokenizer_dir: str | Pat
     if spec.kind == "synthetic":
         return synthetic_sharegpt(num_prompts, tok, seed, SyntheticShape.of(spec), spec.output_len)
     return random_fixed(num_prompts, tok, seed, spec.input_len, spec.output_len)
+
+
+def passes_sharegpt_filter(prompt_len: int, output_len: int, extra_tokens: int = 0) -> bool:
+    """vLLM's ShareGPT filter on token counts (``extra_tokens`` added to each count, e.g. 1
+    for a BOS token that vLLM's count includes and ours does not)."""
+    p, o = prompt_len + extra_tokens, output_len + extra_tokens
+    return p >= MIN_TOKENS and o >= MIN_TOKENS and p <= MAX_PROMPT and p + o <= MAX_TOTAL
+
+
+def to_sharegpt(requests: list[BenchRequest], tokenizer: LocalTokenizer, seed: int,
+                limit: int | None = None) -> list[dict]:
+    """``requests`` as ShareGPT conversations (human prompt, then a gpt turn of random text
+    that encodes to ``output_len`` tokens), so that tools which read ShareGPT (`vllm bench
+    serve --dataset-name sharegpt`, `attnbench load --dataset sharegpt`) send the same
+    prompts and derive the same output lengths (vLLM's counts include the tokenizer's BOS
+    token if it adds one). Requests that either tool's filter could drop (a margin of one
+    token on each count) or whose gpt turn misses its length are left out; at most
+    ``limit`` conversations."""
+    rng = random.Random(seed)
+    out: list[dict] = []
+    for r in requests:
+        if limit is not None and len(out) == limit:
+            break
+        if not passes_sharegpt_filter(r.prompt_len, r.output_len, extra_tokens=1):
+            continue
+        completion = tokenizer.text_of_exact_length(r.output_len, rng)
+        if tokenizer.count(completion) != r.output_len:
+            continue
+        out.append({"id": f"attnbench-{len(out)}",
+                    "conversations": [{"from": "human", "value": r.prompt},
+                                      {"from": "gpt", "value": completion}]})
+    return out

@@ -1,8 +1,12 @@
 """The load generator: an asyncio + aiohttp client for OpenAI-compatible /v1/completions.
 
-Requests stream (``stream: true``) with ``stream_options.include_usage`` and
-``continuous_usage_stats`` (vLLM's per-chunk usage), so every chunk's token count is known
-even when one chunk carries several tokens. Requests are released on an arrival schedule
+Requests stream (``stream: true``) with ``stream_options.include_usage``, as `vllm bench
+serve` sends them. With ``per_chunk_usage`` they also ask for ``continuous_usage_stats``
+(vLLM's usage in every chunk), so that a chunk carrying several tokens is counted exactly;
+that is off by default because it is not free: serializing usage into every chunk loads
+vLLM's API-server process, and at hundreds of streams on a fast GPU that process becomes
+the bottleneck, merges tokens into late chunks and so changes the latencies being measured
+(docs/results/h100/README.md, "Cross-check"). Requests are released on an arrival schedule
 (all at once, constant rate, Poisson or gamma gaps) and gated by an optional concurrency
 limit. Each request becomes one `RequestRecord` handed to a sink as soon as it finishes
 (one JSONL line), so an interrupted run keeps everything already measured.
@@ -39,8 +43,9 @@ class RequestRecord:
     dispatch_s    when the client's scheduler released it (schedule lag = dispatch - scheduled)
     sent_s        when it passed the concurrency gate and the HTTP request started
     chunk_s       arrival time of every streamed chunk that carried choices
-    chunk_tokens  tokens each of those chunks carried (from per-chunk usage when the server
-                  sends it, else 1 each)
+    chunk_tokens  tokens each of those chunks carried: from per-chunk usage when the server
+                  sends it; else 1 each when the final usage equals the number of chunks,
+                  and empty (unknown) when it does not
     end_s         when the stream finished (or failed)
     prompt_tokens / completion_tokens   the server's final usage
     """
@@ -117,13 +122,17 @@ class LoadConfig:
     max_concurrency: int | None = None
     request_timeout_s: float = 600.0
     temperature: float = 0.0
+    per_chunk_usage: bool = False  # ask for usage in every chunk (module docstring: its cost)
 
 
 def _payload(cfg: LoadConfig, req: BenchRequest) -> dict:
+    stream_options = {"include_usage": True}
+    if cfg.per_chunk_usage:
+        stream_options["continuous_usage_stats"] = True
     return {
         "model": cfg.model, "prompt": req.prompt, "max_tokens": req.output_len,
         "temperature": cfg.temperature, "stream": True, "ignore_eos": cfg.ignore_eos,
-        "stream_options": {"include_usage": True, "continuous_usage_stats": True},
+        "stream_options": stream_options,
     }
 
 
@@ -133,6 +142,7 @@ async def _stream_one(session: aiohttp.ClientSession, cfg: LoadConfig, req: Benc
     clock = time.perf_counter
     rec.sent_s = clock() - t0
     seen_tokens = 0
+    counted = True  # every chunk's tokens came from per-chunk usage
     done = False
     try:
         async with session.post(cfg.base_url + "/v1/completions", json=_payload(cfg, req)) as resp:
@@ -162,6 +172,7 @@ async def _stream_one(session: aiohttp.ClientSession, cfg: LoadConfig, req: Benc
                         else:
                             rec.chunk_tokens.append(1)
                             seen_tokens += 1
+                            counted = False
                     if usage:
                         rec.prompt_tokens = usage.get("prompt_tokens", rec.prompt_tokens)
                         rec.completion_tokens = usage.get("completion_tokens", rec.completion_tokens)
@@ -169,6 +180,8 @@ async def _stream_one(session: aiohttp.ClientSession, cfg: LoadConfig, req: Benc
                     break
             if not done:
                 rec.status, rec.error = "error", "stream ended before [DONE]"
+            elif not counted and rec.completion_tokens not in (None, len(rec.chunk_tokens)):
+                rec.chunk_tokens = []  # some chunk carried several tokens; which, is unknown
     except asyncio.CancelledError:
         rec.status, rec.error = "error", "cancelled"
         raise

@@ -8,7 +8,8 @@ Per request (ms), over successful measured requests:
          requests with more than one output token.
   ITL    inter-token latency, one sample per chunk gap (vLLM's definition). When a chunk
          carries k > 1 tokens that gap is one sample; ``itl_per_token`` instead spreads it
-         as k samples of gap / k (the definition GuideLLM-style tools use).
+         as k samples of gap / k (the definition GuideLLM-style tools use); it covers the
+         requests whose per-chunk token counts are known.
 Per run:
   duration                from the load's start to the end of the last measured request (s)
   request_throughput      completed requests / duration (req/s)
@@ -39,8 +40,9 @@ def request_latencies(r: RequestRecord) -> dict:
     e2el = (r.chunk_s[-1] - r.sent_s) * 1e3
     out_tokens = output_tokens(r)
     gaps = np.diff(r.chunk_s) * 1e3
+    known = len(r.chunk_tokens) == len(r.chunk_s)
     per_token = np.repeat(gaps / np.maximum(r.chunk_tokens[1:], 1), np.maximum(r.chunk_tokens[1:], 1)) \
-        if len(gaps) else np.array([])
+        if len(gaps) and known else np.array([])
     return {
         "ttft": ttft, "e2el": e2el,
         "tpot": (e2el - ttft) / (out_tokens - 1) if out_tokens > 1 else None,

@@ -155,6 +155,8 @@ class BenchmarkSettings(_Strict):
     ``request_rate`` is requests/s (``inf`` sends all at once); ``arrival`` shapes the gaps:
     constant, poisson (exponential gaps), gamma (``burstiness`` < 1 burstier, > 1 smoother;
     1 is Poisson). ``warmup_requests`` run once per server start and are not measured.
+    ``per_chunk_usage`` asks vLLM for usage in every streamed chunk (exact tokens per chunk,
+    for ``itl_per_token``) at a cost in the server's API process (runner/loadgen.py).
     """
 
     dataset: DatasetSpec = DatasetSpec()
@@ -168,6 +170,7 @@ class BenchmarkSettings(_Strict):
     repeats: int = Field(3, ge=1)
     seed: int = 0
     request_timeout_s: float = Field(600, gt=0)
+    per_chunk_usage: bool = False
     goodput_slo_ms: dict[Literal["ttft", "tpot", "e2el"], float] = {}
 
 

@@ -115,3 +115,29 @@ def test_random_fixed_lengths(tok):
 def test_missing_tokenizer_is_a_clear_error(tmp_path):
     with pytest.raises(DatasetError, match="no tokenizer.json"):
         LocalTokenizer(tmp_path)
+
+
+def test_exported_sharegpt_sends_the_same_prompts(tmp_path, tiny):
+    """`attnbench dataset export` then `--dataset sharegpt` on the file: the same prompts
+    come back (vLLM's filter keeps them all), with the intended output lengths."""
+    from click.testing import CliRunner
+
+    from attnbench.runner.cli import main
+    from attnbench.runner.datasets import LocalTokenizer, build_requests, load_sharegpt
+    from attnbench.runner.recipe import DatasetSpec
+
+    out = tmp_path / "set.json"
+    result = CliRunner().invoke(main, ["dataset", "export", "--tokenizer", str(tiny), "--num-prompts", "40",
+                                       "--seed", "3", str(out)])
+    assert result.exit_code == 0, result.output
+    drawn = {r.prompt: r.output_len for r in build_requests(DatasetSpec(kind="synthetic"), 90, tiny, 3)}
+    back = load_sharegpt(out, 40, LocalTokenizer(tiny), seed=0)  # raises if any is filtered out
+    assert len({r.prompt for r in back}) == 40
+    assert all(r.output_len == drawn[r.prompt] for r in back)
+    bad = CliRunner().invoke(main, ["dataset", "export", "--tokenizer", str(tiny), "--dataset", "random",
+                                    str(tmp_path / "x.json")])
+    assert bad.exit_code == 2 and "input_len" in bad.output
+    # fixed lengths past the filter: a clear error, not a short file
+    too_long = CliRunner().invoke(main, ["dataset", "export", "--tokenizer", str(tiny), "--dataset", "random",
+                                         "--input-len", "1100", "--output-len", "8", str(tmp_path / "y.json")])
+    assert too_long.exit_code == 2 and "pass vLLM's ShareGPT filter" in too_long.output

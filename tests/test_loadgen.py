@@ -27,7 +27,8 @@ def _final(n, prompt_tokens=5):
 
 
 class FakeServer:
-    """Behaviour chosen by the prompt: ok | multi | split | error500 | early | nousage | slow."""
+    """Behaviour chosen by the prompt: ok | multi | multi-nousage | split | error500 | early |
+    nousage | slow."""
 
     def __init__(self):
         self.in_flight = 0
@@ -60,6 +61,10 @@ class FakeServer:
                     await resp.write(data[:7])
                     await asyncio.sleep(0.003)
                     await resp.write(data[7:])
+            elif mode == "multi-nousage":  # 3 tokens per chunk, usage only at the end
+                for done in range(0, n, 3):
+                    await resp.write(_chunk("abc"[:min(3, n - done)]))
+                    await asyncio.sleep(0.002)
             elif mode == "nousage":
                 for _ in range(n):
                     await resp.write(_chunk("y"))
@@ -105,11 +110,26 @@ def test_payload_asks_for_streamed_usage_and_ignore_eos():
     fake, recs, _ = load([BenchRequest("ok", 3, 4)], ignore_eos=True)
     body = fake.bodies[0]
     assert body["stream"] is True and body["ignore_eos"] is True and body["max_tokens"] == 4
-    assert body["stream_options"] == {"include_usage": True, "continuous_usage_stats": True}
+    assert body["stream_options"] == {"include_usage": True}  # as vllm bench serve asks
     r = recs[0]
     assert r.status == "ok" and r.completion_tokens == 4 and r.prompt_tokens == 5
     assert len(r.chunk_s) == 4 and r.chunk_tokens == [1, 1, 1, 1]
     assert r.sent_s <= r.chunk_s[0] <= r.chunk_s[-1] <= r.end_s
+
+
+def test_per_chunk_usage_is_asked_for_only_when_wanted():
+    fake, _, _ = load([BenchRequest("ok", 3, 2)], per_chunk_usage=True)
+    assert fake.bodies[0]["stream_options"] == {"include_usage": True, "continuous_usage_stats": True}
+
+
+def test_merged_chunks_without_per_chunk_usage_leave_counts_unknown():
+    """3 tokens per chunk, usage only at the end: per-chunk ITL is still measured, the
+    per-token split is not guessed."""
+    _, recs, _ = load([BenchRequest("multi-nousage", 3, 7)])
+    r = recs[0]
+    assert r.status == "ok" and len(r.chunk_s) == 3 and r.completion_tokens == 7 and r.chunk_tokens == []
+    s = summarize(recs)
+    assert s["total_output_tokens"] == 7 and s["mean_itl_ms"] > 0 and s["mean_itl_per_token_ms"] is None
 
 
 def test_multi_token_chunks_are_counted_per_token():
