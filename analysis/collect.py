@@ -47,10 +47,14 @@ class Collected:
 
 
 def _serve_settings(recipe: dict) -> dict:
-    """Serve settings of a run's resolved recipe.yaml (engine presets applied by `Recipe`)."""
+    """Serve settings of a run's resolved recipe.yaml (engine presets applied by `Recipe`), and
+    its workload: the load without its lengths (runs of one latency sweep share it)."""
     serve = Recipe.model_validate(recipe).serve if recipe else ServeSettings()
-    dataset = recipe.get("benchmark", {}).get("dataset", {}) if recipe else {}
-    return {"engine": serve.engine, "attention_backend": serve.attention_backend or "default",
+    bench = recipe.get("benchmark", {}) if recipe else {}
+    dataset = bench.get("dataset", {})
+    return {"workload": f"{dataset.get('kind', '?')} x{bench.get('num_prompts', '?')}, rate "
+                        f"{bench.get('request_rate', '?')}, concurrency {bench.get('max_concurrency')}",
+            "engine": serve.engine, "attention_backend": serve.attention_backend or "default",
             "graph_mode": serve.graph_mode or "default", "max_num_seqs": serve.resolved("max_num_seqs"),
             "chunked_prefill": serve.resolved("enable_chunked_prefill"), "output_len": dataset.get("output_len")}
 

@@ -32,7 +32,7 @@ def aggregate(data: Collected) -> pd.DataFrame:
     for key, g in ok.groupby(KEYS, sort=False):
         row = dict(zip(KEYS, key))
         first = g.iloc[0]
-        for col in ("model", "weights", "vllm_version", "date", "vendor", "engine", "attention_backend",
+        for col in ("workload", "model", "weights", "vllm_version", "date", "vendor", "engine", "attention_backend",
                     "graph_mode", "max_num_seqs", "chunked_prefill", "output_len"):
             row[col] = first.get(col)
         row["repeats"] = len(g)
@@ -50,6 +50,25 @@ def aggregate(data: Collected) -> pd.DataFrame:
                 if len(pooled) else (np.nan, np.nan)
         rows.append(row)
     return pd.DataFrame(rows)
+
+
+def split_experiments(agg: pd.DataFrame) -> pd.DataFrame:
+    """A suite that holds several experiments (runs on different models or loads, e.g. a
+    platform suite that includes the backend comparison, the V0/V1 table and a latency sweep)
+    is split into one pseudo-suite per (model, workload), named ``<suite>-<prefix>`` after the
+    run-name prefix its runs share (else its first run), so that each gets its own figures
+    and is normalized only within itself. Suites of one experiment keep their name."""
+    agg = agg.copy()
+    for suite, g in agg.groupby("suite", sort=False):
+        groups = g.groupby([g["model"].fillna(""), g["workload"].fillna("")], sort=False).groups
+        if len(groups) < 2:
+            continue
+        for index in groups.values():
+            runs = list(agg.loc[index, "run"])
+            prefixes = {r.split("-")[0] for r in runs}
+            label = prefixes.pop() if len(prefixes) == 1 else runs[0]
+            agg.loc[index, "suite"] = f"{suite}-{label}"
+    return agg
 
 
 def _pooled(data: Collected, suite: str, run: str, name: str, col: str) -> np.ndarray:

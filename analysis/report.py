@@ -12,7 +12,7 @@ import pandas as pd
 
 from . import figures
 from .collect import Collected, CollectError, collect_results, collect_vllm_bench, load_microbench
-from .normalize import CONVENTION, aggregate, metric_columns, normalize
+from .normalize import CONVENTION, aggregate, metric_columns, normalize, split_experiments
 
 DEFAULT_BASELINES = ("FLEX_ATTENTION", "v0-default", "v0-style")
 MICRO_BASELINES = ("vllm_unified", "sdpa", "naive")
@@ -47,9 +47,10 @@ def pick_baseline(agg: pd.DataFrame, suite: str, requested: str | None) -> str |
     flex = runs[runs["attention_backend"] == "FLEX_ATTENTION"]
     if not flex.empty:
         return flex["run"].iloc[0]
-    for name in DEFAULT_BASELINES:
-        if name in set(runs["run"]):
-            return name
+    for name in DEFAULT_BASELINES:  # also as included with a prefix (``blog-v0-default``)
+        for run in runs["run"]:
+            if run == name or run.endswith(f"-{name}"):
+                return run
     return None
 
 
@@ -62,7 +63,7 @@ def analyze(results: list[Path], out_dir: Path, *, microbench: list[Path] = (), 
     parts = [collect_results(r) for r in results] + [collect_vllm_bench(p) for p in vllm_bench]
     if parts:
         data = Collected.concat(parts)
-        out.agg = aggregate(data)
+        out.agg = split_experiments(aggregate(data))
         if baseline and baseline not in set(out.agg["run"]):
             raise CollectError(f"baseline run {baseline!r} not found; runs are {sorted(set(out.agg['run']))}")
         for suite in dict.fromkeys(out.agg["suite"]):

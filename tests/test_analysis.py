@@ -34,13 +34,14 @@ def make_records(ttfts_ms, itl_ms, tokens=4, prompt=10):
 
 
 def write_run(store: ResultsStore, suite: str, run: str, repeats: list[list[RequestRecord]], *,
-              backend="TRITON_ATTN", gpu="NVIDIA H100 80GB HBM3", output_len=None, weights="dummy (random)"):
+              backend="TRITON_ATTN", gpu="NVIDIA H100 80GB HBM3", output_len=None, weights="dummy (random)",
+              model="/m/llama8b", engine="v1"):
     dataset = ({"kind": "random", "input_len": 10, "output_len": output_len} if output_len
                else {"kind": "synthetic"})
-    recipe = Recipe.model_validate({"name": run, "model": {"path": "/m/llama8b"},
-                                    "serve": {"engine": "v1", "attention_backend": backend},
+    recipe = Recipe.model_validate({"name": run, "model": {"path": model},
+                                    "serve": {"engine": engine, "attention_backend": backend},
                                     "benchmark": {"dataset": dataset}}).model_dump(mode="json")
-    prov = {"gpus": [{"name": gpu}], "vendor": "nvidia", "model": "/m/llama8b", "model_weights": weights,
+    prov = {"gpus": [{"name": gpu}], "vendor": "nvidia", "model": model, "model_weights": weights,
             "vllm_server_version": "0.26.0", "collected_at": "2026-11-22T00:00:00+00:00"}
     store.write_run_meta(run, recipe, prov)
     for k, records in enumerate(repeats, start=1):
@@ -253,3 +254,25 @@ def test_figure_without_data_is_skipped_with_a_warning(tree, tmp_path):
         assert figures.fig_latency_vs_output_len(agg, tmp_path / "figs", "talk") == []
     assert any(issubclass(w.category, figures.MissingData) for w in caught)
     assert not (tmp_path / "figs").exists()
+
+
+def test_a_platform_suite_is_split_into_its_experiments(tmp_path, captured):
+    """Backends (8B, synthetic), V0/V1 (24B) and a latency sweep (8B, random) in one suite:
+    three experiments, each drawn and normalized only within itself."""
+    store = ResultsStore(tmp_path / "res", "h100")
+    write_run(store, "h100", "backends-flex", [make_records([100], 10)], backend="FLEX_ATTENTION")
+    write_run(store, "h100", "backends-triton", [make_records([50], 5)])
+    write_run(store, "h100", "blog-v0-default", [make_records([300], 20)], model="/m/mistral24b", engine="v0-style")
+    write_run(store, "h100", "blog-v1-default", [make_records([150], 30)], model="/m/mistral24b")
+    for out_len in (10, 100):
+        write_run(store, "h100", f"fig9-triton-{out_len}", [make_records([20], 5, tokens=out_len)],
+                  output_len=out_len)
+    out = analyze([tmp_path / "res"], tmp_path / "figs")
+    assert sorted(set(out.agg["suite"])) == ["h100-backends", "h100-blog", "h100-fig9"]
+    assert out.normalized["h100-backends"][0] == "backends-flex"
+    base, norm = out.normalized["h100-blog"]
+    assert base == "blog-v0-default" and set(norm["run"]) == {"blog-v0-default", "blog-v1-default"}
+    v1 = norm[norm["run"] == "blog-v1-default"].iloc[0]
+    assert v1["ttft"] == pytest.approx(150 / 300) and v1["itl"] == pytest.approx(30 / 20)
+    assert "h100-fig9" not in out.normalized and "h100-fig9-latency-vs-output" in captured
+    assert "h100-blog-serving" in captured and "h100-serving" not in captured
