@@ -9,7 +9,8 @@ at once; under ``/pace/<ms>/v1/completions`` it waits ``ms`` between chunks. Two
   both sides). The stub's TTFT is 0 and its ITL is exactly the pace, so the client's
   measured TTFT, and ITL minus the pace, are what the client (plus loopback) adds.
   TTFT percentiles skip the first wave of ``concurrency`` requests (connection set-up).
-* throughput: unpaced streams; chunks/s is the most this client ingests on one core.
+* throughput: unpaced streams; chunks/s is the most this client ingests on one core (or
+  on ``client_processes`` processes, which then share every CPU but the stub's).
 """
 
 from __future__ import annotations
@@ -26,7 +27,8 @@ from dataclasses import dataclass
 from aiohttp import web
 
 from .datasets import BenchRequest
-from .loadgen import LoadConfig, arrival_offsets, run_async, run_load
+from .loadgen import LoadConfig, arrival_offsets
+from .loadpool import run_load_processes
 from .server import free_port
 
 STUB_MODEL = "stub"
@@ -135,6 +137,7 @@ class Calibration:
     added_itl_ms: dict   # p50/p90/p99 of |ITL - pace|
     schedule_lag_ms: dict
     chunks_per_s: float  # unpaced phase
+    client_processes: int = 1
 
     def lines(self) -> list[str]:
         def fmt(d, nd=3):
@@ -146,7 +149,8 @@ class Calibration:
             f"added TTFT ms (all requests): {fmt(self.added_ttft_all_ms)}",
             f"added ITL ms  |ITL - pace|:   {fmt(self.added_itl_ms, 4)}",
             f"schedule lag ms:              {fmt(self.schedule_lag_ms)}",
-            f"client throughput (unpaced):  {self.chunks_per_s:,.0f} chunks/s on one core",
+            f"client throughput (unpaced):  {self.chunks_per_s:,.0f} chunks/s on "
+            + ("one core" if self.client_processes == 1 else f"{self.client_processes} client processes"),
         ]
 
     def as_dict(self) -> dict:
@@ -161,17 +165,21 @@ def _pcts(values) -> dict:
 
 
 def calibrate(concurrency: int = 256, requests: int = 2048, tokens: int = 64, pace_ms: float = 20.0,
-              client_cpu: int | None = 0, server_cpu: int | None = 1, url: str | None = None) -> Calibration:
+              client_cpu: int | None = 0, server_cpu: int | None = 1, url: str | None = None,
+              client_processes: int = 1) -> Calibration:
     """Measure the client against the stub (started here unless ``url`` is given)."""
     ncpu = os.cpu_count() or 1
-    if client_cpu is not None and hasattr(os, "sched_setaffinity") and client_cpu < ncpu:
-        os.sched_setaffinity(0, {client_cpu})
+    if hasattr(os, "sched_setaffinity"):
+        if client_processes == 1 and client_cpu is not None and client_cpu < ncpu:
+            os.sched_setaffinity(0, {client_cpu})
+        elif client_processes > 1 and ncpu > 2 and server_cpu is not None:
+            os.sched_setaffinity(0, set(range(ncpu)) - {server_cpu})
     reqs = [BenchRequest("hello " * 8, 8, tokens) for _ in range(requests)]
 
     def load(base_url: str):
         cfg = LoadConfig(base_url, STUB_MODEL, max_concurrency=concurrency)
-        records = run_async(run_load(cfg, reqs, arrival_offsets(requests, float("inf"), "constant", 1.0, 0),
-                                       sink=lambda r: None))
+        records = run_load_processes(cfg, reqs, arrival_offsets(requests, float("inf"), "constant", 1.0, 0),
+                                     lambda r: None, client_processes)
         failed = [r for r in records if r.status != "ok"]
         if failed:
             raise RuntimeError(f"{len(failed)} stub requests failed: {failed[0].error}")
@@ -188,7 +196,7 @@ def calibrate(concurrency: int = 256, requests: int = 2048, tokens: int = 64, pa
         chunks = sum(len(r.chunk_s) for r in unpaced)
         duration = max(r.end_s for r in unpaced)
         return Calibration(concurrency, requests, tokens, pace_ms, _pcts(ttft), _pcts(ttft_all), _pcts(itl), _pcts(lag),
-                           chunks / duration)
+                           chunks / duration, client_processes)
 
     if url:
         return measure(url.rstrip("/"))

@@ -143,12 +143,16 @@ def _requests_or_fail(dataset, dataset_path, input_len, output_len, num_prompts,
 @click.option("--ignore-eos/--no-ignore-eos", default=True, show_default=True)
 @click.option("--per-chunk-usage", is_flag=True,
               help="Ask vLLM for usage in every chunk (exact tokens per chunk; loads its API server).")
+@click.option("--client-processes", type=click.IntRange(1, 64), default=1, show_default=True,
+              help="Spread the streams over this many client processes.")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), required=True,
               help="Folder for requests.jsonl and summary.json.")
 def load_cmd(url, model, tokenizer_dir, dataset, dataset_path, input_len, output_len, num_prompts,
-             request_rate, arrival, burstiness, max_concurrency, ignore_eos, per_chunk_usage, seed, out_dir):
+             request_rate, arrival, burstiness, max_concurrency, ignore_eos, per_chunk_usage, client_processes,
+             seed, out_dir):
     """Load an already running server and write requests.jsonl + summary.json."""
-    from .loadgen import LoadConfig, arrival_offsets, run_async, run_load
+    from .loadgen import LoadConfig, arrival_offsets
+    from .loadpool import run_load_processes
     from .metrics import summarize
     from .store import REQUESTS_FILE, SUMMARY_FILE, RecordWriter, atomic_write_json
 
@@ -158,7 +162,7 @@ def load_cmd(url, model, tokenizer_dir, dataset, dataset_path, input_len, output
     out_dir.mkdir(parents=True, exist_ok=True)
     with RecordWriter(out_dir / REQUESTS_FILE) as writer:
         try:
-            records = run_async(run_load(cfg, requests, offsets, writer))
+            records = run_load_processes(cfg, requests, offsets, writer, client_processes)
         except KeyboardInterrupt:
             click.echo(f"interrupted; records so far in {writer.path}", err=True)
             sys.exit(130)
@@ -175,13 +179,15 @@ def load_cmd(url, model, tokenizer_dir, dataset, dataset_path, input_len, output
 @click.option("--tokens", type=click.IntRange(min=1), default=64, show_default=True, help="Chunks per request.")
 @click.option("--pace-ms", type=click.FloatRange(min=0), default=20.0, show_default=True,
               help="Stub's gap between chunks in the overhead phase.")
+@click.option("--client-processes", type=click.IntRange(1, 64), default=1, show_default=True,
+              help="Client processes sharing the streams (1: pinned to one CPU).")
 @click.option("--url", help="Use a running stub (`attnbench stub-server`) instead of starting one.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
-def calibrate_cmd(concurrency, num_requests, tokens, pace_ms, url, as_json):
+def calibrate_cmd(concurrency, num_requests, tokens, pace_ms, client_processes, url, as_json):
     """Measure the load generator's own overhead against a zero-work streaming server."""
     from .calibrate import calibrate
 
-    result = calibrate(concurrency, num_requests, tokens, pace_ms, url=url)
+    result = calibrate(concurrency, num_requests, tokens, pace_ms, url=url, client_processes=client_processes)
     click.echo(json.dumps(result.as_dict(), indent=2) if as_json else "\n".join(result.lines()))
 
 

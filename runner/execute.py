@@ -25,7 +25,8 @@ from tqdm import tqdm
 
 from . import provenance
 from .datasets import build_requests
-from .loadgen import LoadConfig, arrival_offsets, run_async, run_load
+from .loadgen import LoadConfig, arrival_offsets
+from .loadpool import run_load_processes
 from .metrics import summarize
 from .models import ensure_model
 from .recipe import Recipe, Suite
@@ -66,11 +67,12 @@ def _failed(store: ResultsStore, suite: Suite, recipe: Recipe, repeat: int, stat
     return RepeatOutcome(recipe.name, repeat, status, summary, error)
 
 
-def _measure(cfg: LoadConfig, requests, offsets, writer, desc: str, phase: str = "measure"):
+def _measure(cfg: LoadConfig, requests, offsets, writer, desc: str, phase: str = "measure",
+             processes: int = 1):
     bar = tqdm(total=len(requests), desc=desc, unit="req", leave=False, dynamic_ncols=True)
     try:
-        return run_async(run_load(cfg, requests, offsets, writer, phase=phase,
-                                    on_done=lambda _: bar.update(1)))
+        return run_load_processes(cfg, requests, offsets, writer, processes, phase=phase,
+                                  on_done=lambda _: bar.update(1))
     finally:
         bar.close()
 
@@ -146,7 +148,8 @@ def run_recipe(suite: Suite, recipe: Recipe, store: ResultsStore, repeats: list[
             started = _now()
             with store.requests_writer(recipe.name, repeat) as writer:
                 try:
-                    records = _measure(cfg, requests, offsets, writer, f"{recipe.name} r{repeat}")
+                    records = _measure(cfg, requests, offsets, writer, f"{recipe.name} r{repeat}",
+                                       processes=b.client_processes)
                 except KeyboardInterrupt:
                     _failed(store, suite, recipe, repeat, "interrupted", "interrupted (Ctrl-C)",
                             read_records(writer.path))

@@ -193,23 +193,27 @@ async def _stream_one(session: aiohttp.ClientSession, cfg: LoadConfig, req: Benc
 
 async def run_load(cfg: LoadConfig, requests: list[BenchRequest], offsets: Iterable[float],
                    sink: Callable[[RequestRecord], None], phase: str = "measure",
-                   on_done: Callable[[RequestRecord], None] | None = None) -> list[RequestRecord]:
-    """Send ``requests`` at ``offsets`` (s from now); every finished record goes to ``sink``.
+                   on_done: Callable[[RequestRecord], None] | None = None, *,
+                   t0: float | None = None, indices: list[int] | None = None) -> list[RequestRecord]:
+    """Send ``requests`` at ``offsets`` (s after ``t0``, a ``time.perf_counter()`` value;
+    default: now); every finished record goes to ``sink``.
 
-    Returns the records in request order. Cancelling the task records the requests in
+    Returns the records in request order; ``indices`` numbers them (default 0..n-1; a share
+    of a larger load keeps its global numbers). Cancelling the task records the requests in
     flight as errors ("cancelled") and still hands them to the sink.
     """
     offsets = list(offsets)
     if len(offsets) != len(requests):
         raise ValueError(f"offsets: expected {len(requests)} send times, got {len(offsets)}")
+    indices = list(range(len(requests))) if indices is None else list(indices)
     gate = asyncio.Semaphore(cfg.max_concurrency) if cfg.max_concurrency else None
     timeout = aiohttp.ClientTimeout(total=cfg.request_timeout_s)
     connector = aiohttp.TCPConnector(limit=cfg.max_concurrency or 0, force_close=False)
     records = [RequestRecord(i, phase, r.prompt_len, r.output_len, scheduled_s=o)
-               for i, (r, o) in enumerate(zip(requests, offsets))]
+               for i, r, o in zip(indices, requests, offsets)]
 
     async with aiohttp.ClientSession(timeout=timeout, connector=connector) as session:
-        t0 = time.perf_counter()
+        t0 = time.perf_counter() if t0 is None else t0
 
         async def one(req: BenchRequest, rec: RequestRecord):
             delay = rec.scheduled_s - (time.perf_counter() - t0)

@@ -157,6 +157,7 @@ class BenchmarkSettings(_Strict):
     1 is Poisson). ``warmup_requests`` run once per server start and are not measured.
     ``per_chunk_usage`` asks vLLM for usage in every streamed chunk (exact tokens per chunk,
     for ``itl_per_token``) at a cost in the server's API process (runner/loadgen.py).
+    ``client_processes`` spreads the load over that many client processes (runner/loadpool.py).
     """
 
     dataset: DatasetSpec = DatasetSpec()
@@ -171,6 +172,7 @@ class BenchmarkSettings(_Strict):
     seed: int = 0
     request_timeout_s: float = Field(600, gt=0)
     per_chunk_usage: bool = False
+    client_processes: int = Field(1, ge=1, le=64)
     goodput_slo_ms: dict[Literal["ttft", "tpot", "e2el"], float] = {}
 
 

@@ -204,3 +204,74 @@ def test_gamma_burstiness_changes_the_spread():
         return statistics.pstdev(gaps) / statistics.mean(gaps)
 
     assert cv(0.25) > 1.5 > cv(1.0) > 0.8 > cv(4.0)
+
+
+class ThreadedFakeServer:
+    """The fake server on its own thread and loop, for clients that block this thread."""
+
+    def __enter__(self):
+        import threading
+
+        self.fake, self.loop = FakeServer(), asyncio.new_event_loop()
+        started = threading.Event()
+
+        async def serve():
+            app = web.Application()
+            app.router.add_post("/v1/completions", self.fake.completions)
+            self.runner = web.AppRunner(app)
+            await self.runner.setup()
+            site = web.TCPSite(self.runner, "127.0.0.1", 0)
+            await site.start()
+            self.url = f"http://127.0.0.1:{site._server.sockets[0].getsockname()[1]}"
+            started.set()
+
+        self.thread = threading.Thread(target=lambda: (self.loop.run_until_complete(serve()),
+                                                       self.loop.run_forever()), daemon=True)
+        self.thread.start()
+        started.wait(10)
+        return self
+
+    def __exit__(self, *exc):
+        asyncio.run_coroutine_threadsafe(self.runner.cleanup(), self.loop).result(10)
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(10)
+
+
+def test_client_processes_share_one_schedule_and_one_sink():
+    from attnbench.runner.loadpool import concurrency_shares, run_load_processes
+
+    assert concurrency_shares(10, 3) == [4, 3, 3] and concurrency_shares(None, 2) == [None, None]
+    requests = [BenchRequest("ok", 3, 5) for _ in range(30)]
+    offsets = [0.01 * i for i in range(30)]
+    seen = []
+    with ThreadedFakeServer() as srv:
+        records = run_load_processes(LoadConfig(srv.url, "m", max_concurrency=7), requests, offsets,
+                                     seen.append, processes=3)
+        max_in_flight = srv.fake.max_in_flight
+    assert [r.index for r in records] == list(range(30)) and sorted(r.index for r in seen) == list(range(30))
+    assert all(r.status == "ok" and r.completion_tokens == 5 and len(r.chunk_s) == 5 for r in records)
+    assert max_in_flight <= 7
+    # one clock for every process: each request left on its schedule, in schedule order
+    assert all(-1e-3 <= r.dispatch_s - r.scheduled_s < 0.05 for r in records)
+    sends = [r.sent_s for r in records]
+    assert all(a <= b + 0.01 for a, b in zip(sends, sends[1:]))
+
+
+def test_client_processes_ctrl_c_keeps_what_was_measured():
+    import os
+    import signal
+    import threading
+
+    from attnbench.runner.loadpool import run_load_processes
+
+    requests = [BenchRequest("ok", 3, 4)] * 6 + [BenchRequest("ok", 3, 5000)] * 3  # short ones, then endless
+    offsets = [0.0] * 6 + [0.2] * 3
+    seen = []
+    with ThreadedFakeServer() as srv:
+        threading.Timer(1.0, lambda: os.kill(os.getpid(), signal.SIGINT)).start()
+        with pytest.raises(KeyboardInterrupt):
+            run_load_processes(LoadConfig(srv.url, "m"), requests, offsets, seen.append, processes=3)
+    done = {r.index: r for r in seen}
+    assert all(done[i].status == "ok" for i in range(6))  # finished before Ctrl-C: kept
+    assert {done[i].error for i in range(6, 9) if i in done} == {"cancelled"}
+    assert len(done) == 9

@@ -1,0 +1,116 @@
+"""One load spread over several client processes, each with its own event loop.
+
+A single Python event loop parses a few tens of thousands of chunks per second; at
+hundreds of synchronized streams its backlog of ready reads delays a new request's first
+chunk by milliseconds (docs/perf/loadgen-calibration.md). `run_load_processes` deals the
+requests round-robin to ``processes`` forked workers. They start together on one clock
+(``time.perf_counter`` is CLOCK_MONOTONIC on Linux, shared by every process), run
+`loadgen.run_load` on their share, and send each finished record back here, where it goes
+to the sink exactly as with one process. ``max_concurrency`` is split between the workers
+(a global limit of 10 over 3 processes becomes 4 + 3 + 3).
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import queue as queue_mod
+import signal
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import replace
+
+from .datasets import BenchRequest
+from .loadgen import LoadConfig, RequestRecord, run_async, run_load
+
+_DONE = "done"  # a worker's last message
+_DRAIN_AFTER_INTERRUPT_S = 10.0
+_START_MARGIN_S = 0.05  # from "all workers ready" to t0: time to open a session, make the tasks
+
+
+def concurrency_shares(limit: int | None, processes: int) -> list[int | None]:
+    """``limit`` split as evenly as possible over ``processes`` (None: no limit)."""
+    if limit is None:
+        return [None] * processes
+    return [limit // processes + (1 if w < limit % processes else 0) for w in range(processes)]
+
+
+def _worker(cfg: LoadConfig, requests: list[BenchRequest], offsets: list[float], indices: list[int],
+            phase: str, out: mp.Queue, ready, go, start) -> None:
+    try:
+        ready.wait()
+        go.wait()
+        run_async(run_load(cfg, requests, offsets, out.put, phase=phase, t0=start.value, indices=indices))
+    except KeyboardInterrupt:
+        pass  # run_load has handed the interrupted requests to the sink
+    finally:
+        out.put(_DONE)
+
+
+def run_load_processes(cfg: LoadConfig, requests: list[BenchRequest], offsets: Iterable[float],
+                       sink: Callable[[RequestRecord], None], processes: int, phase: str = "measure",
+                       on_done: Callable[[RequestRecord], None] | None = None) -> list[RequestRecord]:
+    """`run_load` over ``processes`` client processes (1: in this process); returns the
+    records in request order. Ctrl-C stops the workers, hands what they measured to the
+    sink and re-raises."""
+    offsets = list(offsets)
+    n = len(requests)
+    processes = max(1, min(processes, n, cfg.max_concurrency or n))
+    if processes == 1:
+        return run_async(run_load(cfg, requests, offsets, sink, phase=phase, on_done=on_done))
+
+    ctx = mp.get_context("fork")  # the workers inherit everything loaded; nothing is re-imported
+    out, ready, go, start = ctx.Queue(), ctx.Barrier(processes + 1), ctx.Event(), ctx.Value("d", 0.0)
+    shares = [list(range(w, n, processes)) for w in range(processes)]
+    workers = [
+        ctx.Process(target=_worker, daemon=True, name=f"attnbench-load-{w}", args=(
+            replace(cfg, max_concurrency=limit), [requests[i] for i in share], [offsets[i] for i in share],
+            share, phase, out, ready, go, start))
+        for w, (share, limit) in enumerate(zip(shares, concurrency_shares(cfg.max_concurrency, processes)))]
+    for w in workers:
+        w.start()
+    records: list[RequestRecord | None] = [None] * n
+
+    def take(item) -> bool:
+        if item == _DONE:
+            return True
+        records[item.index] = item
+        sink(item)
+        if on_done:
+            on_done(item)
+        return False
+
+    finished = 0
+    try:
+        ready.wait()  # every worker is up: start the schedule on one clock
+        start.value = time.perf_counter() + _START_MARGIN_S
+        go.set()
+        while finished < processes:
+            try:
+                finished += take(out.get(timeout=1.0))
+            except queue_mod.Empty:
+                if not any(w.is_alive() for w in workers):
+                    break  # a worker died without its last message
+    except KeyboardInterrupt:
+        for w in workers:
+            if w.is_alive():
+                os.kill(w.pid, signal.SIGINT)
+        deadline = time.monotonic() + _DRAIN_AFTER_INTERRUPT_S
+        while finished < processes and time.monotonic() < deadline:
+            try:
+                finished += take(out.get(timeout=0.5))
+            except queue_mod.Empty:
+                if not any(w.is_alive() for w in workers):
+                    break
+        raise
+    finally:
+        for w in workers:
+            w.join(timeout=5)
+            if w.is_alive():
+                w.kill()
+                w.join()
+    for i, r in enumerate(records):
+        if r is None:  # its worker died before reporting it
+            records[i] = RequestRecord(i, phase, requests[i].prompt_len, requests[i].output_len,
+                                       scheduled_s=offsets[i], status="error", error="client process died")
+    return records
