@@ -84,7 +84,8 @@ def serve_stub(port: int) -> None:
         uvloop.install()
     except ImportError:
         pass
-    web.run_app(stub_app(), host="127.0.0.1", port=port, print=None, access_log=None)
+    # a deep accept backlog: hundreds of streams connect at once, and a dropped SYN costs 1 s
+    web.run_app(stub_app(), host="127.0.0.1", port=port, print=None, access_log=None, backlog=4096)
 
 
 class StubServer:
