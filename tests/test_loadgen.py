@@ -275,3 +275,22 @@ def test_client_processes_ctrl_c_keeps_what_was_measured():
     assert all(done[i].status == "ok" for i in range(6))  # finished before Ctrl-C: kept
     assert {done[i].error for i in range(6, 9) if i in done} == {"cancelled"}
     assert len(done) == 9
+
+
+@pytest.mark.parametrize("processes", [1, 2])
+def test_calibrate_against_the_stub(processes):
+    """The stub's TTFT is 0 and its ITL exactly the pace: what calibrate reports is the
+    client's own cost, small on a quiet loopback, and every chunk is counted."""
+    import os
+
+    from attnbench.runner.calibrate import calibrate
+
+    affinity = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else None
+    try:
+        c = calibrate(concurrency=8, requests=32, tokens=4, pace_ms=5.0, client_processes=processes)
+    finally:
+        if affinity is not None:
+            os.sched_setaffinity(0, affinity)  # calibrate pins this process; give the test worker its CPUs back
+    assert c.client_processes == processes and c.chunks_per_s > 0
+    assert 0 <= c.added_ttft_ms["p50"] < 1000 and 0 <= c.added_itl_ms["p50"] < 50
+    assert "chunks/s on" in "\n".join(c.lines())
