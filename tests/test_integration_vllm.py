@@ -72,7 +72,7 @@ def test_run_completes_exact_tokens_and_cleans_up(tmp_path, model_dir):
             assert r.status == "ok"
             assert r.completion_tokens == 12 and sum(r.chunk_tokens) == 12  # ignore_eos: exactly max_tokens
             ttft, e2el = r.chunk_s[0] - r.sent_s, r.chunk_s[-1] - r.sent_s
-            assert 0 < ttft < e2el
+            assert 0 < ttft <= e2el  # equal when every chunk of a request lands in one read
         summary = json.loads((run_dir / f"r{repeat}" / "summary.json").read_text())
         assert summary["completed"] == 10 and summary["total_output_tokens"] == 120
         assert summary["median_ttft_ms"] < summary["median_e2el_ms"]
