@@ -68,14 +68,17 @@ def test_run_completes_exact_tokens_and_cleans_up(tmp_path, model_dir):
     for repeat in (1, 2):
         records = read_records(run_dir / f"r{repeat}" / "requests.jsonl")
         assert len(records) == 10
+        spans = []
         for r in records:
             assert r.status == "ok"
             assert r.completion_tokens == 12 and sum(r.chunk_tokens) == 12  # ignore_eos: exactly max_tokens
             ttft, e2el = r.chunk_s[0] - r.sent_s, r.chunk_s[-1] - r.sent_s
             assert 0 < ttft <= e2el  # equal when every chunk of a request lands in one read
+            spans.append(e2el - ttft)
+        assert max(spans) > 0  # chunks are timed as they arrive, not once per request
         summary = json.loads((run_dir / f"r{repeat}" / "summary.json").read_text())
         assert summary["completed"] == 10 and summary["total_output_tokens"] == 120
-        assert summary["median_ttft_ms"] < summary["median_e2el_ms"]
+        assert summary["median_ttft_ms"] <= summary["median_e2el_ms"]
     assert len(read_records(run_dir / "warmup.jsonl")) == 1
     assert "--enforce-eager" in (run_dir / "server.log").read_text()
     assert server_pids(model_dir) == [] and port_is_free("127.0.0.1", port)
