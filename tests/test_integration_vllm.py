@@ -54,10 +54,12 @@ def server_pids(model_dir: Path) -> list[int]:
 
 def test_run_completes_exact_tokens_and_cleans_up(tmp_path, model_dir):
     """Two runs that differ only in benchmark settings: the second reuses the first's server."""
+    # 64 tokens: a decode window long enough that, even on a loaded 2-core machine, the
+    # client reads a request's chunks over time rather than all at once
     suite = load_suite(suite_file(tmp_path, model_dir, [
-        {"name": "v1"},
+        {"name": "v1", "benchmark": {"dataset": {"kind": "random", "input_len": 32, "output_len": 64}}},
         {"name": "v1-longer", "benchmark": {"repeats": 1, "num_prompts": 4,
-                                            "dataset": {"kind": "random", "input_len": 32, "output_len": 20}}},
+                                            "dataset": {"kind": "random", "input_len": 32, "output_len": 80}}},
     ]))
     outcomes = run_suite(suite, tmp_path / "results")
     assert [o.status for o in outcomes] == ["ok", "ok", "ok"]
@@ -71,13 +73,13 @@ def test_run_completes_exact_tokens_and_cleans_up(tmp_path, model_dir):
         spans = []
         for r in records:
             assert r.status == "ok"
-            assert r.completion_tokens == 12 and sum(r.chunk_tokens) == 12  # ignore_eos: exactly max_tokens
+            assert r.completion_tokens == 64 and sum(r.chunk_tokens) == 64  # ignore_eos: exactly max_tokens
             ttft, e2el = r.chunk_s[0] - r.sent_s, r.chunk_s[-1] - r.sent_s
             assert 0 < ttft <= e2el  # equal when every chunk of a request lands in one read
             spans.append(e2el - ttft)
         assert max(spans) > 0  # chunks are timed as they arrive, not once per request
         summary = json.loads((run_dir / f"r{repeat}" / "summary.json").read_text())
-        assert summary["completed"] == 10 and summary["total_output_tokens"] == 120
+        assert summary["completed"] == 10 and summary["total_output_tokens"] == 640
         assert summary["median_ttft_ms"] <= summary["median_e2el_ms"]
     assert len(read_records(run_dir / "warmup.jsonl")) == 1
     assert "--enforce-eager" in (run_dir / "server.log").read_text()
@@ -88,7 +90,7 @@ def test_run_completes_exact_tokens_and_cleans_up(tmp_path, model_dir):
     assert json.loads((longer / "provenance.json").read_text())["server_log"] == "v1/server.log"
     assert not (longer / "server.log").exists()
     assert sum(line.startswith("$ ") for line in (run_dir / "server.log").read_text().splitlines()) == 1
-    assert [r.completion_tokens for r in read_records(longer / "r1" / "requests.jsonl")] == [20] * 4
+    assert [r.completion_tokens for r in read_records(longer / "r1" / "requests.jsonl")] == [80] * 4
 
     # resume: nothing left to do, so no server starts
     log_size = (run_dir / "server.log").stat().st_size
