@@ -26,6 +26,20 @@ def _term_as_interrupt() -> None:
     signal.signal(signal.SIGTERM, handler)
 
 
+def model_options(f):
+    """--models / --models-dir, shared by `run` and `serve`."""
+    f = click.option("--models-dir", type=click.Path(file_okay=False, path_type=Path), default=Path(".models"),
+                     show_default=True, help="Where dummy model folders are made.")(f)
+    return click.option("--models", type=click.Choice(["as-written", "dummy"]), default="as-written",
+                        show_default=True, help="dummy: serve each run's published shape (model.arch) with "
+                        "random weights, no download.")(f)
+
+
+def _suite_with_models(suite_file: Path, models: str, models_dir: Path):
+    suite = _suite_or_fail(suite_file)
+    return suite.with_dummy_models(models_dir) if models == "dummy" else suite
+
+
 @click.command("run")
 @click.argument("suite_file", type=click.Path(dir_okay=False, path_type=Path))
 @click.option("--only", multiple=True, help="Run name to run (repeatable); default: every run.")
@@ -33,19 +47,14 @@ def _term_as_interrupt() -> None:
 @click.option("--out", "out_root", type=click.Path(file_okay=False, path_type=Path), default=Path("results"),
               show_default=True, help="Results root; the suite writes to OUT/<suite>/<run>/r<k>/.")
 @click.option("--resume", is_flag=True, help="Skip repeats whose summary.json says ok.")
-@click.option("--models", type=click.Choice(["as-written", "dummy"]), default="as-written", show_default=True,
-              help="dummy: serve each run's published shape (model.arch) with random weights, no download.")
-@click.option("--models-dir", type=click.Path(file_okay=False, path_type=Path), default=Path(".models"),
-              show_default=True, help="Where dummy model folders are made.")
+@model_options
 @click.option("--sharegpt", type=click.Path(dir_okay=False, path_type=Path),
               help="Use this ShareGPT JSON for every run's prompts.")
 def run_cmd(suite_file, only, repeats, out_root, resume, models, models_dir, sharegpt):
     """Serve each run of SUITE_FILE with vLLM, warm up, measure the repeats, stop the server."""
     from .execute import run_suite
 
-    suite = _suite_or_fail(suite_file)
-    if models == "dummy":
-        suite = suite.with_dummy_models(models_dir)
+    suite = _suite_with_models(suite_file, models, models_dir)
     if sharegpt:
         suite = suite.with_sharegpt(sharegpt)
     try:
@@ -68,10 +77,7 @@ def run_cmd(suite_file, only, repeats, out_root, resume, models, models_dir, sha
 @click.command("serve")
 @click.argument("suite_file", type=click.Path(dir_okay=False, path_type=Path))
 @click.option("--only", "run_name", help="Run to serve (default: the suite's first run).")
-@click.option("--models", type=click.Choice(["as-written", "dummy"]), default="as-written", show_default=True,
-              help="dummy: serve the run's published shape (model.arch) with random weights, no download.")
-@click.option("--models-dir", type=click.Path(file_okay=False, path_type=Path), default=Path(".models"),
-              show_default=True, help="Where dummy model folders are made.")
+@model_options
 @click.option("--port", type=click.IntRange(1, 65535), help="Port to bind (default: the recipe's, else a free one).")
 @click.option("--log", "log_path", type=click.Path(dir_okay=False, path_type=Path), default=Path("server.log"),
               show_default=True)
@@ -81,9 +87,7 @@ def serve_cmd(suite_file, run_name, models, models_dir, port, log_path):
     from .models import ensure_model
     from .server import ServerError, ServerProcess, build_launch
 
-    suite = _suite_or_fail(suite_file)
-    if models == "dummy":
-        suite = suite.with_dummy_models(models_dir)
+    suite = _suite_with_models(suite_file, models, models_dir)
     try:
         recipe = suite.select([run_name])[0] if run_name else suite.runs[0]
     except RecipeError as e:

@@ -111,64 +111,57 @@ class SharedServer:
 
 
 def run_recipe(suite: Suite, recipe: Recipe, store: ResultsStore, repeats: list[int],
-               console: Console, servers: SharedServer | None = None) -> list[RepeatOutcome]:
-    """Serve one recipe and measure the given repeats; returns one outcome per repeat.
-    With ``servers`` the server may be shared with neighbouring runs (the caller closes it);
-    without, it is started and stopped here."""
+               console: Console, servers: SharedServer) -> list[RepeatOutcome]:
+    """Serve one recipe from ``servers`` (maybe a neighbouring run's server; the caller
+    closes it) and measure the given repeats; returns one outcome per repeat."""
     b = recipe.benchmark
     ensure_model(recipe.model.path, recipe.model.build)
     requests = build_requests(b.dataset, b.num_prompts, recipe.model.tokenizer_path, b.seed)
     offsets = arrival_offsets(len(requests), b.request_rate, b.arrival, b.burstiness, b.seed)
-    own_servers = servers is None
-    servers = servers or SharedServer()
     log = store.server_log(recipe.name)
     outcomes: list[RepeatOutcome] = []
     try:
-        try:
-            server = servers.acquire(recipe, log, console)
-        except ServerError as e:
-            console.print(f"[red]{recipe.name}: server failed to start[/]\n{e}")
-            return [_failed(store, suite, recipe, r, "failed", str(e)) for r in repeats]
-        cfg = LoadConfig(server.plan.base_url, recipe.model.name, b.ignore_eos, b.max_concurrency,
-                         b.request_timeout_s, per_chunk_usage=b.per_chunk_usage)
-        prov = provenance.collect(recipe, suite_source=suite.source, server_version=server.version(),
-                                  image=recipe.serve.image, argv=server.plan.argv)
-        prov["server_log"] = str(server.log_path.relative_to(store.suite_dir)) \
-            if server.log_path.is_relative_to(store.suite_dir) else str(server.log_path)
-        store.write_run_meta(recipe.name, recipe.model_dump(mode="json"), prov)
-        if b.warmup_requests:
-            warm = build_requests(b.dataset, b.warmup_requests, recipe.model.tokenizer_path, b.seed + 1)
-            with store.warmup_writer(recipe.name) as w:
-                _measure(cfg, warm, [0.0] * len(warm), w, f"{recipe.name} warm-up", phase="warmup")
-        for i, repeat in enumerate(repeats):
-            if not server.alive():
-                outcomes += [_failed(store, suite, recipe, r, "failed", "vLLM server not running")
-                             for r in repeats[i:]]
-                break
-            started = _now()
-            with store.requests_writer(recipe.name, repeat) as writer:
-                try:
-                    records = _measure(cfg, requests, offsets, writer, f"{recipe.name} r{repeat}",
-                                       processes=b.client_processes)
-                except KeyboardInterrupt:
-                    _failed(store, suite, recipe, repeat, "interrupted", "interrupted (Ctrl-C)",
-                            read_records(writer.path))
-                    raise
-            if not server.alive():
-                error = (f"vLLM server exited during the repeat (code {server.proc.returncode}); "
-                         f"last log lines:\n{log_tail(server.log_path, 15)}")
-                outcomes.append(_failed(store, suite, recipe, repeat, "failed", error, records))
-                console.print(f"[red]{recipe.name} r{repeat}: server died[/]")
-                continue
-            summary = {**_summary_header(suite, recipe, repeat), "started_at": started,
-                       "finished_at": _now(), **summarize(records, b.goodput_slo_ms)}
-            summary["status"] = "ok" if summary["completed"] else "failed"
-            summary["error"] = "" if summary["completed"] else "no request completed"
-            store.write_summary(recipe.name, repeat, summary)
-            outcomes.append(RepeatOutcome(recipe.name, repeat, summary["status"], summary, summary["error"]))
-    finally:
-        if own_servers:
-            servers.close()
+        server = servers.acquire(recipe, log, console)
+    except ServerError as e:
+        console.print(f"[red]{recipe.name}: server failed to start[/]\n{e}")
+        return [_failed(store, suite, recipe, r, "failed", str(e)) for r in repeats]
+    cfg = LoadConfig(server.plan.base_url, recipe.model.name, b.ignore_eos, b.max_concurrency,
+                     b.request_timeout_s, per_chunk_usage=b.per_chunk_usage)
+    prov = provenance.collect(recipe, suite_source=suite.source, server_version=server.version(),
+                              image=recipe.serve.image, argv=server.plan.argv)
+    prov["server_log"] = str(server.log_path.relative_to(store.suite_dir)) \
+        if server.log_path.is_relative_to(store.suite_dir) else str(server.log_path)
+    store.write_run_meta(recipe.name, recipe.model_dump(mode="json"), prov)
+    if b.warmup_requests:
+        warm = build_requests(b.dataset, b.warmup_requests, recipe.model.tokenizer_path, b.seed + 1)
+        with store.warmup_writer(recipe.name) as w:
+            _measure(cfg, warm, [0.0] * len(warm), w, f"{recipe.name} warm-up", phase="warmup")
+    for i, repeat in enumerate(repeats):
+        if not server.alive():
+            outcomes += [_failed(store, suite, recipe, r, "failed", "vLLM server not running")
+                         for r in repeats[i:]]
+            break
+        started = _now()
+        with store.requests_writer(recipe.name, repeat) as writer:
+            try:
+                records = _measure(cfg, requests, offsets, writer, f"{recipe.name} r{repeat}",
+                                   processes=b.client_processes)
+            except KeyboardInterrupt:
+                _failed(store, suite, recipe, repeat, "interrupted", "interrupted (Ctrl-C)",
+                        read_records(writer.path))
+                raise
+        if not server.alive():
+            error = (f"vLLM server exited during the repeat (code {server.proc.returncode}); "
+                     f"last log lines:\n{log_tail(server.log_path, 15)}")
+            outcomes.append(_failed(store, suite, recipe, repeat, "failed", error, records))
+            console.print(f"[red]{recipe.name} r{repeat}: server died[/]")
+            continue
+        summary = {**_summary_header(suite, recipe, repeat), "started_at": started,
+                   "finished_at": _now(), **summarize(records, b.goodput_slo_ms)}
+        summary["status"] = "ok" if summary["completed"] else "failed"
+        summary["error"] = "" if summary["completed"] else "no request completed"
+        store.write_summary(recipe.name, repeat, summary)
+        outcomes.append(RepeatOutcome(recipe.name, repeat, summary["status"], summary, summary["error"]))
     return outcomes
 
 

@@ -80,17 +80,22 @@ class FakeServer:
             self.in_flight -= 1
 
 
-async def _with_server(fn):
-    fake = FakeServer()
+async def _start(fake: FakeServer) -> tuple[web.AppRunner, str]:
+    """Serve ``fake`` on a free loopback port: (runner to clean up, base URL)."""
     app = web.Application()
     app.router.add_post("/v1/completions", fake.completions)
     runner = web.AppRunner(app)
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0)
     await site.start()
-    port = site._server.sockets[0].getsockname()[1]
+    return runner, f"http://127.0.0.1:{site._server.sockets[0].getsockname()[1]}"
+
+
+async def _with_server(fn):
+    fake = FakeServer()
+    runner, url = await _start(fake)
     try:
-        return fake, await fn(f"http://127.0.0.1:{port}")
+        return fake, await fn(url)
     finally:
         await runner.cleanup()
 
@@ -216,13 +221,7 @@ class ThreadedFakeServer:
         started = threading.Event()
 
         async def serve():
-            app = web.Application()
-            app.router.add_post("/v1/completions", self.fake.completions)
-            self.runner = web.AppRunner(app)
-            await self.runner.setup()
-            site = web.TCPSite(self.runner, "127.0.0.1", 0)
-            await site.start()
-            self.url = f"http://127.0.0.1:{site._server.sockets[0].getsockname()[1]}"
+            self.runner, self.url = await _start(self.fake)
             started.set()
 
         self.thread = threading.Thread(target=lambda: (self.loop.run_until_complete(serve()),
