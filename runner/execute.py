@@ -150,7 +150,8 @@ def run_recipe(suite: Suite, recipe: Recipe, store: ResultsStore, repeats: list[
                 _failed(store, suite, recipe, repeat, "interrupted", "interrupted (Ctrl-C)",
                         read_records(writer.path))
                 raise
-        if not server.alive():
+        lost_requests = any(r.status != "ok" for r in records)
+        if not server.alive() or (lost_requests and server.exits_within(2.0)):
             error = (f"vLLM server exited during the repeat (code {server.proc.returncode}); "
                      f"last log lines:\n{log_tail(server.log_path, 15)}")
             outcomes.append(_failed(store, suite, recipe, repeat, "failed", error, records))

@@ -181,6 +181,17 @@ class ServerProcess:
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
 
+    def exits_within(self, seconds: float) -> bool:
+        """Whether the server has exited or does within ``seconds``: a killed server drops
+        its connections a moment before its process is gone."""
+        if self.proc is None:
+            return True
+        try:
+            self.proc.wait(timeout=seconds)
+            return True
+        except subprocess.TimeoutExpired:
+            return False
+
     def healthy(self) -> bool:
         try:
             with urllib.request.urlopen(self.plan.base_url + "/health", timeout=2) as r:

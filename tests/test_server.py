@@ -123,6 +123,19 @@ def test_start_health_stop_kills_the_whole_group(tmp_path):
     assert "fake_server.py" in (tmp_path / "server.log").read_text()  # argv logged
 
 
+def test_exits_within_waits_for_a_killed_server(tmp_path):
+    """A repeat whose requests failed asks whether the server is dying: a killed one is
+    reported as exited, a live one is not (after the timeout)."""
+    import os
+    import signal
+    import threading
+
+    with ServerProcess(fake_plan(tmp_path, "ok"), tmp_path / "server.log", startup_timeout_s=30) as server:
+        assert not server.exits_within(0.3)
+        threading.Timer(0.3, lambda: os.killpg(server.proc.pid, signal.SIGKILL)).start()
+        assert server.exits_within(10.0) and not server.alive()
+
+
 def test_early_exit_reports_the_log_tail(tmp_path):
     with pytest.raises(ServerError) as info:
         with ServerProcess(fake_plan(tmp_path, "crash"), tmp_path / "server.log", startup_timeout_s=30):
