@@ -194,9 +194,12 @@ async def _stream_one(session: aiohttp.ClientSession, cfg: LoadConfig, req: Benc
 async def run_load(cfg: LoadConfig, requests: list[BenchRequest], offsets: Iterable[float],
                    sink: Callable[[RequestRecord], None], phase: str = "measure",
                    on_done: Callable[[RequestRecord], None] | None = None, *,
-                   t0: float | None = None, indices: list[int] | None = None) -> list[RequestRecord]:
+                   t0: float | Callable[[], float] | None = None,
+                   indices: list[int] | None = None) -> list[RequestRecord]:
     """Send ``requests`` at ``offsets`` (s after ``t0``, a ``time.perf_counter()`` value;
-    default: now); every finished record goes to ``sink``.
+    default: now); every finished record goes to ``sink``. ``t0`` may be a function that
+    blocks until the start and returns it: it is called once the HTTP session is open, so a
+    client process is ready to send when the shared start arrives.
 
     Returns the records in request order; ``indices`` numbers them (default 0..n-1; a share
     of a larger load keeps its global numbers). Cancelling the task records the requests in
@@ -213,11 +216,11 @@ async def run_load(cfg: LoadConfig, requests: list[BenchRequest], offsets: Itera
                for i, r, o in zip(indices, requests, offsets)]
 
     async with aiohttp.ClientSession(timeout=timeout, connector=connector) as session:
-        t0 = time.perf_counter() if t0 is None else t0
+        t0 = time.perf_counter() if t0 is None else t0() if callable(t0) else t0
 
         async def one(req: BenchRequest, rec: RequestRecord):
-            delay = rec.scheduled_s - (time.perf_counter() - t0)
-            if delay > 0:
+            # the event loop may wake a timer up to a millisecond early: sleep again until due
+            while (delay := rec.scheduled_s - (time.perf_counter() - t0)) > 0:
                 await asyncio.sleep(delay)
             rec.dispatch_s = time.perf_counter() - t0
             if gate is not None:

@@ -25,7 +25,7 @@ from .loadgen import LoadConfig, RequestRecord, run_async, run_load
 
 _DONE = "done"  # a worker's last message
 _DRAIN_AFTER_INTERRUPT_S = 10.0
-_START_MARGIN_S = 0.05  # from "all workers ready" to t0: time to open a session, make the tasks
+_START_MARGIN_S = 0.1  # from "all workers ready" to t0: time for each worker to wake up
 
 
 def concurrency_shares(limit: int | None, processes: int) -> list[int | None]:
@@ -37,10 +37,13 @@ def concurrency_shares(limit: int | None, processes: int) -> list[int | None]:
 
 def _worker(cfg: LoadConfig, requests: list[BenchRequest], offsets: list[float], indices: list[int],
             phase: str, out: mp.Queue, ready, go, start) -> None:
-    try:
+    def wait_for_start() -> float:  # called by run_load with its HTTP session open
         ready.wait()
         go.wait()
-        run_async(run_load(cfg, requests, offsets, out.put, phase=phase, t0=start.value, indices=indices))
+        return start.value
+
+    try:
+        run_async(run_load(cfg, requests, offsets, out.put, phase=phase, t0=wait_for_start, indices=indices))
     except KeyboardInterrupt:
         pass  # run_load has handed the interrupted requests to the sink
     finally:

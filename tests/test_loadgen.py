@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import statistics
+import time
 
 import pytest
 from aiohttp import web
@@ -34,10 +36,12 @@ class FakeServer:
         self.in_flight = 0
         self.max_in_flight = 0
         self.bodies = []
+        self.arrived = {}  # prompt -> time.perf_counter() when its request arrived
 
     async def completions(self, request):
         body = await request.json()
         self.bodies.append(body)
+        self.arrived[body["prompt"]] = time.perf_counter()
         mode, n = body["prompt"], body["max_tokens"]
         if mode == "error500":
             return web.Response(status=500, text="boom: engine dead")
@@ -201,8 +205,6 @@ def test_arrival_schedules(arrival):
 
 
 def test_gamma_burstiness_changes_the_spread():
-    import statistics
-
     def cv(b):
         offs = arrival_offsets(4000, 10.0, "gamma", b, seed=1)
         gaps = [b - a for a, b in zip(offs, offs[1:])]
@@ -240,20 +242,26 @@ def test_client_processes_share_one_schedule_and_one_sink():
     from attnbench.runner.loadpool import concurrency_shares, run_load_processes
 
     assert concurrency_shares(10, 3) == [4, 3, 3] and concurrency_shares(None, 2) == [None, None]
-    requests = [BenchRequest("ok", 3, 5) for _ in range(30)]
-    offsets = [0.01 * i for i in range(30)]
+    requests = [BenchRequest(f"ok-{i}", 3, 5) for i in range(30)]  # unknown prompts behave as "ok"
+    offsets = [0.02 * i for i in range(30)]
     seen = []
     with ThreadedFakeServer() as srv:
         records = run_load_processes(LoadConfig(srv.url, "m", max_concurrency=7), requests, offsets,
                                      seen.append, processes=3)
-        max_in_flight = srv.fake.max_in_flight
+        max_in_flight, arrived = srv.fake.max_in_flight, srv.fake.arrived
     assert [r.index for r in records] == list(range(30)) and sorted(r.index for r in seen) == list(range(30))
     assert all(r.status == "ok" and r.completion_tokens == 5 and len(r.chunk_s) == 5 for r in records)
     assert max_in_flight <= 7
-    # one clock for every process: each request left on its schedule, in schedule order
-    assert all(-1e-3 <= r.dispatch_s - r.scheduled_s < 0.05 for r in records)
-    sends = [r.sent_s for r in records]
-    assert all(a <= b + 0.01 for a, b in zip(sends, sends[1:]))
+    # Nobody leaves before its time, and each worker keeps to the schedule. Medians, not
+    # maxima: a loaded CI machine may stall any one request for a while.
+    lateness = [r.dispatch_s - r.scheduled_s for r in records]
+    assert min(lateness) >= 0, lateness
+    workers = [range(w, 30, 3) for w in range(3)]
+    assert all(statistics.median(lateness[i] for i in share) < 0.05 for share in workers), lateness
+    # One clock: seen from the server (this process), every worker's requests arrive at
+    # the same time after their schedule, so no worker runs on a start of its own.
+    behind = [statistics.median(arrived[f"ok-{i}"] - offsets[i] for i in share) for share in workers]
+    assert max(behind) - min(behind) < 0.05, behind
 
 
 def test_client_processes_ctrl_c_keeps_what_was_measured():
