@@ -54,8 +54,10 @@ def server_pids(model_dir: Path) -> list[int]:
 
 def test_run_completes_exact_tokens_and_cleans_up(tmp_path, model_dir):
     """Two runs that differ only in benchmark settings: the second reuses the first's server."""
-    # 64 tokens: a decode window long enough that, even on a loaded 2-core machine, the
-    # client reads a request's chunks over time rather than all at once
+    # TTFT may equal E2EL here: on a loaded 2-core machine the client can sleep through a
+    # whole 64-token decode and then read every chunk at once. That chunks are timed as
+    # they arrive is tested against a paced fake server (test_loadgen); here, that vLLM
+    # streams the tokens and the records hold every event.
     suite = load_suite(suite_file(tmp_path, model_dir, [
         {"name": "v1", "benchmark": {"dataset": {"kind": "random", "input_len": 32, "output_len": 64}}},
         {"name": "v1-longer", "benchmark": {"repeats": 1, "num_prompts": 4,
@@ -70,14 +72,15 @@ def test_run_completes_exact_tokens_and_cleans_up(tmp_path, model_dir):
     for repeat in (1, 2):
         records = read_records(run_dir / f"r{repeat}" / "requests.jsonl")
         assert len(records) == 10
-        spans = []
         for r in records:
             assert r.status == "ok"
-            assert r.completion_tokens == 64 and sum(r.chunk_tokens) == 64  # ignore_eos: exactly max_tokens
+            assert r.completion_tokens == 64  # ignore_eos: exactly max_tokens
+            # one event per token, or (a busy API server merges tokens) fewer, counts unknown
+            assert (r.chunk_tokens == [1] * 64 and len(r.chunk_s) == 64) or \
+                (r.chunk_tokens == [] and 0 < len(r.chunk_s) < 64), (len(r.chunk_s), r.chunk_tokens)
+            assert r.chunk_s == sorted(r.chunk_s)
             ttft, e2el = r.chunk_s[0] - r.sent_s, r.chunk_s[-1] - r.sent_s
-            assert 0 < ttft <= e2el  # equal when every chunk of a request lands in one read
-            spans.append(e2el - ttft)
-        assert max(spans) > 0  # chunks are timed as they arrive, not once per request
+            assert 0 < ttft <= e2el
         summary = json.loads((run_dir / f"r{repeat}" / "summary.json").read_text())
         assert summary["completed"] == 10 and summary["total_output_tokens"] == 640
         assert summary["median_ttft_ms"] <= summary["median_e2el_ms"]

@@ -30,7 +30,7 @@ def _final(n, prompt_tokens=5):
 
 class FakeServer:
     """Behaviour chosen by the prompt: ok | multi | multi-nousage | split | error500 | early |
-    nousage | slow."""
+    nousage | slow | paced (20 ms between chunks)."""
 
     def __init__(self):
         self.in_flight = 0
@@ -69,6 +69,10 @@ class FakeServer:
                 for done in range(0, n, 3):
                     await resp.write(_chunk("abc"[:min(3, n - done)]))
                     await asyncio.sleep(0.002)
+            elif mode == "paced":
+                for i in range(1, n + 1):
+                    await resp.write(_chunk("p", i))
+                    await asyncio.sleep(0.02)
             elif mode == "nousage":
                 for _ in range(n):
                     await resp.write(_chunk("y"))
@@ -149,6 +153,15 @@ def test_multi_token_chunks_are_counted_per_token():
     assert s["max_chunk_tokens"] == 3
     # per-chunk ITL has 2 samples; per-token ITL spreads them over 3 + 1 tokens
     assert s["total_output_tokens"] == 7
+
+
+def test_chunks_are_timed_as_they_arrive():
+    """6 chunks sent 20 ms apart: the client's timestamps span the 100 ms between the first
+    and the last (the in-process server leaves the client every gap to read in)."""
+    _, recs, _ = load([BenchRequest("paced", 3, 6)])
+    r = recs[0]
+    assert len(r.chunk_s) == 6 and r.chunk_s == sorted(r.chunk_s)
+    assert r.chunk_s[-1] - r.chunk_s[0] >= 0.08, r.chunk_s
 
 
 def test_chunk_split_across_reads_is_reassembled():
