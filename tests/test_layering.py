@@ -1,5 +1,5 @@
 """DESIGN.md layering: runner and analysis never import torch/triton/vllm; kernels never
-import runner or analysis. Checked statically (every import statement) and at run time
+import runner or analysis, and only its vLLM plugin and comparator import vllm. Checked statically (every import statement) and at run time
 (importing every runner/analysis module leaves torch unloaded)."""
 
 from __future__ import annotations
@@ -38,6 +38,13 @@ def test_static_imports(package):
             if any(name == f or name.startswith(f + ".") for f in FORBIDDEN[package]):
                 bad.append(f"{path.relative_to(ROOT)}: {name}")
     assert not bad, bad
+
+
+def test_vllm_is_imported_only_by_the_plugin_and_the_comparator():
+    allowed = {"vllm_backend.py", "vllm_plugin.py", "implementations.py"}  # DESIGN.md
+    users = sorted(p.name for p in (ROOT / "kernels").glob("*.py")
+                   if any(n == "vllm" or n.startswith("vllm.") for n in imported_modules(p)))
+    assert set(users) <= allowed and "vllm_backend.py" in users, users
 
 
 def test_runtime_imports_stay_light():

@@ -1,0 +1,157 @@
+"""attnbench's paged-attention kernels as a vLLM attention backend (vLLM 0.26 and later).
+
+Serve with ``--attention-backend CUSTOM`` (recipe: ``attention_backend: CUSTOM``) once the
+plugin in `vllm_plugin` has registered this class; ``ATTNBENCH_VARIANT`` picks the
+step of the paper that runs: ``auto`` (default, the heuristics), ``naive``, ``qblock``,
+``parallel_tiled`` or ``static_grid``. End-to-end runs can then compare the paper's
+steps under the same server, scheduler and load.
+
+Everything around the attention itself is vLLM's Triton backend, inherited unchanged: the
+KV-cache layout (logical ``[num_blocks, num_kv_heads, block_size, 2 * head_size]``, K then
+V in the last dimension, stored block-major), the metadata builder, and the cache write
+(``do_kv_cache_update``, run by vLLM before ``forward``). ``forward`` takes K and V as
+strided views ``[num_blocks, block_size, num_kv_heads, head_size]`` of that cache, which
+is the layout `paged_attention` reads, and calls it.
+
+What the kernels do not implement is refused where vLLM chooses a backend (`validate_configuration`
+reads the ``supports_*`` answers below) or, for what reaches the layer anyway, when the
+layer is built: FP8 KV cache, ALiBi, attention sinks, non-causal and encoder attention,
+chunked-local lookback, multimodal prefix ranges, batch invariance.
+
+CUDA graphs: the launch grids depend only on the token and sequence counts, which a
+captured graph fixes, so full graphs are declared for uniform batches (decode, and spec
+decode with a fixed query length); mixed batches run piecewise, attention eager. The
+kernel configuration (``auto``) is chosen when a graph is captured and replayed as is.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import ClassVar
+
+import torch
+from vllm.v1.attention.backend import AttentionCGSupport, AttentionType
+from vllm.v1.attention.backends.triton_attn import (
+    TritonAttentionBackend,
+    TritonAttentionImpl,
+    TritonAttentionMetadata,
+    TritonAttentionMetadataBuilder,
+)
+
+from .api import MAX_HEAD_SIZE, MIN_HEAD_SIZE, paged_attention
+from .heuristics import VARIANTS
+
+VARIANT_ENV = "ATTNBENCH_VARIANT"
+
+
+def variant_from_env() -> str:
+    """The kernel variant named by ``ATTNBENCH_VARIANT`` ("auto" when unset)."""
+    variant = os.environ.get(VARIANT_ENV, "auto").strip() or "auto"
+    if variant != "auto" and variant not in VARIANTS:
+        raise ValueError(f"{VARIANT_ENV}: expected 'auto' or one of {list(VARIANTS)}, got {variant!r}")
+    return variant
+
+
+class AttnbenchMetadataBuilder(TritonAttentionMetadataBuilder):
+    """vLLM's Triton metadata, with full CUDA graphs only for uniform batches (module doc)."""
+
+    _cudagraph_support: ClassVar[AttentionCGSupport] = AttentionCGSupport.UNIFORM_BATCH
+
+
+class AttnbenchImpl(TritonAttentionImpl):
+    """vLLM's Triton attention layer with `paged_attention` as its kernel."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.variant = variant_from_env()
+        refused = {
+            "an FP8 KV cache (--kv-cache-dtype auto, float16 or bfloat16)":
+                self.kv_cache_dtype not in ("auto", "float16", "bfloat16"),
+            "ALiBi": self.alibi_slopes is not None,
+            "attention sinks": self.sinks is not None,
+            f"attention type {self.attn_type} (decoder only)": self.attn_type != AttentionType.DECODER,
+            "chunked-local lookback": getattr(self, "chunk_lookback", -1) > -1,
+        }
+        for what, present in refused.items():
+            if present:
+                raise NotImplementedError(f"attnbench backend (CUSTOM): {what} is not supported")
+        self.supports_quant_query_input = False  # the query stays in the model's dtype
+        left, _ = self.sliding_window  # vLLM's (window - 1, 0), or (-1, -1) for none
+        self.window = None if left < 0 else left + 1
+
+    def forward(self, layer: torch.nn.Module, query: torch.Tensor, key: torch.Tensor,
+                value: torch.Tensor, kv_cache: torch.Tensor, attn_metadata: TritonAttentionMetadata,
+                output: torch.Tensor, output_scale: torch.Tensor | None = None,
+                output_block_scale: torch.Tensor | None = None) -> torch.Tensor:
+        """Attention of ``query`` [num_tokens, num_heads, head_size] over the paged cache
+        (the new tokens' K/V are already in it) into ``output``; returns ``output``."""
+        if output_scale is not None or output_block_scale is not None:
+            raise NotImplementedError("attnbench backend (CUSTOM): fused output quantization is not supported")
+        if attn_metadata is None:  # vLLM's profiling run
+            return output.fill_(0)
+        if attn_metadata.causal is not True or getattr(attn_metadata, "mm_prefix_range_tensor", None) is not None:
+            raise NotImplementedError("attnbench backend (CUSTOM): only causal attention without "
+                                      "multimodal prefix ranges is supported")
+        n = attn_metadata.num_actual_tokens
+        # [blocks, kv_heads, block_size, 2*head] -> K and V views [blocks, block_size, kv_heads, head]
+        key_cache, value_cache = kv_cache.transpose(1, 2).split(self.head_size, dim=-1)
+        out = output[:n].view(n, self.num_heads, self.head_size)
+        paged_attention(
+            query[:n], key_cache, value_cache, attn_metadata.block_table,
+            attn_metadata.query_start_loc, attn_metadata.seq_lens,
+            max_seqlen_q=attn_metadata.max_query_len, max_seqlen_k=attn_metadata.max_seq_len,
+            scale=self.scale, out=out, sliding_window=self.window, softcap=self.logits_soft_cap,
+            variant=self.variant, check_metadata=False,  # no host sync: graphs and eager alike
+        )
+        return output
+
+
+class AttnbenchBackend(TritonAttentionBackend):
+    """The ``CUSTOM`` attention backend: vLLM's Triton backend around attnbench's kernels."""
+
+    supported_dtypes: ClassVar[list[torch.dtype]] = [torch.float16, torch.bfloat16]
+    supported_kv_cache_dtypes: ClassVar[list[str]] = ["auto", "float16", "bfloat16"]
+
+    @staticmethod
+    def get_name() -> str:
+        return "CUSTOM"  # vLLM maps the name back to its AttentionBackendEnum member
+
+    @staticmethod
+    def get_impl_cls() -> type[AttnbenchImpl]:
+        return AttnbenchImpl
+
+    @staticmethod
+    def get_builder_cls() -> type[AttnbenchMetadataBuilder]:
+        return AttnbenchMetadataBuilder
+
+    @classmethod
+    def supports_head_size(cls, head_size: int) -> bool:
+        return MIN_HEAD_SIZE <= head_size <= MAX_HEAD_SIZE and head_size % 8 == 0
+
+    @classmethod
+    def supports_attn_type(cls, attn_type: str) -> bool:
+        return attn_type == AttentionType.DECODER
+
+    @classmethod
+    def supports_non_causal(cls) -> bool:
+        return False
+
+    @classmethod
+    def supports_sink(cls) -> bool:
+        return False
+
+    @classmethod
+    def supports_mm_prefix(cls) -> bool:
+        return False
+
+    @classmethod
+    def supports_alibi_sqrt(cls) -> bool:
+        return False
+
+    @classmethod
+    def supports_batch_invariance(cls) -> bool:
+        return False  # the segment split, hence the summation order, follows the batch
+
+    @classmethod
+    def supports_rswa(cls) -> bool:
+        return False

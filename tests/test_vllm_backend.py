@@ -1,0 +1,126 @@
+"""The vLLM attention-backend plugin against the installed vLLM (the CPU build here).
+
+vLLM's CPU platform always serves with its own CPU attention, so a CPU server cannot pick
+``CUSTOM``; these tests drive vLLM's own pieces instead: its plugin loader and backend
+registry, its backend validation, and the layer's ``forward`` on a paged cache in vLLM's
+layout (written through that layout's views, as vLLM's cache write does), checked
+against the fp32 reference. On a GPU the same layer runs in `vllm serve --attention-backend CUSTOM`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from importlib import metadata
+
+import pytest
+import torch
+from attnbench.kernels import vllm_backend  # needs vLLM: part of the test venv
+from attnbench.kernels.batch import PagedBatch
+from kernel_checks import DEVICE, fresh_seed, mismatch
+
+
+def test_plugin_registers_the_custom_backend_through_vllms_loader():
+    from vllm.plugins import load_general_plugins
+    from vllm.v1.attention.backends.registry import AttentionBackendEnum
+
+    names = {ep.name: ep.value for ep in metadata.entry_points(group="vllm.general_plugins")}
+    assert names.get("attnbench_kernels") == "attnbench.kernels.vllm_plugin:register", names
+    load_general_plugins()
+    backend = AttentionBackendEnum.CUSTOM.get_class()
+    assert backend is vllm_backend.AttnbenchBackend
+    # vLLM maps a layer's backend name back to the enum member
+    assert AttentionBackendEnum[backend.get_name()] is AttentionBackendEnum.CUSTOM
+
+
+def test_backend_answers_what_the_kernels_support():
+    b = vllm_backend.AttnbenchBackend
+    assert [b.supports_head_size(h) for h in (64, 96, 128, 256, 80, 100, 512)] == [True] * 5 + [False] * 2
+    assert b.supports_kv_cache_dtype("auto") and b.supports_kv_cache_dtype("bfloat16")
+    assert not b.supports_kv_cache_dtype("fp8") and not b.supports_dtype(torch.float32)
+    assert b.supports_attn_type("decoder") and not b.supports_attn_type("encoder_only")
+    assert b.supports_sliding_window() and not b.supports_sink() and not b.supports_non_causal()
+    assert b.get_builder_cls()._cudagraph_support.name == "UNIFORM_BATCH"
+
+
+def test_variant_comes_from_the_environment(monkeypatch):
+    monkeypatch.setenv("ATTNBENCH_VARIANT", "static_grid")
+    assert vllm_backend.variant_from_env() == "static_grid"
+    monkeypatch.setenv("ATTNBENCH_VARIANT", "flash")
+    with pytest.raises(ValueError, match="ATTNBENCH_VARIANT: expected 'auto' or one of"):
+        vllm_backend.variant_from_env()
+
+
+def test_layer_refuses_what_the_kernels_lack():
+    with pytest.raises(NotImplementedError, match="FP8 KV cache"):
+        vllm_backend.AttnbenchImpl(8, 64, 0.125, 2, None, None, "fp8")
+    with pytest.raises(NotImplementedError, match="ALiBi"):
+        vllm_backend.AttnbenchImpl(8, 64, 0.125, 2, [0.5] * 8, None, "auto")
+
+
+def _vllm_metadata(batch: PagedBatch):
+    """vLLM's TritonAttentionMetadata for ``batch``: the fields forward reads; the rest
+    (the builder's 3D scratch buffers, cascade and multimodal extras) empty."""
+    from vllm.v1.attention.backends.triton_attn import TritonAttentionMetadata
+
+    known = dict(num_actual_tokens=batch.num_tokens, max_query_len=batch.max_seqlen_q,
+                 query_start_loc=batch.cu_seqlens_q, max_seq_len=batch.max_seqlen_k,
+                 seq_lens=batch.seq_lens, block_table=batch.block_table, causal=True,
+                 slot_mapping=_slot_mapping(batch))
+    rest = {f.name: None for f in dataclasses.fields(TritonAttentionMetadata)
+            if f.name not in known and f.default is dataclasses.MISSING}
+    return TritonAttentionMetadata(**known, **rest)
+
+
+def _slot_mapping(batch: PagedBatch) -> torch.Tensor:
+    """Cache slot (block * block_size + offset) of every query token, as vLLM computes it."""
+    slots = []
+    for s, spec in enumerate(batch.seqs):
+        for pos in range(spec.context_len, spec.seq_len):
+            block = int(batch.block_table[s, pos // batch.block_size])
+            slots.append(block * batch.block_size + pos % batch.block_size)
+    return torch.tensor(slots, dtype=torch.int64, device=batch.q.device)
+
+
+CASES = [  # (seqs as (query_len, context_len), q heads, kv heads, head, block, window, softcap, variant)
+    ([(1, 40), (3, 17), (20, 0), (9, 30)], 8, 2, 64, 16, None, 0.0, "auto"),
+    ([(1, 70), (1, 5), (12, 20)], 4, 1, 128, 32, 24, 0.0, "parallel_tiled"),
+    ([(1, 33), (7, 50), (16, 0)], 4, 4, 96, 16, None, 30.0, "static_grid"),
+]
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("case", CASES, ids=["gqa-mixed-auto", "mqa-window-parallel", "mha-softcap-static"])
+def test_layer_writes_the_cache_then_matches_the_reference(case, dtype, monkeypatch):
+    seqs, hq, hkv, head, block, window, softcap, variant = case
+    monkeypatch.setenv("ATTNBENCH_VARIANT", variant)
+    seed = fresh_seed()
+    batch = PagedBatch.build(seqs, num_q_heads=hq, num_kv_heads=hkv, head_size=head, block_size=block,
+                             dtype=dtype, device=DEVICE, sliding_window=window, softcap=softcap, seed=seed)
+    slots = _slot_mapping(batch)
+    flat_k = batch.k_cache.view(-1, hkv, head)
+    flat_v = batch.v_cache.view(-1, hkv, head)
+    new_k, new_v = flat_k[slots].clone(), flat_v[slots].clone()  # this step's tokens
+
+    # vLLM's cache: logical [blocks, kv_heads, block_size, 2 * head], stored block-major;
+    # the context is in it already, the new tokens' slots hold garbage until the write
+    blocks = batch.k_cache.shape[0]
+    storage = torch.cat([batch.k_cache, batch.v_cache], dim=-1)
+    storage.view(-1, hkv, 2 * head)[slots] = float("nan")
+    kv_cache = storage.permute(0, 2, 1, 3)
+    assert kv_cache.shape == (blocks, hkv, block, 2 * head)
+
+    impl = vllm_backend.AttnbenchImpl(hq, head, head ** -0.5, hkv, None, window, "auto",
+                                      logits_soft_cap=softcap or None)
+    # the cache write vLLM runs before forward (its Triton reshape_and_cache, which vLLM's
+    # CPU build cannot run): this step's K and V into their slots, through the layout views
+    kv_cache.transpose(1, 2).reshape(-1, hkv, 2 * head)[slots] = torch.cat([new_k, new_v], dim=-1)
+    layer = torch.nn.Module()
+    pad = 3  # vLLM hands padded buffers: rows past num_actual_tokens must stay untouched
+    query = torch.cat([batch.q, torch.randn(pad, hq, head, dtype=dtype, device=DEVICE)])
+    output = torch.full((batch.num_tokens + pad, hq * head), 7.0, dtype=dtype, device=DEVICE)
+    returned = impl.forward(layer, query, None, None, kv_cache, _vllm_metadata(batch), output)
+
+    assert returned is output
+    assert bool((output[batch.num_tokens:] == 7.0).all()), "wrote past num_actual_tokens"
+    err = mismatch(output[:batch.num_tokens].view(-1, hq, head), batch.reference(), dtype)
+    assert err is None, f"{variant} seed={seed}: {err}"
