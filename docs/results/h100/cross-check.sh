@@ -2,7 +2,8 @@
 # The `vllm bench serve` cross-check (issue 5, part 3): one vLLM server (a run of
 # recipes/h100.yaml, default backends-triton), the same 500 prompts (attnbench's synthetic
 # ShareGPT-shaped set, exported as ShareGPT JSON), loaded in turn by `attnbench load` and by
-# `vllm bench serve` (same vLLM install), $REPEATS (default 3) times each, alternating; then
+# `vllm bench serve` (same vLLM install; --temperature 0: greedy, as attnbench asks, where
+# vLLM's client would leave sampling to the server's default), $REPEATS (default 3) times each, alternating; then
 # once more by `attnbench load --per-chunk-usage` (what that option costs the server). From the repository root
 # on the GPU host, after the offline vLLM bundle is installed:
 #   bash docs/results/h100/cross-check.sh [RUN]
@@ -28,7 +29,7 @@ for i in $(seq "${REPEATS:-3}"); do
   attnbench load "${common[@]}" --num-prompts 500 --out "$res/attnbench/r$i" 2>&1 | grep -v "it/s]"
   python3 -m vllm.entrypoints.cli.main bench serve --backend vllm --base-url $url --model llama-3.1-8b \
     --tokenizer $tok --dataset-name sharegpt --dataset-path "$res/prompts.json" --num-prompts 500 \
-    --ignore-eos --request-rate inf --seed 0 --percentile-metrics ttft,tpot,itl,e2el \
+    --ignore-eos --temperature 0 --request-rate inf --seed 0 --percentile-metrics ttft,tpot,itl,e2el \
     --save-result --result-dir "$res/vllm-bench" --result-filename "r$i.json" 2>&1 | tail -25
 done
 attnbench load "${common[@]}" --num-prompts 500 --per-chunk-usage --out "$res/per-chunk-usage/r1" 2>&1 | grep -v "it/s]"
