@@ -18,7 +18,7 @@ from pathlib import Path
 import pandas as pd
 import yaml
 
-from attnbench.kernels.schema import MICROBENCH_FIELDS, MICROBENCH_REQUIRED
+from attnbench.kernels.schema import MICROBENCH_FIELDS, MICROBENCH_REQUIRED, VARIANT_ENV, VLLM_BACKEND_NAME
 from attnbench.runner.metrics import request_latencies
 from attnbench.runner.recipe import Recipe, ServeSettings
 from attnbench.runner.store import (PROVENANCE_FILE, RECIPE_FILE, SUMMARY_FILE, iter_repeat_dirs,
@@ -46,6 +46,13 @@ class Collected:
                    [s for p in parts for s in p.sources])
 
 
+def _backend_label(serve: ServeSettings) -> str:
+    """vLLM's backend name; for attnbench's own kernels (CUSTOM) also the step that ran."""
+    if serve.attention_backend == VLLM_BACKEND_NAME:
+        return f"{VLLM_BACKEND_NAME} ({serve.env.get(VARIANT_ENV, 'auto')})"
+    return serve.attention_backend or "default"
+
+
 def _serve_settings(recipe: dict) -> dict:
     """Serve settings of a run's resolved recipe.yaml (engine presets applied by `Recipe`), and
     its workload: the load without its lengths (runs of one latency sweep share it)."""
@@ -54,7 +61,7 @@ def _serve_settings(recipe: dict) -> dict:
     dataset = bench.get("dataset", {})
     return {"workload": f"{dataset.get('kind', '?')} x{bench.get('num_prompts', '?')}, rate "
                         f"{bench.get('request_rate', '?')}, concurrency {bench.get('max_concurrency')}",
-            "engine": serve.engine, "attention_backend": serve.attention_backend or "default",
+            "engine": serve.engine, "attention_backend": _backend_label(serve),
             "graph_mode": serve.graph_mode or "default", "max_num_seqs": serve.resolved("max_num_seqs"),
             "chunked_prefill": serve.resolved("enable_chunked_prefill"), "output_len": dataset.get("output_len")}
 

@@ -1,10 +1,15 @@
-"""Column names of the microbenchmark CSV: the one place writers and readers agree on.
+"""Column names of the microbenchmark CSV, and the names that select the kernels in vLLM:
+the one place writers and readers agree on.
 
 Importing this module loads neither torch nor triton, so the analysis layer reads it.
 Times are microseconds, bandwidth GB/s (1e9 bytes/s), compute TFLOP/s (1e12 FLOP/s).
 """
 
 from __future__ import annotations
+
+# vLLM plugin (vllm_plugin / vllm_backend): `--attention-backend CUSTOM`, the step from this env var
+VLLM_BACKEND_NAME = "CUSTOM"
+VARIANT_ENV = "ATTNBENCH_VARIANT"
 
 # (column, meaning)
 MICROBENCH_COLUMNS: tuple[tuple[str, str], ...] = (

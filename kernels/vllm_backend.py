@@ -40,8 +40,7 @@ from vllm.v1.attention.backends.triton_attn import (
 
 from .api import MAX_HEAD_SIZE, MIN_HEAD_SIZE, paged_attention
 from .heuristics import VARIANTS
-
-VARIANT_ENV = "ATTNBENCH_VARIANT"
+from .schema import VARIANT_ENV, VLLM_BACKEND_NAME
 
 
 def variant_from_env() -> str:
@@ -114,7 +113,7 @@ class AttnbenchBackend(TritonAttentionBackend):
 
     @staticmethod
     def get_name() -> str:
-        return "CUSTOM"  # vLLM maps the name back to its AttentionBackendEnum member
+        return VLLM_BACKEND_NAME  # vLLM maps the name back to its AttentionBackendEnum member
 
     @staticmethod
     def get_impl_cls() -> type[AttnbenchImpl]:

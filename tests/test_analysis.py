@@ -35,11 +35,11 @@ def make_records(ttfts_ms, itl_ms, tokens=4, prompt=10):
 
 def write_run(store: ResultsStore, suite: str, run: str, repeats: list[list[RequestRecord]], *,
               backend="TRITON_ATTN", gpu="NVIDIA H100 80GB HBM3", output_len=None, weights="dummy (random)",
-              model="/m/llama8b", engine="v1"):
+              model="/m/llama8b", engine="v1", env=None):
     dataset = ({"kind": "random", "input_len": 10, "output_len": output_len} if output_len
                else {"kind": "synthetic"})
     recipe = Recipe.model_validate({"name": run, "model": {"path": model},
-                                    "serve": {"engine": engine, "attention_backend": backend},
+                                    "serve": {"engine": engine, "attention_backend": backend, "env": env or {}},
                                     "benchmark": {"dataset": dataset}}).model_dump(mode="json")
     prov = {"gpus": [{"name": gpu}], "vendor": "nvidia", "model": model, "model_weights": weights,
             "vllm_server_version": "0.26.0", "collected_at": "2026-11-22T00:00:00+00:00"}
@@ -144,14 +144,18 @@ def test_serving_bars_in_their_units(tree, tmp_path, captured):
 
 def test_latency_vs_output_length(tmp_path, captured):
     store = ResultsStore(tmp_path / "res", "fig9")
-    for backend in ("TRITON_ATTN", "FLASH_ATTN"):
+    lines = {"triton": ("TRITON_ATTN", None, 5), "flash": ("FLASH_ATTN", None, 4),  # attnbench's steps:
+             "steps-qblock": ("CUSTOM", "qblock", 6), "steps-auto": ("CUSTOM", None, 3)}  # one line each
+    for run, (backend, variant, itl) in lines.items():
         for out_len in (10, 100, 1000):
-            itl = 5 if backend == "TRITON_ATTN" else 4
-            write_run(store, "fig9", f"{backend.lower()}-{out_len}",
-                      [make_records([20], itl, tokens=out_len)], backend=backend, output_len=out_len)
+            write_run(store, "fig9", f"{run}-{out_len}", [make_records([20], itl, tokens=out_len)],
+                      backend=backend, output_len=out_len, env={"ATTNBENCH_VARIANT": variant} if variant else None)
     analyze([tmp_path / "res"], tmp_path / "figs")
     fig, data = captured["fig9-latency-vs-output"]
     assert sorted(set(data["output_len"])) == [10, 100, 1000]
+    assert set(data["line"]) == {"TRITON_ATTN", "FLASH_ATTN", "CUSTOM (qblock)", "CUSTOM (auto)"}
+    qblock = data[data["line"] == "CUSTOM (qblock)"].sort_values("output_len")
+    assert qblock["e2el"].tolist() == pytest.approx([20 + 9 * 6, 20 + 99 * 6, 20 + 999 * 6])
     triton = data[data["line"] == "TRITON_ATTN"].sort_values("output_len")
     assert triton["e2el"].tolist() == pytest.approx([20 + 9 * 5, 20 + 99 * 5, 20 + 999 * 5])
     assert fig.axes[0].get_xlabel() == "output length (tokens)"
