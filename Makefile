@@ -65,6 +65,10 @@ test: $(STAMP) ## the test suite on CPU: kernels in Triton's interpreter, real v
 test-gpu: ## the kernel tests on a CUDA/ROCm GPU (GPU_PYTHON=python3, attnbench installed there)
 	$(call strip,$(GPU_PYTHON)) -m pytest -q tests/test_kernels_correctness.py tests/test_kernels_api.py
 
+.PHONY: test-gpu-plugin
+test-gpu-plugin: ## the vLLM plugin's layer tests on a GPU (needs vLLM >= 0.26 in GPU_PYTHON)
+	$(call strip,$(GPU_PYTHON)) -m pytest -q tests/test_vllm_backend.py
+
 .PHONY: demo
 demo: $(STAMP) ## the embedded default: a real vLLM CPU server, tiny local model, synthetic prompts, figures
 	$(VPY) -m attnbench.runner.cli run recipes/cpu-demo.yaml --out results/demo

@@ -111,5 +111,5 @@ def test_native_runtime_runs_the_same_suite_without_docker():
 
 def test_make_help_lists_every_user_target():
     out = make("help")
-    for target in ("demo", "test", "test-gpu", "plots", "bench-h100", "bench-mi300x", "image-cuda", "image-rocm"):
+    for target in ("demo", "test", "test-gpu", "test-gpu-plugin", "plots", "bench-h100", "bench-mi300x", "image-cuda", "image-rocm"):
         assert f"  {target} " in out

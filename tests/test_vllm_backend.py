@@ -111,10 +111,12 @@ def test_layer_writes_the_cache_then_matches_the_reference(case, dtype, monkeypa
 
     impl = vllm_backend.AttnbenchImpl(hq, head, head ** -0.5, hkv, None, window, "auto",
                                       logits_soft_cap=softcap or None)
-    # the cache write vLLM runs before forward (its Triton reshape_and_cache, which vLLM's
-    # CPU build cannot run): this step's K and V into their slots, through the layout views
-    kv_cache.transpose(1, 2).reshape(-1, hkv, 2 * head)[slots] = torch.cat([new_k, new_v], dim=-1)
     layer = torch.nn.Module()
+    layer._k_scale = layer._v_scale = torch.ones((), device=DEVICE)
+    if DEVICE == "cuda":  # the cache write vLLM runs before forward: its Triton reshape_and_cache
+        impl.do_kv_cache_update(layer, new_k, new_v, kv_cache, slots)
+    else:  # vLLM's CPU build cannot run it: the same write through the layout's views
+        kv_cache.transpose(1, 2).reshape(-1, hkv, 2 * head)[slots] = torch.cat([new_k, new_v], dim=-1)
     pad = 3  # vLLM hands padded buffers: rows past num_actual_tokens must stay untouched
     query = torch.cat([batch.q, torch.randn(pad, hq, head, dtype=dtype, device=DEVICE)])
     output = torch.full((batch.num_tokens + pad, hq * head), 7.0, dtype=dtype, device=DEVICE)
