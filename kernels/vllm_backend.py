@@ -131,26 +131,7 @@ class AttnbenchBackend(TritonAttentionBackend):
     def supports_attn_type(cls, attn_type: str) -> bool:
         return attn_type == AttentionType.DECODER
 
-    @classmethod
-    def supports_non_causal(cls) -> bool:
-        return False
-
-    @classmethod
-    def supports_sink(cls) -> bool:
-        return False
-
-    @classmethod
-    def supports_mm_prefix(cls) -> bool:
-        return False
-
-    @classmethod
-    def supports_alibi_sqrt(cls) -> bool:
-        return False
-
-    @classmethod
-    def supports_batch_invariance(cls) -> bool:
-        return False  # the segment split, hence the summation order, follows the batch
-
-    @classmethod
-    def supports_rswa(cls) -> bool:
-        return False
+    # What the kernels do not implement, answered where vLLM picks a backend. Batch
+    # invariance: the segment split, hence the summation order, follows the batch.
+    supports_non_causal = supports_sink = supports_mm_prefix = supports_alibi_sqrt = \
+        supports_batch_invariance = supports_rswa = classmethod(lambda cls: False)

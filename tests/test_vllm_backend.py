@@ -39,6 +39,7 @@ def test_backend_answers_what_the_kernels_support():
     assert not b.supports_kv_cache_dtype("fp8") and not b.supports_dtype(torch.float32)
     assert b.supports_attn_type("decoder") and not b.supports_attn_type("encoder_only")
     assert b.supports_sliding_window() and not b.supports_sink() and not b.supports_non_causal()
+    assert not (b.supports_mm_prefix() or b.supports_alibi_sqrt() or b.supports_batch_invariance())
     assert b.get_builder_cls()._cudagraph_support.name == "UNIFORM_BATCH"
 
 
