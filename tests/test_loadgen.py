@@ -30,7 +30,7 @@ def _final(n, prompt_tokens=5):
 
 class FakeServer:
     """Behaviour chosen by the prompt: ok | multi | multi-nousage | split | error500 | early |
-    nousage | slow | paced (20 ms between chunks)."""
+    nousage | slow | paced (60 ms between chunks)."""
 
     def __init__(self):
         self.in_flight = 0
@@ -72,7 +72,7 @@ class FakeServer:
             elif mode == "paced":
                 for i in range(1, n + 1):
                     await resp.write(_chunk("p", i))
-                    await asyncio.sleep(0.02)
+                    await asyncio.sleep(0.06)
             elif mode == "nousage":
                 for _ in range(n):
                     await resp.write(_chunk("y"))
@@ -156,12 +156,13 @@ def test_multi_token_chunks_are_counted_per_token():
 
 
 def test_chunks_are_timed_as_they_arrive():
-    """6 chunks sent 20 ms apart: the client's timestamps span the 100 ms between the first
-    and the last (the in-process server leaves the client every gap to read in)."""
-    _, recs, _ = load([BenchRequest("paced", 3, 6)])
+    """5 chunks sent 60 ms apart: the client's timestamps span most of the 240 ms between
+    the first and the last (the in-process server leaves the client every gap to read in;
+    the slack is for a loaded machine that stalls this process on one read)."""
+    _, recs, _ = load([BenchRequest("paced", 3, 5)])
     r = recs[0]
-    assert len(r.chunk_s) == 6 and r.chunk_s == sorted(r.chunk_s)
-    assert r.chunk_s[-1] - r.chunk_s[0] >= 0.08, r.chunk_s
+    assert len(r.chunk_s) == 5 and r.chunk_s == sorted(r.chunk_s)
+    assert r.chunk_s[-1] - r.chunk_s[0] >= 0.12, r.chunk_s
 
 
 def test_chunk_split_across_reads_is_reassembled():
@@ -201,9 +202,10 @@ def test_max_concurrency_is_enforced():
 def test_schedule_is_followed_and_lag_recorded():
     offsets = [0.0, 0.05, 0.10, 0.15]
     _, recs, _ = load([BenchRequest("ok", 3, 1) for _ in offsets], offsets=offsets)
-    for r, due in zip(recs, offsets):
-        assert r.scheduled_s == due
-        assert 0 <= r.dispatch_s - due < 0.05
+    lateness = [r.dispatch_s - due for r, due in zip(recs, offsets)]
+    assert [r.scheduled_s for r in recs] == offsets
+    # never early; late by little (the median: a loaded machine may stall any one request)
+    assert min(lateness) >= 0 and statistics.median(lateness) < 0.05, lateness
     assert recs[-1].sent_s >= 0.15
 
 
