@@ -194,12 +194,12 @@ async def _stream_one(session: aiohttp.ClientSession, cfg: LoadConfig, req: Benc
 async def run_load(cfg: LoadConfig, requests: list[BenchRequest], offsets: Iterable[float],
                    sink: Callable[[RequestRecord], None], phase: str = "measure",
                    on_done: Callable[[RequestRecord], None] | None = None, *,
-                   t0: float | Callable[[], float] | None = None,
+                   start: Callable[[], float] | None = None,
                    indices: list[int] | None = None) -> list[RequestRecord]:
-    """Send ``requests`` at ``offsets`` (s after ``t0``, a ``time.perf_counter()`` value;
-    default: now); every finished record goes to ``sink``. ``t0`` may be a function that
-    blocks until the start and returns it: it is called once the HTTP session is open, so a
-    client process is ready to send when the shared start arrives.
+    """Send ``requests`` at ``offsets`` (s after the start); every finished record goes to
+    ``sink``. The start is now, or what ``start`` returns (a ``time.perf_counter()`` value):
+    a function that blocks until a shared start, called once the HTTP session is open, so
+    a client process is ready to send when the start arrives.
 
     Returns the records in request order; ``indices`` numbers them (default 0..n-1; a share
     of a larger load keeps its global numbers). Cancelling the task records the requests in
@@ -216,7 +216,7 @@ async def run_load(cfg: LoadConfig, requests: list[BenchRequest], offsets: Itera
                for i, r, o in zip(indices, requests, offsets)]
 
     async with aiohttp.ClientSession(timeout=timeout, connector=connector) as session:
-        t0 = time.perf_counter() if t0 is None else t0() if callable(t0) else t0
+        t0 = time.perf_counter() if start is None else start()
 
         async def one(req: BenchRequest, rec: RequestRecord):
             # the event loop may wake a timer up to a millisecond early: sleep again until due

@@ -43,7 +43,7 @@ def _worker(cfg: LoadConfig, requests: list[BenchRequest], offsets: list[float],
         return start.value
 
     try:
-        run_async(run_load(cfg, requests, offsets, out.put, phase=phase, t0=wait_for_start, indices=indices))
+        run_async(run_load(cfg, requests, offsets, out.put, phase=phase, start=wait_for_start, indices=indices))
     except KeyboardInterrupt:
         pass  # run_load has handed the interrupted requests to the sink
     finally:
@@ -84,27 +84,27 @@ def run_load_processes(cfg: LoadConfig, requests: list[BenchRequest], offsets: I
         return False
 
     finished = 0
-    try:
-        ready.wait()  # every worker is up: start the schedule on one clock
-        start.value = time.perf_counter() + _START_MARGIN_S
-        go.set()
-        while finished < processes:
-            try:
-                finished += take(out.get(timeout=1.0))
-            except queue_mod.Empty:
-                if not any(w.is_alive() for w in workers):
-                    break  # a worker died without its last message
-    except KeyboardInterrupt:
-        for w in workers:
-            if w.is_alive():
-                os.kill(w.pid, signal.SIGINT)
-        deadline = time.monotonic() + _DRAIN_AFTER_INTERRUPT_S
+
+    def drain(deadline: float = float("inf")) -> None:
+        """Take records until every worker has said it is done (or ``deadline``, monotonic s)."""
+        nonlocal finished
         while finished < processes and time.monotonic() < deadline:
             try:
                 finished += take(out.get(timeout=0.5))
             except queue_mod.Empty:
                 if not any(w.is_alive() for w in workers):
-                    break
+                    return  # a worker died without its last message
+
+    try:
+        ready.wait()  # every worker is up: start the schedule on one clock
+        start.value = time.perf_counter() + _START_MARGIN_S
+        go.set()
+        drain()
+    except KeyboardInterrupt:
+        for w in workers:
+            if w.is_alive():
+                os.kill(w.pid, signal.SIGINT)
+        drain(time.monotonic() + _DRAIN_AFTER_INTERRUPT_S)
         raise
     finally:
         for w in workers:
