@@ -63,7 +63,7 @@ test: $(STAMP) ## the test suite on CPU: kernels in Triton's interpreter, real v
 
 .PHONY: test-gpu
 test-gpu: ## the kernel tests on a CUDA/ROCm GPU (GPU_PYTHON=python3, attnbench installed there)
-	$(call strip,$(GPU_PYTHON)) -m pytest -q tests/test_kernels_correctness.py tests/test_kernels_api.py
+	$(call strip,$(GPU_PYTHON)) -m pytest -q tests/test_kernels_correctness.py tests/test_kernels_api.py tests/test_precompile.py -k "not layer"
 
 .PHONY: test-gpu-plugin
 test-gpu-plugin: ## the vLLM plugin's layer tests on a GPU (needs vLLM >= 0.26 in GPU_PYTHON)

@@ -46,10 +46,19 @@ class Launch:
     args: dict
     constexprs: dict
     options: dict = field(default_factory=dict)
+    compile_only: bool = False  # `kernel.warmup(...)`: compiled, not launched
 
     @property
     def name(self) -> str:
         return self.kernel.fn.__name__
+
+    def binary_key(self) -> tuple:
+        """What selects the compiled binary in Triton's cache: the kernel, its argument
+        types, constexprs, launch options and the divisibility hints of `_specialization`."""
+        types = tuple((name, _arg_type(name, value)) for name, value in self.args.items())
+        hints = tuple(sorted(_specialization(self)))
+        return (self.name, types, tuple(sorted(self.constexprs.items())),
+                tuple(sorted(self.options.items())), hints)
 
 
 @contextlib.contextmanager
@@ -73,7 +82,7 @@ def captured_launches():
         constexprs = {k: v for k, v in values.items() if is_constexpr[k]}
         runtime = {k: v for k, v in values.items() if not is_constexpr[k]}
         grid = grid(values) if callable(grid) else tuple(grid)
-        records.append(Launch(self, grid, runtime, constexprs, options))
+        records.append(Launch(self, grid, runtime, constexprs, options, compile_only=bool(warmup)))
 
     for cls in classes:
         cls.run = record
@@ -101,13 +110,26 @@ def _arg_type(name: str, value) -> str:
     raise TypeError(f"{name}: cannot type a kernel argument of {type(value).__name__}")
 
 
+def _not_specialized(kernel) -> set[str]:
+    """Names of the kernel's ``do_not_specialize`` arguments (JIT or interpreted kernel)."""
+    names = getattr(kernel, "do_not_specialize", None)
+    if names is None:  # InterpretedFunction keeps the decorator's keywords
+        names = getattr(kernel, "kwargs", {}).get("do_not_specialize")
+    params = list(inspect.signature(kernel.fn).parameters)
+    return {params[n] if isinstance(n, int) else n for n in names or ()}
+
+
 def _specialization(launch: Launch) -> dict:
     """The divisibility hints Triton's JIT would attach: 16-byte-aligned pointers and
-    integers divisible by 16. Without them the compiler cannot prove alignment and emits
-    no async copies (cp.async), so an AOT build would not show the real pipelining."""
+    integers divisible by 16 (except ``do_not_specialize`` arguments). Without them the
+    compiler cannot prove alignment and emits no async copies (cp.async), so an AOT build
+    would not show the real pipelining."""
     names = list(inspect.signature(launch.kernel.fn).parameters)
+    skip = _not_specialized(launch.kernel)
     attrs = {}
     for name, value in launch.args.items():
+        if name in skip:
+            continue
         aligned = (value.data_ptr() % 16 == 0 if isinstance(value, torch.Tensor)
                    else isinstance(value, int) and not isinstance(value, bool) and value % 16 == 0)
         if aligned:

@@ -1,11 +1,14 @@
-"""`paged_attention`: the one entry point to every kernel variant, with input checks."""
+"""`paged_attention`: the one entry point to every kernel variant, with input checks;
+`precompile`: every binary a server may launch, compiled before it serves."""
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 import torch
 
 from . import naive, parallel_tiled, qblock, static_grid
-from .heuristics import BatchShape, KernelConfig, Platform, choose_config
+from .heuristics import BatchShape, KernelConfig, Platform, choose_config, reachable_configs
 
 _LAUNCHERS = {
     "naive": naive.launch,
@@ -146,3 +149,40 @@ def paged_attention(
         config=config, max_seqlen_q=max_seqlen_q,
     )
     return out
+
+
+def _same_binary(config: KernelConfig) -> KernelConfig:
+    """One representative of the configs that compile to the same binaries: static_grid's
+    segment count is a run-time argument (only "split or not" adds the reduction kernel)."""
+    if config.variant == "static_grid":
+        return replace(config, num_segments=min(config.num_segments, 2))
+    return config
+
+
+def precompile(
+    q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, block_table: torch.Tensor,
+    cu_seqlens_q: torch.Tensor, seq_lens: torch.Tensor, out: torch.Tensor, *,
+    variant: str, max_num_seqs: int, max_num_batched_tokens: int, max_model_len: int,
+    scale: float | None = None, sliding_window: int | None = None, softcap: float = 0.0,
+) -> list[KernelConfig]:
+    """Compile every kernel binary that ``variant`` can launch for batches within a
+    server's limits, without launching anything; returns the configs compiled.
+
+    The tensors are a real batch's (dtypes, strides and alignment are what Triton
+    specializes on; the integers that vary from batch to batch are ``do_not_specialize``
+    in every kernel), so later launches of any batch with these tensors' layout find their
+    binary in Triton's cache. No host read of tensor values and no launch: safe inside
+    CUDA-graph capture. A no-op under TRITON_INTERPRET=1 (nothing to compile).
+    """
+    platform = Platform.detect(q.device)
+    configs = reachable_configs(variant, platform, q.shape[1], k_cache.shape[2], q.shape[2],
+                                max_num_seqs, max_num_batched_tokens, max_model_len)
+    binaries = list(dict.fromkeys(_same_binary(c) for c in configs))
+    scale = q.shape[2] ** -0.5 if scale is None else float(scale)
+    for config in binaries:
+        _LAUNCHERS[config.variant](
+            out, q, k_cache, v_cache, block_table, cu_seqlens_q, seq_lens,
+            scale=scale, sliding_window=sliding_window, softcap=float(softcap),
+            config=config, max_seqlen_q=1, compile_only=True,
+        )
+    return binaries

@@ -12,6 +12,16 @@ import triton.language as tl
 LOG2E = 1.4426950408889634
 
 
+def launch_or_compile(kernel, grid, compile_only: bool, *args, **kwargs) -> None:
+    """Launch ``kernel`` on ``grid``; with ``compile_only``, only compile (into Triton's
+    cache) the binary this launch would run and launch nothing, which is safe during
+    CUDA-graph capture. See `api.precompile`."""
+    if compile_only:
+        kernel.warmup(*args, grid=grid, **kwargs)
+    else:
+        kernel[grid](*args, **kwargs)
+
+
 @triton.jit
 def find_seq_idx(cu_seqlens_q_ptr, target, num_seqs, BLOCK_Q: tl.constexpr, Q_BLOCK_MODE: tl.constexpr):
     """Binary search for the sequence that owns ``target``.

@@ -212,6 +212,51 @@ def choose_config(shape: BatchShape, platform: Platform, variant: str = "auto") 
     return _TREES[variant](shape, platform)
 
 
+def _probe_values(limit: int) -> list[int]:
+    """1 .. ``limit``: every power of two, its neighbours and 1.5x, and the limit itself,
+    so that a threshold anywhere in a tree sits between two probes."""
+    values = {1, 2, 3, limit}
+    p = 2
+    while p <= limit:
+        values.update({p - 1, p, p + 1, p + p // 2})
+        p *= 2
+    return sorted(v for v in values if 1 <= v <= limit)
+
+
+@lru_cache(maxsize=None)
+def reachable_configs(variant: str, platform: Platform, num_q_heads: int, num_kv_heads: int,
+                      head_size: int, max_num_seqs: int, max_num_batched_tokens: int,
+                      max_model_len: int) -> tuple[KernelConfig, ...]:
+    """Every config `choose_config` can return for ``variant`` on batches within a
+    server's limits (sequences per batch, tokens per batch, tokens per sequence).
+
+    Found by probing the trees on a grid of batch shapes dense around every power of two
+    (decode-only batches, one long query among decodes, all queries equally long), so a
+    server can compile them all before it serves (`api.precompile`). The trees are plain
+    functions, so this is a search, not a proof; `tests/test_precompile.py` checks it
+    against random batches.
+    """
+    seqs = _probe_values(max_num_seqs)
+    query_lens = _probe_values(min(max_num_batched_tokens, max_model_len))
+    kv_lens = _probe_values(max_model_len)
+    found: dict[KernelConfig, None] = {}
+    for n in seqs:
+        for q_len in query_lens:
+            if q_len == 1:
+                token_counts = {n}
+            else:  # one long query among decodes, or every query as long
+                token_counts = {q_len + n - 1, n * q_len}
+            for tokens in token_counts:
+                if tokens > max_num_batched_tokens or tokens < n:
+                    continue
+                for kv_len in kv_lens:
+                    if kv_len < q_len:
+                        continue
+                    shape = BatchShape(n, tokens, q_len, kv_len, num_q_heads, num_kv_heads, head_size)
+                    found.setdefault(choose_config(shape, platform, variant))
+    return tuple(found)
+
+
 def with_overrides(config: KernelConfig, **overrides) -> KernelConfig:
     """``config`` with some fields replaced (used by the microbenchmark and the tuner)."""
     return replace(config, **overrides)

@@ -12,11 +12,11 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from .common import apply_softcap, find_seq_idx, kv_tile_slots
+from .common import apply_softcap, find_seq_idx, kv_tile_slots, launch_or_compile
 from .heuristics import KernelConfig
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["num_seqs"])
 def naive_attention_kernel(
     out_ptr, q_ptr, k_ptr, v_ptr,
     block_table_ptr, cu_seqlens_q_ptr, seq_lens_ptr,
@@ -91,7 +91,7 @@ def naive_attention_kernel(
 
 def launch(out, q, k_cache, v_cache, block_table, cu_seqlens_q, seq_lens, *,
            scale: float, sliding_window: int | None, softcap: float,
-           config: KernelConfig, **_unused) -> None:
+           config: KernelConfig, compile_only: bool = False, **_unused) -> None:
     """Launch grid: one program per (query token, query head).
 
     For a decode-only batch this is (num_seqs, num_q_heads), the grid the paper found best
@@ -100,7 +100,8 @@ def launch(out, q, k_cache, v_cache, block_table, cu_seqlens_q, seq_lens, *,
     num_tokens, num_q_heads, head_size = q.shape
     block_size, num_kv_heads = k_cache.shape[1], k_cache.shape[2]
     grid = (num_tokens, num_q_heads)
-    naive_attention_kernel[grid](
+    launch_or_compile(
+        naive_attention_kernel, grid, compile_only,
         out, q, k_cache, v_cache, block_table, cu_seqlens_q, seq_lens,
         seq_lens.shape[0], scale * 1.4426950408889634, softcap, sliding_window or 0,
         q.stride(0), q.stride(1), out.stride(0), out.stride(1),

@@ -18,11 +18,11 @@ import torch
 import triton
 import triton.language as tl
 
-from .common import attend_qblock, locate_qblock
+from .common import attend_qblock, launch_or_compile, locate_qblock
 from .heuristics import KernelConfig
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["num_seqs"])
 def segmented_attention_kernel(
     segm_out_ptr, segm_max_ptr, segm_sum_ptr,
     q_ptr, k_ptr, v_ptr,
@@ -91,7 +91,7 @@ def reduce_segments_kernel(
 
 def launch(out, q, k_cache, v_cache, block_table, cu_seqlens_q, seq_lens, *,
            scale: float, sliding_window: int | None, softcap: float,
-           config: KernelConfig, **_unused) -> None:
+           config: KernelConfig, compile_only: bool = False, **_unused) -> None:
     """Two launches.
 
     Segment kernel grid: (Q-blocks, KV heads, NUM_SEGMENTS), the 2D grid of `qblock` times
@@ -106,12 +106,14 @@ def launch(out, q, k_cache, v_cache, block_table, cu_seqlens_q, seq_lens, *,
     head_pad = triton.next_power_of_2(head_size)
     num_seqs = seq_lens.shape[0]
     nseg = config.num_segments
-    segm_out = torch.empty(num_tokens, num_q_heads, nseg, head_pad, dtype=torch.float32, device=q.device)
-    segm_max = torch.empty(num_tokens, num_q_heads, nseg, dtype=torch.float32, device=q.device)
+    rows = 1 if compile_only else num_tokens  # compiling needs the scratch's dtype, not its size
+    segm_out = torch.empty(rows, num_q_heads, nseg, head_pad, dtype=torch.float32, device=q.device)
+    segm_max = torch.empty(rows, num_q_heads, nseg, dtype=torch.float32, device=q.device)
     segm_sum = torch.empty_like(segm_max)
 
     grid = (num_tokens // block_q + num_seqs, num_kv_heads, nseg)
-    segmented_attention_kernel[grid](
+    launch_or_compile(
+        segmented_attention_kernel, grid, compile_only,
         segm_out, segm_max, segm_sum, q, k_cache, v_cache, block_table, cu_seqlens_q, seq_lens,
         num_seqs, num_q_heads, scale * 1.4426950408889634, softcap, sliding_window or 0,
         q.stride(0), q.stride(1),
@@ -124,7 +126,8 @@ def launch(out, q, k_cache, v_cache, block_table, cu_seqlens_q, seq_lens, *,
         USE_SOFTCAP=softcap > 0, USE_WINDOW=sliding_window is not None,
         num_warps=config.num_warps, num_stages=config.num_stages,
     )
-    reduce_segments_kernel[(num_tokens, num_q_heads)](
+    launch_or_compile(
+        reduce_segments_kernel, (num_tokens, num_q_heads), compile_only,
         out, segm_out, segm_max, segm_sum, num_q_heads, out.stride(0), out.stride(1),
         HEAD_SIZE=head_size, HEAD_PAD=head_pad,
         NUM_SEGMENTS=nseg, SEGMENTS_PAD=triton.next_power_of_2(nseg),

@@ -15,11 +15,11 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from .common import attend_qblock, locate_qblock, store_rows
+from .common import attend_qblock, launch_or_compile, locate_qblock, store_rows
 from .heuristics import KernelConfig
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["num_seqs"])
 def qblock_attention_kernel(
     out_ptr, q_ptr, k_ptr, v_ptr,
     block_table_ptr, cu_seqlens_q_ptr, seq_lens_ptr,
@@ -55,7 +55,7 @@ def qblock_attention_kernel(
 
 def launch(out, q, k_cache, v_cache, block_table, cu_seqlens_q, seq_lens, *,
            scale: float, sliding_window: int | None, softcap: float,
-           config: KernelConfig, **_unused) -> None:
+           config: KernelConfig, compile_only: bool = False, **_unused) -> None:
     """Launch grid: (Q-blocks, KV heads).
 
     ``num_tokens // BLOCK_Q + num_seqs`` bounds the Q-blocks of any batch with these token
@@ -69,7 +69,8 @@ def launch(out, q, k_cache, v_cache, block_table, cu_seqlens_q, seq_lens, *,
     block_q = block_m // qpk
     num_seqs = seq_lens.shape[0]
     grid = (num_tokens // block_q + num_seqs, num_kv_heads)
-    qblock_attention_kernel[grid](
+    launch_or_compile(
+        qblock_attention_kernel, grid, compile_only,
         out, q, k_cache, v_cache, block_table, cu_seqlens_q, seq_lens,
         num_seqs, scale * 1.4426950408889634, softcap, sliding_window or 0,
         q.stride(0), q.stride(1), out.stride(0), out.stride(1),

@@ -21,11 +21,11 @@ import torch
 import triton
 import triton.language as tl
 
-from .common import attend_qblock, locate_qblock, store_rows
+from .common import attend_qblock, launch_or_compile, locate_qblock, store_rows
 from .heuristics import KernelConfig
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["num_seqs", "num_work_items", "num_segments"])
 def static_grid_attention_kernel(
     out_ptr, part_out_ptr, part_max_ptr, part_sum_ptr,
     q_ptr, k_ptr, v_ptr,
@@ -76,7 +76,7 @@ def static_grid_attention_kernel(
                 tl.store(part_sum_ptr + slot * BLOCK_M + offs_m, l_i)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["num_seqs", "num_segments"])
 def static_grid_reduce_kernel(
     out_ptr, part_out_ptr, part_max_ptr, part_sum_ptr,
     cu_seqlens_q_ptr, num_seqs, num_kv_heads, num_segments,
@@ -134,11 +134,13 @@ def num_programs(device: torch.device, config: KernelConfig) -> int:
 
 def launch(out, q, k_cache, v_cache, block_table, cu_seqlens_q, seq_lens, *,
            scale: float, sliding_window: int | None, softcap: float,
-           config: KernelConfig, max_seqlen_q: int, **_unused) -> None:
+           config: KernelConfig, max_seqlen_q: int, compile_only: bool = False, **_unused) -> None:
     """Launch grid: ``(num_programs(device),)`` for both kernels, whatever the batch.
 
     ``num_segments`` > 1 only when every sequence fits one Q-block (``max_seqlen_q <=
     BLOCK_Q``, decode-like); it is a run-time argument, so it does not change the binary.
+    ``compile_only`` compiles both kernels of the config (the reduction too, whatever this
+    batch would need) and launches nothing.
     """
     num_tokens, num_q_heads, head_size = q.shape
     block_size, num_kv_heads = k_cache.shape[1], k_cache.shape[2]
@@ -150,16 +152,17 @@ def launch(out, q, k_cache, v_cache, block_table, cu_seqlens_q, seq_lens, *,
     programs = num_programs(q.device, config)
     if config.num_segments > MAX_SEGMENTS:
         raise ValueError(f"config.num_segments: expected <= {MAX_SEGMENTS} for static_grid, got {config.num_segments}")
-    nseg = config.num_segments if max_seqlen_q <= block_q else 1
+    nseg = config.num_segments if max_seqlen_q <= block_q or compile_only else 1
     work_items = (num_tokens // block_q + num_seqs) * num_kv_heads * nseg
-    slots = num_seqs * num_kv_heads * nseg if nseg > 1 else 1
+    slots = num_seqs * num_kv_heads * nseg if nseg > 1 and not compile_only else 1
     part_out = torch.empty(slots, block_m, head_pad, dtype=torch.float32, device=q.device)
     part_max = torch.empty(slots, block_m, dtype=torch.float32, device=q.device)
     part_sum = torch.empty_like(part_max)
 
     common = dict(QPK=qpk, HEAD_SIZE=head_size, HEAD_PAD=head_pad, BLOCK_M=block_m,
                   BLOCK_Q=block_q, NUM_PROGRAMS=programs)
-    static_grid_attention_kernel[(programs,)](
+    launch_or_compile(
+        static_grid_attention_kernel, (programs,), compile_only,
         out, part_out, part_max, part_sum, q, k_cache, v_cache,
         block_table, cu_seqlens_q, seq_lens,
         num_seqs, num_kv_heads, work_items, nseg,
@@ -173,7 +176,8 @@ def launch(out, q, k_cache, v_cache, block_table, cu_seqlens_q, seq_lens, *,
         num_warps=config.num_warps, num_stages=config.num_stages, **common,
     )
     if nseg > 1:
-        static_grid_reduce_kernel[(programs,)](
+        launch_or_compile(
+            static_grid_reduce_kernel, (programs,), compile_only,
             out, part_out, part_max, part_sum, cu_seqlens_q, num_seqs, num_kv_heads, nseg,
             out.stride(0), out.stride(1), SEGMENTS_PAD=MAX_SEGMENTS,
             num_warps=config.reduce_num_warps, **common,

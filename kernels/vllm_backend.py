@@ -22,14 +22,21 @@ CUDA graphs: the launch grids depend only on the token and sequence counts, whic
 captured graph fixes, so full graphs are declared for uniform batches (decode, and spec
 decode with a fixed query length); mixed batches run piecewise, attention eager. The
 kernel configuration (``auto``) is chosen when a graph is captured and replayed as is.
+
+No compilation while serving: the first forward with real metadata (vLLM's warm-up and
+graph capture, before the server answers ``/health``) compiles every binary the variant
+can pick for batches within the server's limits (`api.precompile`), so vLLM's JIT monitor
+("Triton kernel JIT compilation during inference") stays silent.
 """
 
 from __future__ import annotations
 
 import os
+import time
 from typing import ClassVar
 
 import torch
+from vllm.logger import init_logger
 from vllm.v1.attention.backend import AttentionCGSupport, AttentionType
 from vllm.v1.attention.backends.triton_attn import (
     TritonAttentionBackend,
@@ -38,9 +45,11 @@ from vllm.v1.attention.backends.triton_attn import (
     TritonAttentionMetadataBuilder,
 )
 
-from .api import MAX_HEAD_SIZE, MIN_HEAD_SIZE, paged_attention
+from .api import MAX_HEAD_SIZE, MIN_HEAD_SIZE, paged_attention, precompile
 from .heuristics import VARIANTS
 from .schema import VARIANT_ENV, VLLM_BACKEND_NAME
+
+logger = init_logger(__name__)
 
 
 def variant_from_env() -> str:
@@ -49,6 +58,23 @@ def variant_from_env() -> str:
     if variant != "auto" and variant not in VARIANTS:
         raise ValueError(f"{VARIANT_ENV}: expected 'auto' or one of {list(VARIANTS)}, got {variant!r}")
     return variant
+
+
+# Limits assumed when the server's own are not known (a layer built outside vLLM's config)
+_FALLBACK_LIMITS = (1024, 16384, 131072)
+# layouts already compiled in this process: every layer of a model shares one
+_PRECOMPILED: set[tuple] = set()
+
+
+def server_limits() -> tuple[int, int, int]:
+    """(max_num_seqs, max_num_batched_tokens, max_model_len) of the vLLM server being built."""
+    from vllm.config import get_current_vllm_config_or_none
+
+    config = get_current_vllm_config_or_none()
+    if config is None or config.model_config is None:
+        return _FALLBACK_LIMITS
+    sched = config.scheduler_config
+    return sched.max_num_seqs, sched.max_num_batched_tokens, config.model_config.max_model_len
 
 
 class AttnbenchMetadataBuilder(TritonAttentionMetadataBuilder):
@@ -77,6 +103,31 @@ class AttnbenchImpl(TritonAttentionImpl):
         self.supports_quant_query_input = False  # the query stays in the model's dtype
         left, _ = self.sliding_window  # vLLM's (window - 1, 0), or (-1, -1) for none
         self.window = None if left < 0 else left + 1
+        self.limits = server_limits()
+        self.precompiled = False
+
+    def _precompile(self, query, key_cache, value_cache, attn_metadata, out) -> None:
+        """Compile all binaries of the variant once per process and cache layout (module doc).
+        Skipped while a CUDA graph is being captured; vLLM runs each shape eagerly first."""
+        if query.is_cuda and torch.cuda.is_current_stream_capturing():
+            return
+        self.precompiled = True
+        layout = (self.variant, query.dtype, query.device, query.stride(), key_cache.stride(),
+                  value_cache.stride(), tuple(key_cache.shape[1:]), attn_metadata.block_table.stride(),
+                  self.window, self.logits_soft_cap)
+        if layout in _PRECOMPILED:
+            return
+        start = time.perf_counter()
+        max_num_seqs, max_tokens, max_model_len = self.limits
+        compiled = precompile(
+            query, key_cache, value_cache, attn_metadata.block_table, attn_metadata.query_start_loc,
+            attn_metadata.seq_lens, out, variant=self.variant, max_num_seqs=max_num_seqs,
+            max_num_batched_tokens=max_tokens, max_model_len=max_model_len, scale=self.scale,
+            sliding_window=self.window, softcap=self.logits_soft_cap)
+        _PRECOMPILED.add(layout)
+        logger.info("attnbench (CUSTOM, %s): compiled %d kernel configurations before serving in "
+                    "%.1f s: %s", self.variant, len(compiled), time.perf_counter() - start,
+                    "; ".join(str(c.as_dict()) for c in compiled))
 
     def forward(self, layer: torch.nn.Module, query: torch.Tensor, key: torch.Tensor,
                 value: torch.Tensor, kv_cache: torch.Tensor, attn_metadata: TritonAttentionMetadata,
@@ -95,6 +146,8 @@ class AttnbenchImpl(TritonAttentionImpl):
         # [blocks, kv_heads, block_size, 2*head] -> K and V views [blocks, block_size, kv_heads, head]
         key_cache, value_cache = kv_cache.transpose(1, 2).split(self.head_size, dim=-1)
         out = output[:n].view(n, self.num_heads, self.head_size)
+        if not self.precompiled:
+            self._precompile(query[:n], key_cache, value_cache, attn_metadata, out)
         paged_attention(
             query[:n], key_cache, value_cache, attn_metadata.block_table,
             attn_metadata.query_start_loc, attn_metadata.seq_lens,

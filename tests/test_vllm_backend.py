@@ -10,12 +10,15 @@ against the fp32 reference. On a GPU the same layer runs in `vllm serve --attent
 from __future__ import annotations
 
 import dataclasses
+import random
 from importlib import metadata
 
 import pytest
 import torch
 from attnbench.kernels import vllm_backend  # needs vLLM: part of the test venv
 from attnbench.kernels.batch import PagedBatch
+from attnbench.kernels.aot import captured_launches
+from attnbench.kernels.heuristics import Platform
 from kernel_checks import DEVICE, fresh_seed, mismatch
 
 
@@ -127,3 +130,51 @@ def test_layer_writes_the_cache_then_matches_the_reference(case, dtype, monkeypa
     assert bool((output[batch.num_tokens:] == 7.0).all()), "wrote past num_actual_tokens"
     err = mismatch(output[:batch.num_tokens].view(-1, hq, head), batch.reference(), dtype)
     assert err is None, f"{variant} seed={seed}: {err}"
+
+
+LIMITS = (64, 512, 2048)  # max_num_seqs, max_num_batched_tokens, max_model_len
+
+
+def _forward_batches(rng: random.Random):
+    """Small random batches (decode, mixed, prefill) within LIMITS, head layout 4/2/64,
+    and always one long decode (where `auto` splits the KV range)."""
+    yield [(1, rng.randint(1024, 1900)), (1, rng.randint(1, 1900))]
+    for _ in range(8):
+        n = rng.choice([1, 3, 16, 17])
+        kind = rng.choice(["decode", "mixed", "prefill"])
+        seqs = []
+        for s in range(n):
+            q = 1 if kind == "decode" or (kind == "mixed" and s % 2) else rng.randint(2, 24)
+            seqs.append((q, rng.choice([rng.randint(0, 70), rng.randint(1000, 1900)])))
+        yield seqs
+
+
+@pytest.mark.parametrize("variant", ["auto", "naive", "qblock", "parallel_tiled", "static_grid"])
+def test_layer_precompiles_every_binary_it_launches(variant, monkeypatch):
+    monkeypatch.setenv("ATTNBENCH_VARIANT", variant)
+    monkeypatch.setattr(vllm_backend, "server_limits", lambda: LIMITS)
+    monkeypatch.setattr(vllm_backend, "_PRECOMPILED", set())
+    monkeypatch.setattr(Platform, "detect", classmethod(lambda cls, device: Platform("cuda", 132, "NVIDIA H100")))
+    impl = vllm_backend.AttnbenchImpl(4, 64, 0.125, 2, None, None, "auto")
+    rng = random.Random(fresh_seed())
+    compiled, launched = set(), []
+    for i, seqs in enumerate(_forward_batches(rng)):
+        batch = PagedBatch.build(seqs, num_q_heads=4, num_kv_heads=2, head_size=64, block_size=16,
+                                 dtype=torch.bfloat16, device=DEVICE, seed=i)
+        storage = torch.cat([batch.k_cache, batch.v_cache], dim=-1).permute(0, 2, 1, 3)
+        output = torch.empty(batch.num_tokens, 4 * 64, dtype=torch.bfloat16, device=DEVICE)
+        metadata = _vllm_metadata(batch)
+        # vLLM's block table is one persistent buffer as wide as max_model_len needs
+        metadata.block_table = torch.zeros(batch.num_seqs, LIMITS[2] // 16, dtype=torch.int32, device=DEVICE)
+        metadata.block_table[:, :batch.block_table.shape[1]] = batch.block_table
+        with captured_launches() as recorded:  # nothing runs: record what would compile or launch
+            impl.forward(torch.nn.Module(), batch.q, None, None, storage, metadata, output)
+        compiled |= {r.binary_key() for r in recorded if r.compile_only}
+        launched += [(seqs, r) for r in recorded if not r.compile_only]
+        if i == 0:
+            assert compiled, "the first forward compiled nothing"
+        else:
+            assert not any(r.compile_only for r in recorded), "compiled again after the first forward"
+    assert launched
+    for seqs, launch in launched:
+        assert launch.binary_key() in compiled, f"{launch.name} for {seqs} was not precompiled"

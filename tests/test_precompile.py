@@ -1,0 +1,119 @@
+"""No compilation while serving: `precompile` builds every binary a variant can launch.
+
+The vLLM layer compiles, at its first forward, every kernel configuration the heuristics
+can pick within the server's limits (its test: test_vllm_backend.py). Here: the configs
+found cover random batches, a per-batch integer that Triton would specialize on is caught
+(``num_seqs`` divisible by 16), and on a GPU nothing compiles after `precompile`.
+"""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+from attnbench.kernels.aot import captured_launches
+from attnbench.kernels.api import _same_binary
+from attnbench.kernels.batch import PagedBatch
+from attnbench.kernels.heuristics import BatchShape, Platform, choose_config, reachable_configs
+from kernel_checks import DEVICE, fresh_seed
+
+H100 = Platform("cuda", 132, "NVIDIA H100 80GB HBM3")
+MI300X = Platform("hip", 304, "AMD Instinct MI300X")
+LIMITS = (64, 512, 2048)  # max_num_seqs, max_num_batched_tokens, max_model_len
+
+
+def _random_shape(rng: random.Random, heads: tuple[int, int, int]) -> BatchShape:
+    max_seqs, max_tokens, max_len = LIMITS
+    n = rng.choice([1, 2, 3, rng.randint(1, max_seqs)])
+    if rng.random() < 0.5:  # decode-only
+        q_lens = [1] * n
+    else:
+        q_lens = [rng.choice([1, rng.randint(1, 40), rng.randint(1, max_tokens // n)]) for _ in range(n)]
+    kv = [rng.randint(q, max_len) for q in q_lens]
+    return BatchShape(n, sum(q_lens), max(q_lens), max(kv), *heads)
+
+
+@pytest.mark.parametrize("platform", [H100, MI300X], ids=["h100", "mi300x"])
+@pytest.mark.parametrize("variant", ["auto", "naive", "qblock", "parallel_tiled", "static_grid"])
+def test_reachable_configs_cover_random_batches(variant, platform):
+    heads = (32, 8, 128)
+    reachable = {_same_binary(c) for c in reachable_configs(variant, platform, *heads, *LIMITS)}
+    rng = random.Random(fresh_seed())
+    for _ in range(3000):
+        shape = _random_shape(rng, heads)
+        config = _same_binary(choose_config(shape, platform, variant))
+        assert config in reachable, f"{shape} -> {config} is not among the {len(reachable)} precompiled"
+
+
+def _qblock_keys_for_16_and_17_sequences() -> list[tuple]:
+    from attnbench.kernels import qblock
+
+    keys = []
+    for n in (16, 17):
+        b = PagedBatch.build([(1, 20)] * n, num_q_heads=4, num_kv_heads=2, head_size=64, block_size=16,
+                             dtype=torch.bfloat16, device=DEVICE, seed=n)
+        with captured_launches() as recorded:
+            qblock.launch(b.q.clone(), b.q, b.k_cache, b.v_cache, b.block_table, b.cu_seqlens_q, b.seq_lens,
+                          scale=0.125, sliding_window=None, softcap=0.0,
+                          config=choose_config(b.shape, H100, "qblock"))
+        keys.append(recorded[0].binary_key())
+    return keys
+
+
+def test_a_specialized_batch_integer_would_be_caught(monkeypatch):
+    """The check above can fail: without ``do_not_specialize``, 16 and 17 sequences need
+    different binaries (divisibility of ``num_seqs`` by 16)."""
+    from attnbench.kernels import qblock
+
+    kernel = qblock.qblock_attention_kernel
+    first, second = _qblock_keys_for_16_and_17_sequences()
+    assert first == second
+    if hasattr(kernel, "kwargs"):  # the interpreter keeps the decorator's keywords
+        monkeypatch.setitem(kernel.kwargs, "do_not_specialize", [])
+    else:
+        monkeypatch.setattr(kernel, "do_not_specialize", [])
+    first, second = _qblock_keys_for_16_and_17_sequences()
+    assert first != second
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("variant", ["auto", "naive", "qblock", "parallel_tiled", "static_grid"])
+def test_no_compilation_after_precompile_on_the_gpu(variant):
+    """On a GPU, with Triton's own compile hook: after `precompile` for a server's limits and
+    layout, random batches of that server compile nothing."""
+    from attnbench.kernels import naive, parallel_tiled, qblock, static_grid
+    from attnbench.kernels.api import paged_attention, precompile
+    from triton import knobs
+
+    for module in (naive, parallel_tiled, qblock, static_grid):  # forget earlier tests' binaries
+        for kernel in vars(module).values():
+            if hasattr(kernel, "device_caches"):
+                kernel.device_caches.clear()
+    max_len = 4096
+    rng = random.Random(fresh_seed())
+    compiled: list[str] = []
+    previous = knobs.runtime.jit_post_compile_hook
+    knobs.runtime.jit_post_compile_hook = lambda **kw: compiled.append(getattr(kw.get("fn"), "name", "?"))
+    try:
+        for i in range(8):
+            n = rng.choice([1, 3, 16, 17, 64])
+            seqs = [(1 if rng.random() < 0.6 else rng.randint(2, 300), rng.randint(0, max_len - 400))
+                    for _ in range(n)]
+            batch = PagedBatch.build(seqs, num_q_heads=32, num_kv_heads=8, head_size=128, block_size=16,
+                                     dtype=torch.bfloat16, device="cuda", seed=i)
+            table = torch.zeros(n, max_len // 16, dtype=torch.int32, device="cuda")  # one fixed width
+            table[:, :batch.block_table.shape[1]] = batch.block_table
+            kwargs = dict(q=batch.q, k_cache=batch.k_cache, v_cache=batch.v_cache, block_table=table,
+                          cu_seqlens_q=batch.cu_seqlens_q, seq_lens=batch.seq_lens)
+            out = torch.empty_like(batch.q)
+            if i == 0:
+                precompile(**kwargs, out=out, variant=variant, max_num_seqs=64, max_num_batched_tokens=4096,
+                           max_model_len=max_len)
+                compiled.clear()
+            paged_attention(**kwargs, out=out, max_seqlen_q=batch.max_seqlen_q, max_seqlen_k=batch.max_seqlen_k,
+                            variant=variant, check_metadata=False)
+        torch.cuda.synchronize()
+    finally:
+        knobs.runtime.jit_post_compile_hook = previous
+    assert compiled == [], f"compiled after precompile: {compiled}"
