@@ -154,10 +154,12 @@ def _requests_or_fail(dataset, dataset_path, input_len, output_len, num_prompts,
 def load_cmd(url, model, tokenizer_dir, dataset, dataset_path, input_len, output_len, num_prompts,
              request_rate, arrival, burstiness, max_concurrency, ignore_eos, per_chunk_usage, client_processes,
              seed, out_dir):
-    """Load an already running server and write requests.jsonl + summary.json."""
+    """Load an already running server and write requests.jsonl + summary.json.
+
+    Exits 1 when no request completed (the line names the first error, e.g. connection
+    refused), 130 on Ctrl-C (the records so far stay in requests.jsonl)."""
     from .loadgen import LoadConfig, arrival_offsets
-    from .loadpool import run_load_processes
-    from .metrics import summarize
+    from .repeat import measure_repeat
     from .store import REQUESTS_FILE, SUMMARY_FILE, RecordWriter, atomic_write_json
 
     requests = _requests_or_fail(dataset, dataset_path, input_len, output_len, num_prompts, tokenizer_dir, seed)
@@ -166,15 +168,23 @@ def load_cmd(url, model, tokenizer_dir, dataset, dataset_path, input_len, output
     out_dir.mkdir(parents=True, exist_ok=True)
     with RecordWriter(out_dir / REQUESTS_FILE) as writer:
         try:
-            records = run_load_processes(cfg, requests, offsets, writer, client_processes)
+            measured = measure_repeat(cfg, requests, offsets, writer, desc="load", processes=client_processes)
         except KeyboardInterrupt:
             click.echo(f"interrupted; records so far in {writer.path}", err=True)
             sys.exit(130)
-    summary = {"status": "ok", "backend": "openai", "model_id": model, "num_prompts": num_prompts,
-               "request_rate": request_rate, "max_concurrency": max_concurrency, **summarize(records)}
+    summary = measured.summary
+    summary.update(status="ok" if summary["completed"] else "failed", backend="vllm", endpoint_type="openai",
+                   base_url=cfg.base_url, model_id=model, num_prompts=num_prompts, request_rate=request_rate,
+                   max_concurrency=max_concurrency)
     atomic_write_json(out_dir / SUMMARY_FILE, summary)
+    if not summary["completed"]:
+        raise click.ClickException(f"all {summary['failed']} requests to {cfg.base_url} failed; "
+                                   f"first error: {summary['first_error']}")
     click.echo(json.dumps({k: summary[k] for k in ("completed", "failed", "request_throughput",
                                                    "output_throughput", "median_ttft_ms", "median_itl_ms")}))
+    if summary["failed"]:
+        click.echo(f"warning: {summary['failed']} of {num_prompts} requests failed (the metrics cover the "
+                   f"{summary['completed']} that completed); first error: {summary['first_error']}", err=True)
 
 
 @click.command("calibrate")

@@ -45,8 +45,15 @@ class LocalTokenizer:
                 special.add(added["id"])
         self._plain_ids = [i for i in range(self._tok.get_vocab_size()) if i not in special]
 
-    def count(self, text: str) -> int:
-        return len(self._tok.encode(text, add_special_tokens=False).ids)
+    def count(self, text: str, with_special_tokens: bool = False) -> int:
+        """Tokens of ``text``; ``with_special_tokens`` adds what the tokenizer's template adds
+        (e.g. BOS), as ``tokenizer(text).input_ids`` counts in vLLM's benchmark datasets."""
+        return len(self._tok.encode(text, add_special_tokens=with_special_tokens).ids)
+
+    @property
+    def special_tokens_added(self) -> int:
+        """How many tokens (BOS, ...) the tokenizer's template adds to any text."""
+        return self.count("x", with_special_tokens=True) - self.count("x")
 
     def text_of_length(self, n: int, rng: random.Random) -> str:
         """Random text of about ``n`` tokens (decoded random ids; re-encoding may differ by a few)."""
@@ -75,11 +82,16 @@ class LocalTokenizer:
 
 def load_sharegpt(path: str | Path, num_prompts: int, tokenizer: LocalTokenizer, seed: int,
                   output_len: int | None = None) -> list[BenchRequest]:
-    """vLLM-compatible ShareGPT sampling.
+    """ShareGPT sampling as `vllm bench serve --dataset-name sharegpt` does it, so that both
+    clients send the same requests from one file.
 
     Conversations with at least two turns; turn 0 is the prompt, turn 1 the completion
-    whose token count is the output length (unless ``output_len`` fixes it). Seeded
-    shuffle, then keep pairs with prompt >= 4 and output >= 4 tokens, prompt <= 1024 and
+    whose token count is the output length (unless ``output_len`` fixes it). Counts are
+    vLLM's: ``tokenizer(text).input_ids``, special tokens included (a tokenizer that adds
+    BOS makes every count one larger, the output length too: the request asks for
+    ``max_tokens`` = completion tokens + 1, as vLLM's client asks). Seeded shuffle (Python's
+    ``random`` with ``seed``, as vLLM), then keep pairs with prompt >= 4 and output >= 4
+    tokens (the output check skipped when ``output_len`` is fixed), prompt <= 1024 and
     prompt + output <= 2048, until ``num_prompts`` are found.
     """
     path = Path(path)
@@ -97,9 +109,9 @@ def load_sharegpt(path: str | Path, num_prompts: int, tokenizer: LocalTokenizer,
     random.Random(seed).shuffle(pairs)
     out = []
     for prompt, completion in pairs:
-        p_len = tokenizer.count(prompt)
-        o_len = output_len or tokenizer.count(completion)
-        if not passes_sharegpt_filter(p_len, o_len):
+        p_len = tokenizer.count(prompt, with_special_tokens=True)
+        o_len = output_len or tokenizer.count(completion, with_special_tokens=True)
+        if not passes_sharegpt_filter(p_len, o_len, check_output=output_len is None):
             continue
         out.append(BenchRequest(prompt, p_len, o_len))
         if len(out) == num_prompts:
@@ -163,31 +175,33 @@ def build_requests(spec: DatasetSpec, num_prompts: int, tokenizer_dir: str | Pat
     return random_fixed(num_prompts, tok, seed, spec.input_len, spec.output_len)
 
 
-def passes_sharegpt_filter(prompt_len: int, output_len: int, extra_tokens: int = 0) -> bool:
-    """vLLM's ShareGPT filter on token counts (``extra_tokens`` added to each count, e.g. 1
-    for a BOS token that vLLM's count includes and ours does not)."""
-    p, o = prompt_len + extra_tokens, output_len + extra_tokens
-    return p >= MIN_TOKENS and o >= MIN_TOKENS and p <= MAX_PROMPT and p + o <= MAX_TOTAL
+def passes_sharegpt_filter(prompt_len: int, output_len: int, check_output: bool = True) -> bool:
+    """vLLM's ShareGPT filter on token counts (its ``is_valid_sequence``); the minimum
+    output length is not checked when the output length is fixed."""
+    short_output = check_output and output_len < MIN_TOKENS
+    return (prompt_len >= MIN_TOKENS and not short_output and prompt_len <= MAX_PROMPT
+            and prompt_len + output_len <= MAX_TOTAL)
 
 
 def to_sharegpt(requests: list[BenchRequest], tokenizer: LocalTokenizer, seed: int,
                 limit: int | None = None) -> list[dict]:
     """``requests`` as ShareGPT conversations (human prompt, then a gpt turn of random text
-    that encodes to ``output_len`` tokens), so that tools which read ShareGPT (`vllm bench
-    serve --dataset-name sharegpt`, `attnbench load --dataset sharegpt`) send the same
-    prompts and derive the same output lengths (vLLM's counts include the tokenizer's BOS
-    token if it adds one). Requests that either tool's filter could drop (a margin of one
-    token on each count) or whose gpt turn misses its length are left out; at most
-    ``limit`` conversations."""
+    whose vLLM-style count, special tokens included, is ``output_len``), so that tools
+    which read ShareGPT (`vllm bench serve --dataset-name sharegpt`, `attnbench load
+    --dataset sharegpt`) send the same prompts with the same ``max_tokens`` as the
+    requests themselves. Requests the ShareGPT filter drops and gpt turns that miss their
+    length are left out; at most ``limit`` conversations."""
     rng = random.Random(seed)
+    added = tokenizer.special_tokens_added
     out: list[dict] = []
     for r in requests:
         if limit is not None and len(out) == limit:
             break
-        if not passes_sharegpt_filter(r.prompt_len, r.output_len, extra_tokens=1):
+        if r.output_len <= added or not passes_sharegpt_filter(
+                tokenizer.count(r.prompt, with_special_tokens=True), r.output_len):
             continue
-        completion = tokenizer.text_of_exact_length(r.output_len, rng)
-        if tokenizer.count(completion) != r.output_len:
+        completion = tokenizer.text_of_exact_length(r.output_len - added, rng)
+        if tokenizer.count(completion, with_special_tokens=True) != r.output_len:
             continue
         out.append({"id": f"attnbench-{len(out)}",
                     "conversations": [{"from": "human", "value": r.prompt},

@@ -21,16 +21,16 @@ from pathlib import Path
 
 from rich.console import Console
 from rich.table import Table
-from tqdm import tqdm
 
 from . import provenance
 from .datasets import build_requests
 from .loadgen import LoadConfig, arrival_offsets
-from .loadpool import run_load_processes
 from .metrics import summarize
 from .models import ensure_model
 from .recipe import Recipe, Suite
 from .server import ServerError, ServerProcess, build_launch, log_tail
+from .repeat import measure_repeat
+from .serverlog import cuda_graph_modes
 from .store import ResultsStore, read_records
 
 
@@ -65,16 +65,6 @@ def _failed(store: ResultsStore, suite: Suite, recipe: Recipe, repeat: int, stat
         summary.update(summarize(records, recipe.benchmark.goodput_slo_ms))
     store.write_summary(recipe.name, repeat, summary)
     return RepeatOutcome(recipe.name, repeat, status, summary, error)
-
-
-def _measure(cfg: LoadConfig, requests, offsets, writer, desc: str, phase: str = "measure",
-             processes: int = 1):
-    bar = tqdm(total=len(requests), desc=desc, unit="req", leave=False, dynamic_ncols=True)
-    try:
-        return run_load_processes(cfg, requests, offsets, writer, processes, phase=phase,
-                                  on_done=lambda _: bar.update(1))
-    finally:
-        bar.close()
 
 
 class SharedServer:
@@ -131,11 +121,15 @@ def run_recipe(suite: Suite, recipe: Recipe, store: ResultsStore, repeats: list[
                               image=recipe.serve.image, argv=server.plan.argv)
     prov["server_log"] = str(server.log_path.relative_to(store.suite_dir)) \
         if server.log_path.is_relative_to(store.suite_dir) else str(server.log_path)
+    prov["cuda_graphs"] = cuda_graph_modes(server.log_text())
     store.write_run_meta(recipe.name, recipe.model_dump(mode="json"), prov)
     if b.warmup_requests:
-        warm = build_requests(b.dataset, b.warmup_requests, recipe.model.tokenizer_path, b.seed + 1)
+        warm = build_requests(b.warmup_dataset(), b.warmup_requests, recipe.model.tokenizer_path, b.seed + 1)
         with store.warmup_writer(recipe.name) as w:
-            _measure(cfg, warm, [0.0] * len(warm), w, f"{recipe.name} warm-up", phase="warmup")
+            warmup = measure_repeat(cfg, warm, [0.0] * len(warm), w, desc=f"{recipe.name} warm-up",
+                                    phase="warmup", server_log=server.log_path)
+        prov["jit_compiles_in_warmup"] = warmup.summary["jit_compiles"]
+        store.write_run_meta(recipe.name, recipe.model_dump(mode="json"), prov)
     for i, repeat in enumerate(repeats):
         if not server.alive():
             outcomes += [_failed(store, suite, recipe, r, "failed", "vLLM server not running")
@@ -144,12 +138,14 @@ def run_recipe(suite: Suite, recipe: Recipe, store: ResultsStore, repeats: list[
         started = _now()
         with store.requests_writer(recipe.name, repeat) as writer:
             try:
-                records = _measure(cfg, requests, offsets, writer, f"{recipe.name} r{repeat}",
-                                   processes=b.client_processes)
+                measured = measure_repeat(cfg, requests, offsets, writer, desc=f"{recipe.name} r{repeat}",
+                                          processes=b.client_processes, slo_ms=b.goodput_slo_ms,
+                                          server_log=server.log_path)
             except KeyboardInterrupt:
                 _failed(store, suite, recipe, repeat, "interrupted", "interrupted (Ctrl-C)",
                         read_records(writer.path))
                 raise
+        records = measured.records
         lost_requests = any(r.status != "ok" for r in records)
         if not server.alive() or (lost_requests and server.exits_within(2.0)):
             error = (f"vLLM server exited during the repeat (code {server.proc.returncode}); "
@@ -158,9 +154,17 @@ def run_recipe(suite: Suite, recipe: Recipe, store: ResultsStore, repeats: list[
             console.print(f"[red]{recipe.name} r{repeat}: server died[/]")
             continue
         summary = {**_summary_header(suite, recipe, repeat), "started_at": started,
-                   "finished_at": _now(), **summarize(records, b.goodput_slo_ms)}
+                   "finished_at": _now(), **measured.summary}
         summary["status"] = "ok" if summary["completed"] else "failed"
-        summary["error"] = "" if summary["completed"] else "no request completed"
+        summary["error"] = "" if summary["completed"] else \
+            f"all {summary['failed']} requests failed; first error: {summary['first_error']}"
+        if summary["failed"] and summary["completed"]:
+            console.print(f"[yellow]warning: {recipe.name} r{repeat}: {summary['failed']} of "
+                          f"{summary['failed'] + summary['completed']} requests failed (metrics cover the "
+                          f"{summary['completed']} that completed); first error: {summary['first_error']}[/]")
+        if summary["jit_compiles"]:
+            console.print(f"[yellow]warning: {recipe.name} r{repeat}: the server compiled kernels during "
+                          f"the measurement (a latency spike): {summary['jit_compiles'][0]}[/]")
         store.write_summary(recipe.name, repeat, summary)
         outcomes.append(RepeatOutcome(recipe.name, repeat, summary["status"], summary, summary["error"]))
     return outcomes
@@ -193,7 +197,7 @@ def run_suite(suite: Suite, out_root: str | Path, *, only: list[str] | None = No
 def summary_table(suite: str, outcomes: list[RepeatOutcome]) -> Table:
     table = Table(title=f"attnbench: {suite}")
     for col in ("run", "repeat", "status", "req/s", "output tok/s", "total tok/s",
-                "median TTFT ms", "median ITL ms", "failed"):
+                "median TTFT ms", "median ITL ms", "failed", "JIT compiles"):
         table.add_column(col, justify="right" if col not in ("run", "status") else "left")
 
     def f(v, fmt="{:.1f}"):
@@ -204,5 +208,6 @@ def summary_table(suite: str, outcomes: list[RepeatOutcome]) -> Table:
         table.add_row(o.run, str(o.repeat), o.status + (" (kept)" if o.error == "kept (resume)" else ""),
                       f(s.get("request_throughput"), "{:.2f}"), f(s.get("output_throughput")),
                       f(s.get("total_token_throughput")), f(s.get("median_ttft_ms")),
-                      f(s.get("median_itl_ms"), "{:.2f}"), str(s.get("failed", "-")))
+                      f(s.get("median_itl_ms"), "{:.2f}"), str(s.get("failed", "-")),
+                      str(len(s["jit_compiles"])) if "jit_compiles" in s else "-")
     return table

@@ -20,19 +20,40 @@ from __future__ import annotations
 import asyncio
 import gc
 import json
-import random
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Callable, Iterable, Literal
 
 import aiohttp
+import numpy as np
 
 from .datasets import BenchRequest
 
 try:  # orjson parses a chunk several times faster; the client's overhead is part of what we measure
+    from orjson import dumps as _dumps
     from orjson import loads as _loads
 except ImportError:  # pragma: no cover - depends on the host
     from json import loads as _loads
+    _dumps = None
+
+LOOP_WATCH_PERIOD_S = 0.005
+
+
+@dataclass
+class ClientStats:
+    """The client's own health during a load: ``loop_lag_ms`` holds, every 5 ms, how late
+    the event loop woke a timer (ms). A loop that lags delays every chunk it has not read
+    yet, so its TTFT and ITL samples grow by up to that much."""
+
+    loop_lag_ms: list[float] = field(default_factory=list)
+
+
+async def _watch_loop(stats: ClientStats) -> None:
+    clock = time.perf_counter
+    while True:
+        due = clock() + LOOP_WATCH_PERIOD_S
+        await asyncio.sleep(LOOP_WATCH_PERIOD_S)
+        stats.loop_lag_ms.append(max(0.0, clock() - due) * 1e3)
 
 
 @dataclass
@@ -46,6 +67,9 @@ class RequestRecord:
     chunk_tokens  tokens each of those chunks carried: from per-chunk usage when the server
                   sends it; else 1 each when the final usage equals the number of chunks,
                   and empty (unknown) when it does not
+    coalesced     chunks that arrived in the same socket read as the chunk before them
+                  (the client read late, or the server wrote them together): they share
+                  one arrival time
     end_s         when the stream finished (or failed)
     prompt_tokens / completion_tokens   the server's final usage
     """
@@ -59,6 +83,7 @@ class RequestRecord:
     sent_s: float = 0.0
     chunk_s: list[float] = field(default_factory=list)
     chunk_tokens: list[int] = field(default_factory=list)
+    coalesced: int = 0
     end_s: float = 0.0
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
@@ -67,6 +92,10 @@ class RequestRecord:
     error: str = ""
 
     def to_json(self) -> str:
+        """One JSON line; orjson serializes the dataclass directly (~20x faster than
+        json + asdict), which matters because records are written from the event loop."""
+        if _dumps is not None:
+            return _dumps(self).decode()
         return json.dumps(asdict(self), separators=(",", ":"))
 
     @classmethod
@@ -92,26 +121,25 @@ def run_async(coro):
 
 
 def arrival_offsets(n: int, rate: float, arrival: str, burstiness: float, seed: int) -> list[float]:
-    """Scheduled send times (s) of ``n`` requests at ``rate`` requests/s.
+    """Scheduled send times (s after the start) of ``n`` requests at ``rate`` requests/s,
+    drawn exactly as `vllm bench serve` draws them, so that with the same seed both clients
+    send on the same schedule.
 
-    ``inf`` sends all at time 0. ``constant``: every 1/rate s. ``poisson``: exponential
-    gaps. ``gamma``: gamma gaps with shape ``burstiness`` and mean 1/rate (vLLM's
-    ``--burstiness``; 1 is Poisson, < 1 burstier).
+    ``inf`` sends all at time 0. Otherwise each request waits one gap after the one before
+    (the first one too): ``constant`` gaps of 1/rate, ``poisson`` exponential gaps, ``gamma``
+    gamma gaps of shape ``burstiness`` and mean 1/rate (vLLM's ``--burstiness``; 1 is
+    Poisson, < 1 burstier), from NumPy's legacy generator seeded with ``seed`` as vLLM seeds
+    it; the cumulative times are then rescaled so that the last one falls at n / rate.
     """
     if rate == float("inf"):
         return [0.0] * n
-    rng = random.Random(seed)
-    t, out = 0.0, []
-    for _ in range(n):
-        out.append(t)
-        if arrival == "constant":
-            gap = 1.0 / rate
-        elif arrival == "poisson":
-            gap = rng.expovariate(rate)
-        else:
-            gap = rng.gammavariate(burstiness, 1.0 / (rate * burstiness))
-        t += gap
-    return out
+    if arrival == "constant":
+        gaps = np.full(n, 1.0 / rate)
+    else:
+        shape = 1.0 if arrival == "poisson" else burstiness
+        gaps = np.random.RandomState(seed).gamma(shape, 1.0 / (rate * shape), size=n)
+    times = np.cumsum(gaps)
+    return (times * ((n / rate) / times[-1])).tolist()
 
 
 @dataclass
@@ -155,6 +183,7 @@ async def _stream_one(session: aiohttp.ClientSession, cfg: LoadConfig, req: Benc
                 now = clock() - t0  # every event completed by this read arrived now
                 buffer += data
                 *events, buffer = buffer.split(b"\n\n")  # SSE events end with a blank line
+                first_in_read = True
                 for event in events:
                     if not event.startswith(b"data:"):
                         continue
@@ -165,6 +194,8 @@ async def _stream_one(session: aiohttp.ClientSession, cfg: LoadConfig, req: Benc
                     chunk = _loads(payload)
                     usage = chunk.get("usage")
                     if chunk.get("choices"):
+                        rec.coalesced += not first_in_read
+                        first_in_read = False
                         rec.chunk_s.append(now)
                         if usage and usage.get("completion_tokens") is not None:
                             rec.chunk_tokens.append(usage["completion_tokens"] - seen_tokens)
@@ -195,15 +226,17 @@ async def run_load(cfg: LoadConfig, requests: list[BenchRequest], offsets: Itera
                    sink: Callable[[RequestRecord], None], phase: str = "measure",
                    on_done: Callable[[RequestRecord], None] | None = None, *,
                    start: Callable[[], float] | None = None,
-                   indices: list[int] | None = None) -> list[RequestRecord]:
+                   indices: list[int] | None = None,
+                   stats: ClientStats | None = None) -> list[RequestRecord]:
     """Send ``requests`` at ``offsets`` (s after the start); every finished record goes to
     ``sink``. The start is now, or what ``start`` returns (a ``time.perf_counter()`` value):
     a function that blocks until a shared start, called once the HTTP session is open, so
     a client process is ready to send when the start arrives.
 
     Returns the records in request order; ``indices`` numbers them (default 0..n-1; a share
-    of a larger load keeps its global numbers). Cancelling the task records the requests in
-    flight as errors ("cancelled") and still hands them to the sink.
+    of a larger load keeps its global numbers). ``stats`` collects the event loop's lag
+    while the load runs. Cancelling the task records the requests in flight as errors
+    ("cancelled") and still hands them to the sink.
     """
     offsets = list(offsets)
     if len(offsets) != len(requests):
@@ -235,10 +268,11 @@ async def run_load(cfg: LoadConfig, requests: list[BenchRequest], offsets: Itera
                     on_done(rec)
 
         tasks = [asyncio.create_task(one(r, rec)) for r, rec in zip(requests, records)]
+        watch = asyncio.create_task(_watch_loop(stats)) if stats is not None else None
         try:
             await asyncio.gather(*tasks)
         finally:
-            for t in tasks:
+            for t in tasks + ([watch] if watch else []):
                 t.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
+            await asyncio.gather(*tasks, *([watch] if watch else []), return_exceptions=True)
     return records

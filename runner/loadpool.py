@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import replace
 
 from .datasets import BenchRequest
-from .loadgen import LoadConfig, RequestRecord, run_async, run_load
+from .loadgen import ClientStats, LoadConfig, RequestRecord, run_async, run_load
 
 _DONE = "done"  # a worker's last message
 _DRAIN_AFTER_INTERRUPT_S = 10.0
@@ -42,25 +42,28 @@ def _worker(cfg: LoadConfig, requests: list[BenchRequest], offsets: list[float],
         go.wait()
         return start.value
 
+    stats = ClientStats()
     try:
-        run_async(run_load(cfg, requests, offsets, out.put, phase=phase, start=wait_for_start, indices=indices))
+        run_async(run_load(cfg, requests, offsets, out.put, phase=phase, start=wait_for_start, indices=indices,
+                           stats=stats))
     except KeyboardInterrupt:
         pass  # run_load has handed the interrupted requests to the sink
     finally:
-        out.put(_DONE)
+        out.put((_DONE, stats.loop_lag_ms))
 
 
 def run_load_processes(cfg: LoadConfig, requests: list[BenchRequest], offsets: Iterable[float],
                        sink: Callable[[RequestRecord], None], processes: int, phase: str = "measure",
-                       on_done: Callable[[RequestRecord], None] | None = None) -> list[RequestRecord]:
+                       on_done: Callable[[RequestRecord], None] | None = None,
+                       stats: ClientStats | None = None) -> list[RequestRecord]:
     """`run_load` over ``processes`` client processes (1: in this process); returns the
-    records in request order. Ctrl-C stops the workers, hands what they measured to the
-    sink and re-raises."""
+    records in request order; ``stats`` gathers every process's event-loop lag. Ctrl-C
+    stops the workers, hands what they measured to the sink and re-raises."""
     offsets = list(offsets)
     n = len(requests)
     processes = max(1, min(processes, n, cfg.max_concurrency or n))
     if processes == 1:
-        return run_async(run_load(cfg, requests, offsets, sink, phase=phase, on_done=on_done))
+        return run_async(run_load(cfg, requests, offsets, sink, phase=phase, on_done=on_done, stats=stats))
 
     ctx = mp.get_context("fork")  # the workers inherit everything loaded; nothing is re-imported
     out, ready, go, start = ctx.Queue(), ctx.Barrier(processes + 1), ctx.Event(), ctx.Value("d", 0.0)
@@ -75,7 +78,9 @@ def run_load_processes(cfg: LoadConfig, requests: list[BenchRequest], offsets: I
     records: list[RequestRecord | None] = [None] * n
 
     def take(item) -> bool:
-        if item == _DONE:
+        if isinstance(item, tuple) and item[0] == _DONE:
+            if stats is not None:
+                stats.loop_lag_ms += item[1]
             return True
         records[item.index] = item
         sink(item)

@@ -18,6 +18,10 @@ Per run:
   request_goodput         requests meeting every given SLO (ms) / duration (req/s)
   schedule_lag            client release time minus scheduled time: the load generator's
                           own delay (ms)
+  client_loop_lag         how late the client's event loop woke a 5 ms timer (ms): a
+                          busy client delays every chunk it has not read yet
+  client_coalesced_chunks share of chunks that arrived in the same socket read as the chunk
+                          before them (they share one arrival time)
 Token counts are the server's ``usage`` (prompt_tokens, completion_tokens) when present.
 Summary keys follow ``vllm bench serve --save-result`` (``mean_ttft_ms``, ``p99_itl_ms``, ...).
 """
@@ -28,7 +32,7 @@ from typing import Iterable
 
 import numpy as np
 
-from .loadgen import RequestRecord
+from .loadgen import ClientStats, RequestRecord
 
 PERCENTILES = (20, 50, 80, 90, 99)
 LATENCY_METRICS = ("ttft", "tpot", "itl", "itl_per_token", "e2el")
@@ -69,8 +73,16 @@ def _stats(name: str, values) -> dict:
     return out
 
 
-def summarize(records: Iterable[RequestRecord], slo_ms: dict[str, float] | None = None) -> dict:
-    """The summary.json metrics of one repeat (measured requests only)."""
+def first_error(records: Iterable[RequestRecord]) -> str:
+    """The error of the earliest-sent failed request, on one line ('' if none failed)."""
+    failed = sorted((r for r in records if r.status != "ok"), key=lambda r: r.sent_s)
+    return " ".join(failed[0].error.split())[:300] if failed else ""
+
+
+def summarize(records: Iterable[RequestRecord], slo_ms: dict[str, float] | None = None,
+              stats: ClientStats | None = None) -> dict:
+    """The summary.json metrics of one repeat (measured requests only); ``stats`` adds the
+    client's event-loop lag."""
     recs = [r for r in records if r.phase == "measure"]
     ok = [r for r in recs if r.status == "ok" and r.chunk_s]
     per = [request_latencies(r) for r in ok]
@@ -96,6 +108,13 @@ def summarize(records: Iterable[RequestRecord], slo_ms: dict[str, float] | None 
         summary["request_goodput"] = good / duration if duration else 0.0
         summary["goodput_slo_ms"] = dict(slo_ms)
     summary.update(_stats("schedule_lag", [(r.dispatch_s - r.scheduled_s) * 1e3 for r in recs]))
+    if stats is not None:
+        lag = np.asarray(stats.loop_lag_ms or [0.0])
+        summary["client_loop_lag_ms"] = {"p50": float(np.median(lag)), "p99": float(np.percentile(lag, 99)),
+                                         "max": float(lag.max())}
+    chunks = sum(len(r.chunk_s) for r in ok)
+    summary["client_coalesced_chunks"] = sum(r.coalesced for r in ok) / chunks if chunks else 0.0
     summary["max_chunk_tokens"] = max((max(r.chunk_tokens) for r in ok if r.chunk_tokens), default=0)
     summary["errors"] = sorted({r.error for r in recs if r.status != "ok"})[:20]
+    summary["first_error"] = first_error(recs)
     return summary

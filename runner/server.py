@@ -162,6 +162,16 @@ class ServerProcess:
     startup_timeout_s: float = 900.0
     stop_grace_s: float = 30.0
     proc: subprocess.Popen | None = field(default=None, init=False)
+    log_offset: int = field(default=0, init=False)  # where this start's lines begin in the log
+
+    def log_text(self) -> str:
+        """What this server has written to its log so far (earlier starts' lines excluded)."""
+        try:
+            with open(self.log_path, "rb") as fh:
+                fh.seek(self.log_offset)
+                return fh.read().decode(errors="replace")
+        except OSError:
+            return ""
 
     def start(self) -> "ServerProcess":
         if not port_is_free(self.plan.host, self.plan.port):
@@ -169,6 +179,7 @@ class ServerProcess:
                 f"port {self.plan.port} on {self.plan.host} is already in use: stop what holds it "
                 f"(e.g. `ss -ltnp 'sport = :{self.plan.port}'`) or set serve.port to another port")
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        self.log_offset = self.log_path.stat().st_size if self.log_path.exists() else 0
         with open(self.log_path, "ab") as log:
             log.write(f"$ {self.plan.shell_line()}\n".encode())
             log.flush()

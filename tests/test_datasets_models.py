@@ -72,13 +72,41 @@ def test_sharegpt_filtering_like_vllm(tmp_path, tok):
     path = tmp_path / "sg.json"
     write_sharegpt(path, convs)
     reqs = load_sharegpt(path, 2, tok, seed=0)
-    assert sorted((r.prompt_len, r.output_len) for r in reqs) == sorted(
-        [(tok.count(convs[0][0]["value"]), tok.count(convs[0][1]["value"])),
-         (tok.count(convs[6][0]["value"]), tok.count(convs[6][1]["value"]))])
+
+    def counts(conv):  # vLLM's count: special tokens (the tiny tokenizer's BOS) included
+        return tuple(tok.count(t["value"], with_special_tokens=True) for t in conv[:2])
+
+    assert tok.special_tokens_added == 1
+    assert sorted((r.prompt_len, r.output_len) for r in reqs) == sorted([counts(convs[0]), counts(convs[6])])
     with pytest.raises(DatasetError, match="only 2 conversations pass"):
         load_sharegpt(path, 3, tok, seed=0)
     fixed = load_sharegpt(path, 2, tok, seed=0, output_len=16)
     assert {r.output_len for r in fixed} == {16}
+
+
+def test_sharegpt_sampling_equals_vllm_bench_serve(tmp_path, tiny, tok):
+    """vLLM's own ShareGPT sampler (the installed vLLM's benchmark datasets, as `vllm bench
+    serve --dataset-name sharegpt` runs it) and ours pick the same conversations in the
+    same order with the same prompt and output lengths (max_tokens), so both clients send
+    identical requests from one file."""
+    from transformers import AutoTokenizer
+    from vllm.benchmarks.datasets import ShareGPTDataset
+
+    rng = random.Random(7)
+    def words(short, long_, hi):  # mostly valid lengths, some that vLLM's filter drops
+        return rng.choice([short, long_] + [rng.randint(3, hi) for _ in range(6)])
+
+    convs = [[turn("human", words(1, 1100, 300)), turn("gpt", words(2, 1900, 900))]
+             + ([turn("human", 3)] if rng.random() < 0.2 else []) for _ in range(160)]
+    convs += [[turn("human", 12)]] * 10  # one turn: dropped by both
+    path = tmp_path / "sg.json"
+    write_sharegpt(path, convs)
+    for seed, n in ((0, 40), (5, 60)):
+        theirs = ShareGPTDataset(dataset_path=str(path), random_seed=seed).sample(
+            tokenizer=AutoTokenizer.from_pretrained(tiny), num_requests=n, no_oversample=True)
+        ours = load_sharegpt(path, n, tok, seed)
+        assert [(r.prompt, r.prompt_len, r.output_len) for r in ours] == \
+            [(r.prompt, r.prompt_len, r.expected_output_len) for r in theirs]
 
 
 def test_sharegpt_is_seeded(tmp_path, tok):

@@ -212,11 +212,38 @@ def test_schedule_is_followed_and_lag_recorded():
 @pytest.mark.parametrize("arrival", ["constant", "poisson", "gamma"])
 def test_arrival_schedules(arrival):
     offs = arrival_offsets(2000, 10.0, arrival, 0.5, seed=3)
-    assert offs == sorted(offs) and offs[0] == 0.0
-    mean_gap = offs[-1] / (len(offs) - 1)
-    assert abs(mean_gap - 0.1) < 0.015  # mean rate 10 req/s
+    assert offs == sorted(offs) and offs[0] > 0.0
+    assert offs[-1] == pytest.approx(200.0)  # n / rate: mean rate 10 req/s exactly
     assert arrival_offsets(2000, 10.0, arrival, 0.5, seed=3) == offs  # seeded
     assert arrival_offsets(5, float("inf"), arrival, 1.0, 0) == [0.0] * 5
+
+
+@pytest.mark.parametrize("rate,burstiness,arrival", [(20.0, 1.0, "poisson"), (7.5, 0.5, "gamma"),
+                                                      (3.0, float("inf"), "constant")])
+def test_arrival_schedule_equals_vllm_bench_serve(monkeypatch, rate, burstiness, arrival):
+    """vLLM's own request generator (the installed vLLM's `vllm bench serve`), seeded as its
+    main seeds it, sleeps exactly our gaps: both clients send on one schedule."""
+    import numpy as np
+    from vllm.benchmarks import serve
+
+    now = [1000.0]
+    slept = []
+
+    async def fake_sleep(seconds):  # a clock that moves only when the generator sleeps
+        slept.append(seconds)
+        now[0] += seconds
+
+    monkeypatch.setattr(serve.time, "time", lambda: now[0])
+    monkeypatch.setattr(serve.asyncio, "sleep", fake_sleep)
+
+    async def drain():
+        return [r async for r, _ in serve.get_request(list(range(40)), rate, burstiness)]
+
+    np.random.seed(11)
+    assert asyncio.run(drain()) == list(range(40))
+    theirs = np.cumsum(slept)
+    ours = arrival_offsets(40, rate, arrival, 1.0 if arrival == "constant" else burstiness, seed=11)
+    assert len(slept) == 40 and np.allclose(theirs, ours, rtol=1e-9, atol=1e-9)
 
 
 def test_gamma_burstiness_changes_the_spread():

@@ -1,0 +1,54 @@
+"""`measure_repeat`: one measured load against a running server, the same for `attnbench
+run` (each repeat of a suite) and `attnbench load` (a server someone else started).
+
+Around the load it reads the server's own metrics (`witness`: TTFT, ITL, E2EL as vLLM
+timed them) and, when the server's log is known, the kernel compiles it logged meanwhile
+(`serverlog`); the client's event-loop lag comes from the load itself. All of it lands in
+the summary next to the client-side metrics.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from tqdm import tqdm
+
+from .datasets import BenchRequest
+from .loadgen import ClientStats, LoadConfig, RequestRecord
+from .loadpool import run_load_processes
+from .metrics import summarize
+from .serverlog import LogWindow, jit_compiles
+from .witness import between, scrape
+
+
+@dataclass
+class Repeat:
+    records: list[RequestRecord]
+    summary: dict  # metrics (vllm bench serve key names) + server_metrics, jit_compiles, client lag
+
+
+def measure_repeat(cfg: LoadConfig, requests: list[BenchRequest], offsets: list[float],
+                   sink: Callable[[RequestRecord], None], *, desc: str, phase: str = "measure",
+                   processes: int = 1, slo_ms: dict[str, float] | None = None,
+                   server_log: Path | None = None) -> Repeat:
+    """Send ``requests`` at ``offsets`` to ``cfg.base_url`` (every finished record to
+    ``sink``, as it finishes) and summarize them. Ctrl-C propagates after the sink has
+    every record measured so far."""
+    window = LogWindow(server_log) if server_log is not None else None
+    before = scrape(cfg.base_url)
+    stats = ClientStats()
+    bar = tqdm(total=len(requests), desc=desc, unit="req", leave=False, dynamic_ncols=True)
+    try:
+        records = run_load_processes(cfg, requests, offsets, sink, processes, phase=phase,
+                                     on_done=lambda _: bar.update(1), stats=stats)
+    finally:
+        bar.close()
+    summary = summarize(records, slo_ms, stats)
+    after = scrape(cfg.base_url) if before is not None else None
+    if after is not None:
+        summary["server_metrics"] = between(before, after)
+    if window is not None:
+        summary["jit_compiles"] = jit_compiles(window.lines())
+    return Repeat(records, summary)

@@ -1,0 +1,66 @@
+"""What attnbench reads from a vLLM server's log: kernel compiles during a measurement,
+and the CUDA-graph modes the server actually captured.
+
+vLLM (>= 0.2x) activates a JIT monitor once its warm-up is done: every Triton kernel
+compiled after that (and every autotuning run) is logged as "... JIT compilation during
+inference: <kernel>. This causes a latency spike ...", the first time per kernel. A
+compile costs a second or more, so a measured repeat that contains one is not a
+measurement of the steady state: `LogWindow` takes the lines a repeat added to the log,
+`jit_compiles` picks those events out.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+JIT_EVENT = re.compile(r"(JIT compilation|autotuning) during inference|Triton autotuning for function")
+_CAPTURE = re.compile(r"Capturing CUDA graphs \(([^)]*)\)")
+_CONFIGURED = re.compile(r"'cudagraph_mode': <CUDAGraphMode\.([A-Z_]+)")
+
+
+@dataclass
+class LogWindow:
+    """The bytes a log file gains between `start` (construction) and `lines`."""
+
+    path: Path
+    offset: int = 0
+
+    def __post_init__(self) -> None:
+        self.offset = self._size()
+
+    def _size(self) -> int:
+        try:
+            return self.path.stat().st_size
+        except OSError:
+            return 0
+
+    def lines(self) -> list[str]:
+        """The complete lines added since the window opened."""
+        try:
+            with open(self.path, "rb") as fh:
+                fh.seek(self.offset)
+                text = fh.read().decode(errors="replace")
+        except OSError:
+            return []
+        return text.splitlines()
+
+
+def jit_compiles(lines: list[str]) -> list[str]:
+    """The JIT-compile / autotuning events among log lines, trimmed to their message."""
+    events = []
+    for line in lines:
+        if JIT_EVENT.search(line):
+            # progress bars share lines with log records: keep the record only
+            events.append(line[line.find("WARNING"):] if "WARNING" in line else line.strip()[:300])
+    return events
+
+
+def cuda_graph_modes(log_text: str) -> dict:
+    """``configured``: the engine's cudagraph_mode as vLLM resolved it (None if not logged);
+    ``captured``: the kinds of graphs it captured, in order (e.g. ["PIECEWISE", "FULL"]);
+    empty when it ran eagerly."""
+    configured = _CONFIGURED.search(log_text)
+    captured = list(dict.fromkeys(m.group(1).split(",")[-1].strip() for m in _CAPTURE.finditer(log_text)))
+    return {"configured": configured.group(1) if configured else None, "captured": captured}

@@ -1,0 +1,175 @@
+"""What a repeat records besides the client's own timings: the server's metrics (vLLM's
+/metrics page as a third witness), kernel compiles in the server log, the client's event
+loop lag and coalesced reads; and what `attnbench load` does when requests fail."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+
+import pytest
+from click.testing import CliRunner
+
+from attnbench.runner.datasets import BenchRequest
+from attnbench.runner.loadgen import ClientStats, LoadConfig, RequestRecord, run_load
+from attnbench.runner.metrics import first_error, summarize
+from attnbench.runner.serverlog import LogWindow, cuda_graph_modes, jit_compiles
+from attnbench.runner.witness import Snapshot, between
+
+METRICS_BEFORE = """\
+# HELP vllm:time_to_first_token_seconds Histogram of time to first token in seconds.
+# TYPE vllm:time_to_first_token_seconds histogram
+vllm:time_to_first_token_seconds_bucket{engine="0",le="0.1",model_name="m"} 2.0
+vllm:time_to_first_token_seconds_bucket{engine="0",le="0.5",model_name="m"} 2.0
+vllm:time_to_first_token_seconds_bucket{engine="0",le="1.0",model_name="m"} 2.0
+vllm:time_to_first_token_seconds_bucket{engine="0",le="+Inf",model_name="m"} 2.0
+vllm:time_to_first_token_seconds_count{engine="0",model_name="m"} 2.0
+vllm:time_to_first_token_seconds_sum{engine="0",model_name="m"} 0.1
+# HELP vllm:generation_tokens_total Number of generation tokens processed.
+# TYPE vllm:generation_tokens_total counter
+vllm:generation_tokens_total{engine="0",model_name="m"} 100.0
+"""
+
+METRICS_AFTER = """\
+# HELP vllm:time_to_first_token_seconds Histogram of time to first token in seconds.
+# TYPE vllm:time_to_first_token_seconds histogram
+vllm:time_to_first_token_seconds_bucket{engine="0",le="0.1",model_name="m"} 2.0
+vllm:time_to_first_token_seconds_bucket{engine="0",le="0.5",model_name="m"} 4.0
+vllm:time_to_first_token_seconds_bucket{engine="0",le="1.0",model_name="m"} 6.0
+vllm:time_to_first_token_seconds_bucket{engine="0",le="+Inf",model_name="m"} 6.0
+vllm:time_to_first_token_seconds_count{engine="0",model_name="m"} 6.0
+vllm:time_to_first_token_seconds_sum{engine="0",model_name="m"} 2.5
+# HELP vllm:generation_tokens_total Number of generation tokens processed.
+# TYPE vllm:generation_tokens_total counter
+vllm:generation_tokens_total{engine="0",model_name="m"} 1100.0
+"""
+
+
+def test_server_metrics_between_two_scrapes():
+    got = between(Snapshot.parse(METRICS_BEFORE), Snapshot.parse(METRICS_AFTER))
+    assert got["ttft_count"] == 4
+    assert got["mean_ttft_ms"] == pytest.approx(600.0)  # (2.5 - 0.1) s / 4 requests
+    # 2 new requests in (0.1, 0.5], 2 in (0.5, 1.0]: the median sits at the 0.5 s edge
+    assert got["median_ttft_ms"] == pytest.approx(500.0)
+    assert got["generation_tokens"] == 1000
+
+
+LOG = """\
+(EngineCore pid=1) INFO [core.py:116] Initializing a V1 LLM engine (v0.26.0) with config: model='m', \
+compilation_config={'level': 3, 'cudagraph_mode': <CUDAGraphMode.FULL_AND_PIECEWISE: (2, 1)>, 'x': 1}
+(EngineCore pid=1) Capturing CUDA graphs (mixed prefill-decode, PIECEWISE): 100%|##| 51/51
+(EngineCore pid=1) Capturing CUDA graphs (decode, FULL): 100%|##| 35/35
+"""
+COMPILE = ("(EngineCore pid=1) WARNING 11-23 10:00:00 [jit_monitor.py:140] Triton kernel JIT compilation "
+           "during inference: qblock_attention_kernel. This causes a latency spike; consider extending warmup")
+
+
+def test_server_log_graph_modes_and_compiles_in_a_window(tmp_path):
+    log = tmp_path / "server.log"
+    log.write_text(LOG)
+    assert cuda_graph_modes(log.read_text()) == {"configured": "FULL_AND_PIECEWISE", "captured": ["PIECEWISE", "FULL"]}
+    assert cuda_graph_modes("INFO eager mode") == {"configured": None, "captured": []}
+    window = LogWindow(log)
+    assert jit_compiles(window.lines()) == []
+    with log.open("a") as fh:
+        fh.write("(APIServer pid=2) INFO 200 OK\n" + COMPILE + "\n")
+    events = jit_compiles(window.lines())
+    assert len(events) == 1 and events[0].startswith("WARNING") and "qblock_attention_kernel" in events[0]
+    assert jit_compiles(LogWindow(log).lines()) == []  # a window opened now sees nothing yet
+
+
+def _record(i, status="ok", error="", sent=0.0, chunks=(0.1, 0.2), coalesced=0):
+    return RequestRecord(i, "measure", 5, 2, 0.0, sent_s=sent, chunk_s=list(chunks), chunk_tokens=[1, 1],
+                         coalesced=coalesced, end_s=0.3, prompt_tokens=5, completion_tokens=2,
+                         status=status, error=error)
+
+
+def test_summary_keeps_failures_apart_and_names_the_first():
+    recs = [_record(0), _record(1, "error", "ClientConnectorError: refused\n  at x", sent=0.2, chunks=()),
+            _record(2, "error", "TimeoutError: 600 s", sent=0.1, chunks=()), _record(3, coalesced=1)]
+    s = summarize(recs, stats=ClientStats([0.1, 0.2, 5.0]))
+    assert s["completed"] == 2 and s["failed"] == 2 and s["total_output_tokens"] == 4
+    assert s["first_error"] == first_error(recs) == "TimeoutError: 600 s"  # the earliest sent
+    assert s["client_coalesced_chunks"] == pytest.approx(0.25)
+    assert s["client_loop_lag_ms"]["max"] == 5.0 and s["client_loop_lag_ms"]["p50"] == pytest.approx(0.2)
+    assert json.loads(_record(0, error="é").to_json())["error"] == "é"
+
+
+def test_event_loop_lag_is_seen():
+    """A blocking call inside the client's loop shows up as lag."""
+    import time
+
+    stats = ClientStats()
+
+    async def main():
+        async def block():
+            await asyncio.sleep(0.03)
+            time.sleep(0.05)  # the loop can run nothing else meanwhile
+
+        async def fake_request():  # run_load needs a server; drive the watcher directly
+            from attnbench.runner.loadgen import _watch_loop
+
+            watch = asyncio.create_task(_watch_loop(stats))
+            await block()
+            await asyncio.sleep(0.02)
+            watch.cancel()
+
+        await fake_request()
+
+    asyncio.run(main())
+    assert max(stats.loop_lag_ms) > 30
+
+
+def _closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_load_against_nothing_fails_in_one_line(tmp_path):
+    from attnbench.runner.cli import main
+    from attnbench.runner.models import write_tiny_model
+
+    tiny = write_tiny_model(tmp_path / "tiny")
+    url = f"http://127.0.0.1:{_closed_port()}"
+    result = CliRunner().invoke(main, ["load", "--url", url, "--model", "m", "--tokenizer", str(tiny),
+                                       "--num-prompts", "4", "--out", str(tmp_path / "out")])
+    assert result.exit_code == 1, result.output
+    lines = [line for line in result.output.splitlines() if line.startswith("Error")]
+    assert len(lines) == 1 and f"all 4 requests to {url} failed" in lines[0]
+    assert "Cannot connect" in lines[0] or "refused" in lines[0].lower()
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    assert summary["status"] == "failed" and summary["completed"] == 0 and summary["failed"] == 4
+
+
+def test_run_load_marks_reads_that_carry_several_chunks():
+    from aiohttp import web
+
+    async def burst(request):
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await resp.prepare(request)
+        chunk = b'data: {"choices": [{"index": 0, "text": "a"}]}\n\n'
+        await resp.write(chunk)
+        await asyncio.sleep(0.05)
+        await resp.write(chunk * 3)  # three events in one write: one read
+        await resp.write(b'data: {"choices": [], "usage": {"prompt_tokens": 1, "completion_tokens": 4}}\n\n'
+                         b"data: [DONE]\n\n")
+        return resp
+
+    async def main():
+        app = web.Application()
+        app.router.add_post("/v1/completions", burst)
+        runner = web.AppRunner(app)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        url = f"http://127.0.0.1:{site._server.sockets[0].getsockname()[1]}"
+        try:
+            return await run_load(LoadConfig(url, "m"), [BenchRequest("p", 1, 4)], [0.0], lambda r: None)
+        finally:
+            await runner.cleanup()
+
+    (rec,) = asyncio.run(main())
+    assert rec.status == "ok" and len(rec.chunk_s) == 4
+    assert rec.coalesced == 2 and rec.chunk_s[1] == rec.chunk_s[2] == rec.chunk_s[3]
