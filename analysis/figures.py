@@ -132,26 +132,15 @@ def fig_normalized_bars(norm: pd.DataFrame, out_dir: Path, suite: str, baseline:
 
 
 def fig_latency_vs_output_len(agg: pd.DataFrame, out_dir: Path, suite: str) -> list[Path]:
-    """Paper Fig. 9: end-to-end latency (s) vs output length, one line per kernel/backend."""
+    """Paper Fig. 9: end-to-end latency vs output length, one line per backend and kernel
+    step, and the % of FA3 panel when FLASH_ATTN ran (`fig9`)."""
+    from . import fig9
+
     name = f"{suite}-latency-vs-output"
-    df = agg[(agg["suite"] == suite) & agg["output_len"].notna()].copy() if "output_len" in agg else agg.iloc[0:0]
+    df = agg[(agg["suite"] == suite) & agg["output_len"].notna()] if "output_len" in agg else agg.iloc[0:0]
     if df.empty or df["output_len"].nunique() < 2 or "e2el" not in df:
         return _skip(name, f"suite {suite!r} has no runs that differ in output length")
-    df["line"] = df["attention_backend"].astype(str) + np.where(df["graph_mode"].astype(str) != "default",
-                                                                " / " + df["graph_mode"].astype(str), "")
-    fig, ax = plt.subplots(figsize=(7, 4.5))
-    for i, (line, g) in enumerate(df.sort_values("output_len").groupby("line", sort=False)):
-        ax.errorbar(g["output_len"], g["e2el"] / 1e3, yerr=np.nan_to_num(np.vstack([
-            (g["e2el"] - g["e2el_lo"]).clip(lower=0), (g["e2el_hi"] - g["e2el"]).clip(lower=0)]) / 1e3),
-            marker="o", capsize=3, label=line, color=OKABE_ITO[i % len(OKABE_ITO)])
-    ax.set_xscale("log")
-    ax.set_xlabel("output length (tokens)")
-    ax.set_ylabel("end-to-end latency (s)")
-    ax.grid(alpha=0.3, which="both")
-    ax.legend(fontsize=8)
-    ax.set_title(f"{suite}: latency vs output length (batch size 1)")
-    fig.text(0.01, -0.04, f"{footnote(df)}\n{CONVENTION}", fontsize=8, ha="left", va="top")
-    return _save(fig, df[["gpu", "run", "line", "output_len", "e2el", "e2el_lo", "e2el_hi"]], out_dir, name)
+    return fig9.figure(fig9.sweep_table(df), out_dir, suite, footnote(df))
 
 
 def _micro_ok(mb: pd.DataFrame) -> pd.DataFrame:

@@ -33,9 +33,11 @@ def aggregate(data: Collected) -> pd.DataFrame:
         row = dict(zip(KEYS, key))
         first = g.iloc[0]
         for col in ("workload", "model", "weights", "vllm_version", "date", "vendor", "engine", "attention_backend",
-                    "graph_mode", "max_num_seqs", "chunked_prefill", "output_len"):
+                    "graph_mode", "cuda_graphs", "max_num_seqs", "chunked_prefill", "output_len"):
             row[col] = first.get(col)
         row["repeats"] = len(g)
+        for col in ("failed", "jit_compiles"):  # summed over repeats: shown, never averaged away
+            row[col] = int(g[col].fillna(0).sum()) if col in g else 0
         for metric in THROUGHPUT:
             if metric in g:
                 row[metric], row[f"{metric}_lo"], row[f"{metric}_hi"] = g[metric].mean(), g[metric].min(), g[metric].max()
@@ -45,6 +47,7 @@ def aggregate(data: Collected) -> pd.DataFrame:
             if median_col not in g:
                 continue
             row[name] = g[median_col].mean()
+            row[f"{name}_repeat_min"], row[f"{name}_repeat_max"] = g[median_col].min(), g[median_col].max()
             pooled = _pooled(data, suite, run, name, col)
             row[f"{name}_lo"], row[f"{name}_hi"] = (np.percentile(pooled, 20), np.percentile(pooled, 80)) \
                 if len(pooled) else (np.nan, np.nan)

@@ -113,6 +113,37 @@ def _fmt_table(df: pd.DataFrame) -> str:
     return df.rename(columns=UNITS).to_markdown(index=False, floatfmt=".3g")
 
 
+def _warnings(s: pd.DataFrame) -> list[str]:
+    """Runs whose numbers need a second look: failed requests (left out of the metrics,
+    counted here) and kernel compiles during a measurement (a latency spike)."""
+    lines = []
+    for _, row in s.iterrows():
+        if row.get("failed", 0):
+            lines.append(f"- **warning**: `{row['run']}`: {int(row['failed'])} requests failed over its "
+                         f"repeats; its metrics cover only the completed ones.")
+        if row.get("jit_compiles", 0):
+            lines.append(f"- **warning**: `{row['run']}`: the server logged {int(row['jit_compiles'])} kernel "
+                         "compile(s) during measurement (vLLM's JIT monitor): a latency spike inside the numbers.")
+    return lines + [""] if lines else []
+
+
+def _fig9_tables(s: pd.DataFrame) -> list[str]:
+    """Paper Fig. 9: % of FA3 per line and length, and the paper's claims beside ours."""
+    from . import fig9
+
+    table = fig9.sweep_table(s)
+    pct = fig9.percent_of_reference(table)
+    if pct is None:
+        return []
+    pct.columns = [f"{c:,}" for c in pct.columns]
+    lines = ["% of FA3 performance (FA3's latency / the line's latency x 100; output tokens across):", "",
+             pct.reset_index().to_markdown(index=False, floatfmt=".1f"), ""]
+    claim_rows = fig9.claims(table)
+    lines += ["The paper's Fig. 9 claims (H100) beside this run:", "",
+              claim_rows.to_markdown(index=False), ""]
+    return lines
+
+
 def write_report(analysis: Analysis, path: Path) -> Path:
     """One Markdown report: provenance, tables, figures, conventions."""
     lines = ["# attnbench report", "", f"Generated {dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M} UTC.", ""]
@@ -128,8 +159,12 @@ def write_report(analysis: Analysis, path: Path) -> Path:
         for suite in dict.fromkeys(agg["suite"]):
             s = agg[agg["suite"] == suite]
             lines += [f"## {suite}", "", f"{figures.footnote(s)}", ""]
-            cols = ["run", "repeats", "engine", "attention_backend", "graph_mode"] + metric_columns(s)
+            cols = ["run", "repeats", "engine", "attention_backend", "graph_mode", "cuda_graphs"] \
+                + metric_columns(s) + ["failed"]
             lines += [_fmt_table(s[[c for c in cols if c in s]]), ""]
+            lines += _warnings(s)
+            if s["output_len"].nunique() > 1:
+                lines += _fig9_tables(s)
             if suite in analysis.normalized:
                 base, norm = analysis.normalized[suite]
                 lines += [f"Normalized to `{base}`:", "", _fmt_table(norm[["gpu", "run"] + metric_columns(norm)]), ""]

@@ -148,17 +148,54 @@ def test_latency_vs_output_length(tmp_path, captured):
              "steps-qblock": ("CUSTOM", "qblock", 6), "steps-auto": ("CUSTOM", None, 3)}  # one line each
     for run, (backend, variant, itl) in lines.items():
         for out_len in (10, 100, 1000):
-            write_run(store, "fig9", f"{run}-{out_len}", [make_records([20], itl, tokens=out_len)],
+            # two repeats, the second 10% slower per token: the error bars span them
+            write_run(store, "fig9", f"{run}-{out_len}", [make_records([20], itl, tokens=out_len),
+                                                          make_records([20], itl * 1.1, tokens=out_len)],
                       backend=backend, output_len=out_len, env={"ATTNBENCH_VARIANT": variant} if variant else None)
-    analyze([tmp_path / "res"], tmp_path / "figs")
+    analysis = analyze([tmp_path / "res"], tmp_path / "figs")
     fig, data = captured["fig9-latency-vs-output"]
     assert sorted(set(data["output_len"])) == [10, 100, 1000]
     assert set(data["line"]) == {"TRITON_ATTN", "FLASH_ATTN", "CUSTOM (qblock)", "CUSTOM (auto)"}
     qblock = data[data["line"] == "CUSTOM (qblock)"].sort_values("output_len")
-    assert qblock["e2el"].tolist() == pytest.approx([20 + 9 * 6, 20 + 99 * 6, 20 + 999 * 6])
-    triton = data[data["line"] == "TRITON_ATTN"].sort_values("output_len")
-    assert triton["e2el"].tolist() == pytest.approx([20 + 9 * 5, 20 + 99 * 5, 20 + 999 * 5])
+    lo = [20 + (n - 1) * 6 for n in (10, 100, 1000)]
+    hi = [20 + (n - 1) * 6.6 for n in (10, 100, 1000)]
+    assert qblock["e2el_min_ms"].tolist() == pytest.approx(lo) and qblock["e2el_max_ms"].tolist() == pytest.approx(hi)
+    assert qblock["e2el_ms"].tolist() == pytest.approx([(a + b) / 2 for a, b in zip(lo, hi)])
     assert fig.axes[0].get_xlabel() == "output length (tokens)"
+    assert fig.axes[0].get_xscale() == fig.axes[0].get_yscale() == "log"
+    # the second panel: % of FA3 = FA3 latency / latency x 100
+    from attnbench.analysis import fig9
+
+    pct = fig9.percent_of_reference(fig9.sweep_table(analysis.agg))
+    fa3_1000, qblock_1000 = 20 + 999 * 4.2, 20 + 999 * 6.3
+    assert pct.loc["CUSTOM (qblock)", 1000] == pytest.approx(fa3_1000 / qblock_1000 * 100, abs=0.05)
+    assert pct.loc["FLASH_ATTN"].tolist() == [100.0, 100.0, 100.0]
+    assert list(fig.axes[1].lines[0].get_ydata()) == [100.0, 100.0, 100.0]  # FA3 is drawn first
+    report = write_report(analysis, tmp_path / "report.md").read_text()
+    assert "% of FA3 performance" in report and "The paper's Fig. 9 claims" in report
+
+
+def test_fig9_claims_against_the_paper():
+    """Known latencies in, the paper's claims with the right verdicts out."""
+    from attnbench.analysis import fig9
+
+    fa3 = {100: 1.0, 12800: 100.0}
+    factor = {"FLASH_ATTN": (1.0, 1.0), "CUSTOM (naive)": (1.5, 100 / 19.0),  # 19.0% of FA3: agrees
+              "CUSTOM (qblock)": (1.2, 100 / 30.0),  # 30%: differs from 49%; 1.58x over naive: differs
+              "CUSTOM (parallel_tiled)": (1.1, 100 / 90.0),  # 3.0x over Q-block
+              "CUSTOM (static_grid)": (0.99, 100 / 95.0)}  # 95.0-101.0% of FA3; 5.6% over parallel tiled
+    rows = [{"line": line, "output_len": n, "e2el_ms": fa3[n] * f[i], "e2el_min_ms": 0, "e2el_max_ms": 0,
+             "repeats": 2, "cuda_graphs": "", "jit_compiles": 0}
+            for line, f in factor.items() for i, n in enumerate(sorted(fa3))]
+    got = fig9.claims(pd.DataFrame(rows)).set_index("claim")
+    assert got.loc["naive, % of FA3", "attnbench"] == "19.0%" and got.loc["naive, % of FA3", "verdict"] == "agrees"
+    assert got.loc["Q-block, % of FA3", "verdict"] == "differs"
+    assert got.loc["Q-block over naive", "attnbench"] == "1.58x"
+    assert got.loc["static grid + full CUDA graphs, % of FA3", "attnbench"] == "95.0-101.0%"
+    assert got.loc["static grid + full CUDA graphs, % of FA3", "verdict"] == "agrees"
+    assert got.loc["parallel tiled over Q-block", "attnbench"] == "3.00x"
+    assert got.loc["static grid (full graphs) over parallel tiled", "attnbench"] == "+5.6%"
+    assert set(got["verdict"]) <= {"agrees", "differs"}
 
 
 def test_vllm_bench_json_plots_beside_ours(tree, tmp_path):

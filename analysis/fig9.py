@@ -1,0 +1,134 @@
+"""Paper Fig. 9 in the paper's form: end-to-end latency at batch size 1 against output
+length, one line per attention backend and per step of the paper's kernel, with
+FlashAttention 3 (vLLM's FLASH_ATTN on Hopper) as the reference.
+
+* `sweep_table`: per line and output length, E2EL (ms: the mean over repeats of each
+  repeat's median request) with the min and max over repeats, the repeats, the CUDA
+  graphs the server captured and the kernel compiles seen during measurement;
+* `percent_of_reference`: "% of FA3 performance" = FA3's latency / the line's latency x 100
+  (above 100: faster than FA3), per line and length;
+* `claims`: the paper's H100 numbers (sec. 7.4) beside ours, with a mechanical verdict;
+* `figure`: log-log latency with min-max error bars, and the % of FA3 panel.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+REFERENCE = "FLASH_ATTN"
+STEP = {name: f"CUSTOM ({name})" for name in ("naive", "qblock", "parallel_tiled", "static_grid", "auto")}
+LINE_ORDER = [REFERENCE, "TRITON_ATTN", *STEP.values()]
+PAPER = "paper (H100)"
+
+
+def _line(row) -> str:
+    return str(row["attention_backend"])
+
+
+def sweep_table(agg: pd.DataFrame) -> pd.DataFrame:
+    """The latency sweep of one suite (its rows of `normalize.aggregate`)."""
+    df = agg[agg["output_len"].notna()].copy()
+    df["line"] = df.apply(_line, axis=1)
+    cols = {"e2el": "e2el_ms", "e2el_repeat_min": "e2el_min_ms", "e2el_repeat_max": "e2el_max_ms"}
+    out = df.rename(columns=cols)[["line", "output_len", *cols.values(), "repeats", "cuda_graphs", "jit_compiles"]]
+    out["output_len"] = out["output_len"].astype(int)
+    order = {name: i for i, name in enumerate(LINE_ORDER)}
+    return (out.assign(_o=out["line"].map(lambda x: order.get(x, len(order))))
+            .sort_values(["_o", "line", "output_len"]).drop(columns="_o").reset_index(drop=True))
+
+
+def percent_of_reference(table: pd.DataFrame) -> pd.DataFrame | None:
+    """Line x output length: FA3 latency / latency x 100; None without an FA3 line."""
+    wide = table.pivot_table(index="line", columns="output_len", values="e2el_ms", sort=False)
+    if REFERENCE not in wide.index:
+        return None
+    return (wide.loc[REFERENCE] / wide * 100).round(1)
+
+
+def _at(wide: pd.DataFrame, line: str, length) -> float:
+    try:
+        return float(wide.loc[line, length])
+    except KeyError:
+        return math.nan
+
+
+def claims(table: pd.DataFrame) -> pd.DataFrame | None:
+    """The paper's Fig. 9 (H100) statements beside ours. Percentages are of FA3 at the
+    longest output length measured for the step (the paper's 12,800 where we have it);
+    verdicts: within 5 points (percentages), within 15% (speed-ups), or on the stated side
+    of the bound ("more than 2x")."""
+    pct = percent_of_reference(table)
+    if pct is None:
+        return None
+    lat = table.pivot_table(index="line", columns="output_len", values="e2el_ms", sort=False)
+    longest = max(lat.columns)
+    naive, qblock, tiled, static = (STEP[s] for s in ("naive", "qblock", "parallel_tiled", "static_grid"))
+    rows = []
+
+    def add(claim: str, paper: str, ours: float, ok, fmt: str, where: str) -> None:
+        verdict = "not measured" if math.isnan(ours) else ("agrees" if ok(ours) else "differs")
+        rows.append({"claim": claim, PAPER: paper, "attnbench": "-" if math.isnan(ours) else fmt.format(ours),
+                     "where": where, "verdict": verdict})
+
+    at = f"{longest:,} output tokens"
+    add("naive, % of FA3", "19.7%", _at(pct, naive, longest), lambda v: abs(v - 19.7) <= 5, "{:.1f}%", at)
+    add("Q-block, % of FA3", "49%", _at(pct, qblock, longest), lambda v: abs(v - 49) <= 5, "{:.1f}%", at)
+    add("Q-block over naive", "2.1x", _at(lat, naive, longest) / _at(lat, qblock, longest),
+        lambda v: abs(v / 2.1 - 1) <= 0.15, "{:.2f}x", at)
+    if static in pct.index:
+        row = pct.loc[static].dropna()
+        lo, hi = (float(row.min()), float(row.max())) if len(row) else (math.nan, math.nan)
+    else:
+        lo = hi = math.nan
+    rows.append({"claim": "static grid + full CUDA graphs, % of FA3", PAPER: "98.6-105.9%",
+                 "attnbench": "-" if math.isnan(lo) else f"{lo:.1f}-{hi:.1f}%", "where": "all output lengths",
+                 "verdict": "not measured" if math.isnan(lo) else
+                 ("agrees" if lo >= 98.6 - 5 and hi <= 105.9 + 5 else "differs")})
+    at12 = "12,800 output tokens"
+    add("parallel tiled over Q-block", "more than 2x", _at(lat, qblock, 12800) / _at(lat, tiled, 12800),
+        lambda v: v > 2.0, "{:.2f}x", at12)
+    add("static grid (full graphs) over parallel tiled", "~6%",
+        (_at(lat, tiled, 12800) / _at(lat, static, 12800) - 1) * 100, lambda v: 2 <= v <= 10, "{:+.1f}%", at12)
+    return pd.DataFrame(rows)
+
+
+def figure(table: pd.DataFrame, out_dir: Path, name: str, note: str) -> list[Path]:
+    """Latency (s, log-log, min-max over repeats) and % of FA3 per output length."""
+    from .figures import OKABE_ITO, _save, plt
+
+    pct = percent_of_reference(table)
+    fig, axes = plt.subplots(1, 2 if pct is not None else 1, figsize=(13 if pct is not None else 7, 4.6),
+                             squeeze=False)
+    ax = axes[0][0]
+    for i, (line, g) in enumerate(table.groupby("line", sort=False)):
+        color = OKABE_ITO[i % len(OKABE_ITO)]
+        graphs = "/".join(sorted(set(g["cuda_graphs"].dropna().astype(str)) - {""})) or "?"
+        y = g["e2el_ms"].to_numpy(float) / 1e3
+        err = np.vstack([y - g["e2el_min_ms"].to_numpy(float) / 1e3, g["e2el_max_ms"].to_numpy(float) / 1e3 - y])
+        ax.errorbar(g["output_len"], y, yerr=np.nan_to_num(np.clip(err, 0, None)), marker="o", capsize=3,
+                    label=f"{line} [graphs: {graphs}]", color=color)
+        if pct is not None and line in pct.index:
+            axes[0][1].plot(pct.columns, pct.loc[line].to_numpy(float), marker="o", color=color, label=line)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("output length (tokens)")
+    ax.set_ylabel("end-to-end latency (s)")
+    ax.grid(alpha=0.3, which="both")
+    ax.legend(fontsize=7)
+    ax.set_title("latency vs output length (batch size 1)", fontsize=10)
+    if pct is not None:
+        p = axes[0][1]
+        p.axhline(100, color="black", linewidth=0.8, linestyle="--")
+        p.set_xscale("log")
+        p.set_xlabel("output length (tokens)")
+        p.set_ylabel("% of FA3 performance (FA3 latency / latency x 100)")
+        p.grid(alpha=0.3, which="both")
+        p.set_title("relative to FlashAttention 3 (higher is better)", fontsize=10)
+    fig.suptitle(f"{name}: paper Fig. 9")
+    fig.text(0.01, -0.04, note + "\npoints: mean over repeats of each repeat's median request; "
+             "error bars: min/max over repeats", fontsize=8, ha="left", va="top")
+    return _save(fig, table, out_dir, f"{name}-latency-vs-output")
