@@ -1,35 +1,153 @@
-"""Side by side: `attnbench load` (attnbench/r<k>/summary.json) and `vllm bench serve`
-(vllm-bench/r<k>.json) on the same server and prompts; mean over repeats, and the
-difference of vllm bench serve from attnbench in %; then `attnbench load --per-chunk-usage`
-(per-chunk-usage/r<k>/summary.json) if it ran.
-    python3 compare_clients.py CROSS_CHECK_DIR
+"""The cross-check's verdict: `attnbench load` beside `vllm bench serve` on one server.
+
+    python3 compare_clients.py CROSS_CHECK_DIR > CROSS_CHECK_DIR/comparison.md
+
+For each load (burst/, poisson/): per client, the median over its repeats of output
+throughput, median TTFT, median ITL and mean TPOT (and more), the difference of attnbench
+from vllm bench serve, each client's run-to-run spread (max - min over median), and the
+issue's criteria (medians within 5%; attnbench's spread no wider than vllm bench's + 2
+points). Then the evidence: what the server itself measured for each client's runs (vLLM's
+/metrics), how many chunks each client saw, the client's event-loop lag and coalesced
+reads, the CPU seconds of the server's processes and of each client, kernel compiles.
 """
 
+from __future__ import annotations
+
+import gzip
 import json
 import statistics
 import sys
 from pathlib import Path
 
-KEYS = ["completed", "total_input_tokens", "total_output_tokens", "duration", "request_throughput",
-        "output_throughput", "total_token_throughput", "mean_ttft_ms", "median_ttft_ms",
-        "mean_tpot_ms", "mean_itl_ms", "median_itl_ms", "p99_itl_ms", "mean_e2el_ms"]
+from attnbench.runner.serverlog import jit_compiles
+from attnbench.runner.witness import Snapshot, between
+
+CRITERIA = ("output_throughput", "median_ttft_ms", "median_itl_ms", "mean_tpot_ms")
+KEYS = CRITERIA + ("mean_ttft_ms", "mean_itl_ms", "p99_itl_ms", "mean_e2el_ms", "duration",
+                   "total_output_tokens", "completed")
+SERVER = ("mean_ttft_ms", "median_ttft_ms", "mean_itl_ms", "mean_e2el_ms", "mean_queue_ms", "generation_tokens")
 
 
-def mean_of(files: list[Path]) -> dict:
-    runs = [json.loads(f.read_text()) for f in files]
-    return {k: statistics.fmean(r[k] for r in runs) for k in KEYS if all(k in r for r in runs)}
+def _json(path: Path) -> dict:
+    data = path.read_bytes()
+    return json.loads(gzip.decompress(data) if path.suffix == ".gz" else data)
 
 
-root = Path(sys.argv[1])
-ours = mean_of(sorted(root.glob("attnbench/r*/summary.json")))
-theirs = mean_of(sorted(root.glob("vllm-bench/r*.json")))
-extra_files = sorted(root.glob("per-chunk-usage/r*/summary.json"))
-extra = mean_of(extra_files) if extra_files else {}
-print(f"| metric (mean of {len(list(root.glob('vllm-bench/r*.json')))} repeats) | attnbench load "
-      "| vllm bench serve | difference |" + (" attnbench load --per-chunk-usage |" if extra else ""))
-print("|---|---|---|---|" + ("---|" if extra else ""))
-for k in KEYS:
-    if k in ours and k in theirs:
-        diff = (theirs[k] - ours[k]) / ours[k] * 100 if ours[k] else float("nan")
-        tail = f" {extra[k]:,.2f} |" if k in extra else (" - |" if extra else "")
-        print(f"| {k} | {ours[k]:,.2f} | {theirs[k]:,.2f} | {diff:+.1f}% |" + tail)
+def _repeat(path: Path) -> int:
+    return int(path.name.split(".")[0].lstrip("r")) if path.name.startswith("r") else int(path.parent.name[1:])
+
+
+def attnbench_runs(load_dir: Path) -> list[dict]:
+    runs = []
+    for summary in sorted(load_dir.glob("attnbench/r*/summary.json"), key=_repeat):
+        s = json.loads(summary.read_text())
+        records = summary.parent / "requests.jsonl.gz"
+        if records.exists():
+            lines = gzip.decompress(records.read_bytes()).decode().splitlines()
+            s["chunks"] = sum(len(json.loads(line)["chunk_s"]) for line in lines if line)
+        s["server"] = s.get("server_metrics") or {}
+        s["repeat"] = _repeat(summary)
+        runs.append(s)
+    return runs
+
+
+def vllm_bench_runs(load_dir: Path) -> list[dict]:
+    runs = []
+    for path in sorted(load_dir.glob("vllm-bench/r*.json*"), key=_repeat):
+        s = _json(path)
+        i = _repeat(path)
+        if s.get("itls") is not None:
+            s["chunks"] = sum(len(gaps) + 1 for gaps, ttft in zip(s["itls"], s.get("ttfts", [])) if ttft)
+        before, after = (load_dir / f"vllm-bench/r{i}.{w}.prom" for w in ("before", "after"))
+        s["server"] = between(Snapshot.parse(before.read_text()), Snapshot.parse(after.read_text())) \
+            if before.exists() and after.exists() else {}
+        s["repeat"] = i
+        runs.append(s)
+    return runs
+
+
+def _cpu(load_dir: Path, client: str, i: int) -> dict:
+    """CPU seconds during one client run: per server process (by name) and the client's."""
+    cpu = load_dir / "cpu"
+    try:
+        before = json.loads((cpu / f"{client}-r{i}.before.json").read_text())
+        after = json.loads((cpu / f"{client}-r{i}.after.json").read_text())
+        own = json.loads((cpu / f"{client}-r{i}.client.json").read_text())
+    except FileNotFoundError:
+        return {}
+    out: dict = {"client": own["cpu_s"], "client_wall": own["wall_s"]}
+    for pid, p in after.items():
+        used = p["cpu_s"] - before.get(pid, {}).get("cpu_s", 0.0)
+        if used > 0.5:
+            out[p["comm"]] = out.get(p["comm"], 0.0) + used
+    return out
+
+
+def _med(values):
+    values = [v for v in values if v is not None]
+    return statistics.median(values) if values else None
+
+
+def _spread(values) -> float | None:
+    values = [v for v in values if v is not None]
+    m = _med(values)
+    return (max(values) - min(values)) / m * 100 if values and m else None
+
+
+def _fmt(v, nd=1) -> str:
+    if v is None:
+        return "-"
+    return f"{v:,.{nd}f}" if abs(v) < 1e5 else f"{v:,.0f}"
+
+
+def report(root: Path) -> list[str]:
+    lines = ["# attnbench load vs vllm bench serve", ""]
+    log = root / "server.log"
+    if log.exists():
+        text = log.read_text(errors="replace")
+        started = text.rfind("Application startup complete")
+        compiles = jit_compiles(text[max(started, 0):].splitlines())
+        lines += [f"Kernel compiles the server logged after it answered /health: {len(compiles)}", ""]
+        lines += [f"- `{c[:200]}`" for c in compiles] + ([""] if compiles else [])
+    for load_dir in sorted(p for p in root.iterdir() if p.is_dir() and (p / "attnbench").exists()):
+        ours, theirs = attnbench_runs(load_dir), vllm_bench_runs(load_dir)
+        if not ours or not theirs:
+            continue
+        rate = ours[0].get("request_rate")
+        lines += [f"## {load_dir.name} (request rate {rate} req/s; {len(ours)} attnbench and {len(theirs)} "
+                  "vllm bench serve runs, alternating)", "",
+                  "| metric | attnbench (median of runs) | vllm bench serve | attnbench - vllm | attnbench spread "
+                  "| vllm spread | criterion |", "|---|---|---|---|---|---|---|"]
+        for k in KEYS:
+            a, v = _med([r.get(k) for r in ours]), _med([r.get(k) for r in theirs])
+            sa, sv = _spread([r.get(k) for r in ours]), _spread([r.get(k) for r in theirs])
+            diff = (a - v) / v * 100 if a is not None and v else None
+            verdict = ""
+            if k in CRITERIA and diff is not None and sa is not None and sv is not None:
+                ok = abs(diff) <= 5 and sa <= sv + 2
+                verdict = ("pass" if ok else "FAIL") + f" (|diff| {abs(diff):.1f}% <= 5; spread {sa:.1f} <= {sv + 2:.1f})"
+            lines.append(f"| {k} | {_fmt(a)} | {_fmt(v)} | {_fmt(diff)}% | {_fmt(sa)}% | {_fmt(sv)}% | {verdict} |")
+        lines += ["", "Per run (the server's own view from vLLM's /metrics; chunks the client saw; client health; "
+                  "CPU seconds during the run):", "",
+                  "| client | run | out tok/s | median TTFT ms | median ITL ms | server mean TTFT ms | server mean ITL ms "
+                  "| chunks | loop lag p99 ms | coalesced | JIT compiles | CPU s: client / server processes |",
+                  "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+        for client, runs in (("attnbench", ours), ("vllm-bench", theirs)):
+            for r in runs:
+                s = r["server"]
+                cpu = _cpu(load_dir, client, r["repeat"])
+                procs = ", ".join(f"{k} {v:.1f}" for k, v in cpu.items() if k not in ("client", "client_wall"))
+                lag = (r.get("client_loop_lag_ms") or {}).get("p99")
+                coalesced = r.get("client_coalesced_chunks")
+                lines.append(
+                    f"| {client} | r{r['repeat']} | {_fmt(r.get('output_throughput'), 0)} | {_fmt(r.get('median_ttft_ms'))} "
+                    f"| {_fmt(r.get('median_itl_ms'), 2)} | {_fmt(s.get('mean_ttft_ms'))} | {_fmt(s.get('mean_itl_ms'), 2)} "
+                    f"| {r.get('chunks', '-')} | {_fmt(lag, 2)} | {'-' if coalesced is None else f'{coalesced:.1%}'} "
+                    f"| {len(r.get('jit_compiles', [])) if 'jit_compiles' in r else '-'} "
+                    f"| {_fmt(cpu.get('client'))} / {procs or '-'} |")
+        lines.append("")
+    return lines
+
+
+if __name__ == "__main__":
+    print("\n".join(report(Path(sys.argv[1]))))

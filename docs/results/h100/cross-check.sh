@@ -1,38 +1,64 @@
 #!/usr/bin/env bash
-# The `vllm bench serve` cross-check (issue 5, part 3): one vLLM server (a run of
-# recipes/h100.yaml, default backends-triton), the same 500 prompts (attnbench's synthetic
-# ShareGPT-shaped set, exported as ShareGPT JSON), loaded in turn by `attnbench load` and by
-# `vllm bench serve` (same vLLM install; --temperature 0: greedy, as attnbench asks, where
-# vLLM's client would leave sampling to the server's default), $REPEATS (default 3) times each, alternating; then
-# once more by `attnbench load --per-chunk-usage` (what that option costs the server). From the repository root
-# on the GPU host, after the offline vLLM bundle is installed:
-#   bash docs/results/h100/cross-check.sh [RUN]
-# Writes $OUT/cross-check/ (per-repeat results of both clients, server log, comparison.md).
+# The `vllm bench serve` cross-check (issue 12): one vLLM server (a run of recipes/h100.yaml,
+# default backends-custom: attnbench's kernels, the configuration of the issue), one set of
+# 500 prompts (attnbench's synthetic ShareGPT-shaped set exported as ShareGPT JSON, read by
+# both clients), and PAIRS (default 5) alternating pairs of `attnbench load` and `vllm bench
+# serve` (same vLLM install) for each load: all at once (burst) and Poisson arrivals at
+# RATE req/s (default 20, ~80% of the burst's completion rate). Both clients send the same
+# requests (same prompts, max_tokens, temperature 0, ignore_eos) on the same schedule (same
+# seed: attnbench draws arrivals as vLLM does). Around every client run: vLLM's /metrics
+# (the server's own TTFT/ITL: the third witness) and the CPU time of every server process
+# and of the client. From the repository root on the GPU host, after the vLLM bundle:
+#   bash docs/results/h100/cross-check.sh [RUN]       (XCHECK_DIR: output, default $OUT/cross-check)
+# It ends with compare_clients.py's verdict in XCHECK_DIR/comparison.md. A dry run on a CPU:
+#   NO_GPU_SETUP=1 SUITE=recipes/cpu-demo.yaml MODEL=tiny-llama TOKENIZER=.models/tiny-llama \
+#   PROMPTS=24 PAIRS=1 RATE=4 MODELS=as-written bash docs/results/h100/cross-check.sh v1
 set -u
-. docs/perf/gpu-setup.sh
-run=${1:-backends-triton}
-models=/tmp/models; tok=$models/llama-3.1-8b; port=8123; url=http://127.0.0.1:$port
-res=${OUT:-/tmp}/cross-check; mkdir -p "$res"
-attnbench serve recipes/h100.yaml --only "$run" --models dummy --models-dir $models --port $port \
-  --log "$res/server.log" &
+[ -n "${NO_GPU_SETUP:-}" ] || . docs/perf/gpu-setup.sh
+run=${1:-backends-custom}
+pairs=${PAIRS:-5}; rate=${RATE:-20}; prompts=${PROMPTS:-500}
+suite=${SUITE:-recipes/h100.yaml}; model=${MODEL:-llama-3.1-8b}; models=/tmp/models
+tok=${TOKENIZER:-$models/llama-3.1-8b}; port=8123; url=http://127.0.0.1:$port
+res=${XCHECK_DIR:-${OUT:-/tmp}/cross-check}; mkdir -p "$res"
+here=docs/results/h100
+
+setsid attnbench serve "$suite" --only "$run" --models "${MODELS:-dummy}" --models-dir $models --port $port \
+  --log "$res/server.log" > "$res/serve.out" 2>&1 &
 server=$!
-# TERM, not INT: a background job of a script starts with SIGINT ignored
-trap 'kill -TERM $server 2>/dev/null; wait $server' EXIT
+trap 'kill -TERM -- -$server 2>/dev/null; wait $server 2>/dev/null' EXIT
 until curl -sf $url/health >/dev/null; do
   kill -0 $server 2>/dev/null || { tail -20 "$res/server.log"; exit 1; }
   sleep 2
 done
-attnbench dataset export --tokenizer $tok --num-prompts 500 --seed 0 "$res/prompts.json"
-common=(--url $url --model llama-3.1-8b --tokenizer $tok --dataset sharegpt --dataset-path "$res/prompts.json")
-attnbench load "${common[@]}" --num-prompts 8 --out "$res/warmup" >/dev/null
-for i in $(seq "${REPEATS:-3}"); do
-  attnbench load "${common[@]}" --num-prompts 500 --out "$res/attnbench/r$i" 2>&1 | grep -v "it/s]"
-  python3 -m vllm.entrypoints.cli.main bench serve --backend vllm --base-url $url --model llama-3.1-8b \
-    --tokenizer $tok --dataset-name sharegpt --dataset-path "$res/prompts.json" --num-prompts 500 \
-    --ignore-eos --temperature 0 --request-rate inf --seed 0 --percentile-metrics ttft,tpot,itl,e2el \
-    --save-result --result-dir "$res/vllm-bench" --result-filename "r$i.json" 2>&1 | tail -25
+[ -s "$res/prompts.json" ] || attnbench dataset export --tokenizer $tok --num-prompts "$prompts" --seed 0 "$res/prompts.json"
+common=(--url $url --model $model --tokenizer $tok --dataset sharegpt --dataset-path "$res/prompts.json"
+        --num-prompts "$prompts" --seed 0)
+attnbench load "${common[@]}" --num-prompts 16 --out "$res/warmup" > /dev/null 2>&1
+
+for load in burst poisson; do
+  if [ $load = burst ]; then r=inf; else r=$rate; fi
+  mkdir -p "$res/$load/vllm-bench" "$res/$load/cpu"
+  for i in $(seq "$pairs"); do
+    if [ ! -s "$res/$load/attnbench/r$i/summary.json" ]; then
+      python3 $here/proc_cpu.py $server > "$res/$load/cpu/attnbench-r$i.before.json"
+      python3 $here/proc_cpu.py --run "$res/$load/cpu/attnbench-r$i.client.json" -- \
+        attnbench load "${common[@]}" --request-rate $r --arrival poisson --out "$res/$load/attnbench/r$i" 2>&1 | tail -2
+      python3 $here/proc_cpu.py $server > "$res/$load/cpu/attnbench-r$i.after.json"
+    fi
+    if [ ! -s "$res/$load/vllm-bench/r$i.json" ] && [ ! -s "$res/$load/vllm-bench/r$i.json.gz" ]; then
+      python3 $here/proc_cpu.py $server > "$res/$load/cpu/vllm-bench-r$i.before.json"
+      curl -s $url/metrics > "$res/$load/vllm-bench/r$i.before.prom"
+      python3 $here/proc_cpu.py --run "$res/$load/cpu/vllm-bench-r$i.client.json" -- \
+        python3 -m vllm.entrypoints.cli.main bench serve --backend vllm --base-url $url --model $model \
+        --tokenizer $tok --dataset-name sharegpt --dataset-path "$res/prompts.json" --num-prompts "$prompts" \
+        --ignore-eos --temperature 0 --request-rate $r --burstiness 1.0 --seed 0 \
+        --percentile-metrics ttft,tpot,itl,e2el --save-result --save-detailed \
+        --result-dir "$res/$load/vllm-bench" --result-filename "r$i.json" 2>&1 | grep -E "throughput|TTFT|ITL" | head -4
+      curl -s $url/metrics > "$res/$load/vllm-bench/r$i.after.prom"
+      python3 $here/proc_cpu.py $server > "$res/$load/cpu/vllm-bench-r$i.after.json"
+    fi
+  done
 done
-attnbench load "${common[@]}" --num-prompts 500 --per-chunk-usage --out "$res/per-chunk-usage/r1" 2>&1 | grep -v "it/s]"
-gzip -f "$res"/*/r*/requests.jsonl "$res"/warmup/requests.jsonl
-tar czf "$res/attnbench-records.tgz" -C "$res" attnbench per-chunk-usage warmup
-python3 docs/results/h100/compare_clients.py "$res" | tee "$res/comparison.md"
+gzip -f "$res"/*/attnbench/r*/requests.jsonl "$res"/*/vllm-bench/r*.json 2>/dev/null
+python3 $here/compare_clients.py "$res" > "$res/comparison.md"
+cat "$res/comparison.md"

@@ -1,0 +1,90 @@
+#!/usr/bin/env bash
+# A GPU campaign that outlives the device calls that watch it. On a host where one command
+# may run only minutes but the machine stays up between commands, `start` launches the
+# jobs in a detached worker (its own session: it survives the call) and every later
+# `wait` watches it for up to WAIT_S seconds, then copies what it measured so far to $OUT.
+# Every job resumes: a worker that dies (or a machine given back) loses nothing already
+# written, and `start` with the same jobs on a fresh host repeats only what is missing.
+#
+#   bash docs/results/h100/campaign.sh start JOB...    from the repository root, after the vLLM bundle
+#   bash docs/results/h100/campaign.sh wait            the same worker, WAIT_S more seconds
+#
+# Jobs:
+#   calibrate          `attnbench calibrate` at 256 and 1024 streams x 1/2/4/8 client processes
+#   micro:NAME         `attnbench microbench recipes/microbench/NAME.yaml` (CSV)
+#   xcheck[:RUN]       docs/results/h100/cross-check.sh on RUN (default backends-custom)
+#   run:RUN[,RUN...]   `attnbench run recipes/h100.yaml --only RUN ... --resume`
+# Results under $CAMPAIGN (default /tmp/campaign): results/ (the suite tree), micro/,
+# calibrate.jsonl, cross-check/, worker.log; `wait` packs them into $OUT/*.tgz.
+set -u
+CAMPAIGN=${CAMPAIGN:-/tmp/campaign}
+mkdir -p "$CAMPAIGN"
+cmd=${1:?start JOB... | wait}; shift
+
+pack() {  # what the worker has so far, in pieces small enough for the trip back
+  [ -n "${OUT:-}" ] || return 0
+  cp "$CAMPAIGN/worker.log" "$OUT/" 2>/dev/null
+  [ -d "$CAMPAIGN/results" ] && tar czf "$OUT/runs.tgz" -C "$CAMPAIGN" results
+  [ -d "$CAMPAIGN/micro" ] && tar czf "$OUT/micro.tgz" -C "$CAMPAIGN" micro
+  [ -f "$CAMPAIGN/calibrate.jsonl" ] && cp "$CAMPAIGN/calibrate.jsonl" "$OUT/"
+  [ -d "$CAMPAIGN/cross-check" ] && tar czf "$OUT/cross-check.tgz" -C "$CAMPAIGN" cross-check
+  ls -la "$OUT"
+}
+
+watch() {  # until the worker is gone or WAIT_S passes
+  local deadline=$(( $(date +%s) + ${WAIT_S:-540} ))
+  while [ "$(date +%s)" -lt "$deadline" ]; do
+    if ! kill -0 "$(cat "$CAMPAIGN/worker.pid" 2>/dev/null)" 2>/dev/null; then
+      echo "worker finished"; break
+    fi
+    sleep 5
+  done
+  tail -25 "$CAMPAIGN/worker.log"
+  pack
+}
+
+job() {
+  local spec=$1 name=${1%%:*} arg=
+  [ "$spec" != "$name" ] && arg=${spec#*:}
+  echo "=== $(date -u +%FT%TZ) $spec"
+  case $name in
+    calibrate)
+      for streams in 256 1024; do
+        for procs in 1 2 4 8; do
+          grep -q "\"concurrency\": $streams, .*\"client_processes\": $procs}" "$CAMPAIGN/calibrate.jsonl" 2>/dev/null && continue
+          attnbench calibrate --concurrency $streams --requests $((4 * streams)) --client-processes $procs --json \
+            | python3 -c "import json,sys; print(json.dumps(json.load(sys.stdin)))" >> "$CAMPAIGN/calibrate.jsonl"
+        done
+      done ;;
+    micro)
+      mkdir -p "$CAMPAIGN/micro"
+      [ -s "$CAMPAIGN/micro/$arg.csv" ] || attnbench microbench "recipes/microbench/$arg.yaml" --out "$CAMPAIGN/micro/$arg.csv" ;;
+    xcheck)
+      XCHECK_DIR="$CAMPAIGN/cross-check" bash docs/results/h100/cross-check.sh ${arg:-backends-custom} ;;
+    run)
+      local only=()
+      for r in ${arg//,/ }; do only+=(--only "$r"); done
+      attnbench run recipes/h100.yaml --models dummy --models-dir /tmp/models --out "$CAMPAIGN/results" \
+        --resume "${only[@]}" 2>&1 | grep -v "it/s]\|req/s]" ;;
+    *) echo "unknown job $spec" ;;
+  esac
+}
+
+case $cmd in
+  start)
+    if kill -0 "$(cat "$CAMPAIGN/worker.pid" 2>/dev/null)" 2>/dev/null; then
+      echo "a worker is already running"; watch; exit 0
+    fi
+    . docs/perf/gpu-setup.sh
+    # the worker: its own session, so it outlives this call; PYTHONUNBUFFERED for a live log
+    PYTHONUNBUFFERED=1 setsid bash "$0" worker "$@" >> "$CAMPAIGN/worker.log" 2>&1 < /dev/null &
+    echo $! > "$CAMPAIGN/worker.pid"
+    sleep 2
+    watch ;;
+  wait) watch ;;
+  worker)
+    . docs/perf/gpu-setup.sh
+    for spec in "$@"; do job "$spec"; done
+    echo "=== $(date -u +%FT%TZ) all jobs done" ;;
+  *) echo "usage: campaign.sh start JOB... | wait" >&2; exit 2 ;;
+esac

@@ -1,0 +1,54 @@
+"""CPU time of processes, for the cross-check (Linux /proc; seconds of user + system time).
+
+    python3 proc_cpu.py PID                 JSON: every descendant of PID (the vLLM server's
+                                            API-server, engine-core and worker processes)
+    python3 proc_cpu.py --run OUT -- CMD..  run CMD; write its (and its children's) CPU
+                                            seconds, peak RSS and wall seconds to OUT
+"""
+
+import json
+import os
+import resource
+import subprocess
+import sys
+import time
+
+TICK = os.sysconf("SC_CLK_TCK")
+
+
+def _stat(pid: int):
+    with open(f"/proc/{pid}/stat") as fh:
+        text = fh.read()
+    comm = text[text.index("(") + 1:text.rindex(")")]
+    fields = text[text.rindex(")") + 2:].split()
+    return comm, int(fields[1]), (int(fields[11]) + int(fields[12])) / TICK  # ppid, utime + stime
+
+
+def descendants(root: int) -> dict:
+    table = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                table[int(entry)] = _stat(int(entry))
+            except (OSError, ValueError):
+                continue
+    keep, frontier = {}, [root]
+    while frontier:
+        pid = frontier.pop()
+        if pid in table:
+            keep[pid] = table[pid]
+            frontier += [p for p, (_, ppid, _) in table.items() if ppid == pid]
+    return {str(p): {"comm": c, "cpu_s": cpu} for p, (c, _, cpu) in keep.items()}
+
+
+if __name__ == "__main__":
+    if sys.argv[1] == "--run":
+        out, cmd = sys.argv[2], sys.argv[sys.argv.index("--") + 1:]
+        start = time.perf_counter()
+        rc = subprocess.call(cmd)
+        usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+        with open(out, "w") as fh:
+            json.dump({"cmd": cmd[:3], "rc": rc, "wall_s": time.perf_counter() - start,
+                       "cpu_s": usage.ru_utime + usage.ru_stime, "max_rss_mib": usage.ru_maxrss / 1024}, fh)
+        sys.exit(rc)
+    print(json.dumps(descendants(int(sys.argv[1]))))
