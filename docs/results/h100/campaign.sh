@@ -14,6 +14,7 @@
 #   micro:NAME         `attnbench microbench recipes/microbench/NAME.yaml` (CSV)
 #   xcheck[:RUN]       docs/results/h100/cross-check.sh on RUN (default backends-custom)
 #   run:RUN[,RUN...]   `attnbench run recipes/h100.yaml --only RUN ... --resume`
+#   runs:PREFIX        the same for every run of recipes/h100.yaml whose name starts with PREFIX
 # Results under $CAMPAIGN (default /tmp/campaign): results/ (the suite tree), micro/,
 # calibrate.jsonl, cross-check/, worker.log; `wait` packs them into $OUT/*.tgz.
 set -u
@@ -61,9 +62,13 @@ job() {
       [ -s "$CAMPAIGN/micro/$arg.csv" ] || attnbench microbench "recipes/microbench/$arg.yaml" --out "$CAMPAIGN/micro/$arg.csv" ;;
     xcheck)
       XCHECK_DIR="$CAMPAIGN/cross-check" bash docs/results/h100/cross-check.sh ${arg:-backends-custom} ;;
-    run)
-      local only=()
-      for r in ${arg//,/ }; do only+=(--only "$r"); done
+    run|runs)
+      local only=() names=${arg//,/ }
+      if [ "$name" = runs ]; then
+        names=$(python3 -c "import sys; from attnbench.runner.recipe import load_suite
+print(' '.join(r.name for r in load_suite('recipes/h100.yaml').runs if r.name.startswith(sys.argv[1])))" "$arg")
+      fi
+      for r in $names; do only+=(--only "$r"); done
       attnbench run recipes/h100.yaml --models dummy --models-dir /tmp/models --out "$CAMPAIGN/results" \
         --resume "${only[@]}" 2>&1 | grep -v "it/s]\|req/s]" ;;
     *) echo "unknown job $spec" ;;
