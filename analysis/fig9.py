@@ -106,7 +106,7 @@ def figure(table: pd.DataFrame, out_dir: Path, name: str, note: str) -> list[Pat
     ax = axes[0][0]
     for i, (line, g) in enumerate(table.groupby("line", sort=False)):
         color = OKABE_ITO[i % len(OKABE_ITO)]
-        graphs = "/".join(sorted(set(g["cuda_graphs"].dropna().astype(str)) - {""})) or "?"
+        graphs = "/".join(sorted(set(g["cuda_graphs"].dropna().astype(str)) - {""})) or "not recorded"
         y = g["e2el_ms"].to_numpy(float) / 1e3
         err = np.vstack([y - g["e2el_min_ms"].to_numpy(float) / 1e3, g["e2el_max_ms"].to_numpy(float) / 1e3 - y])
         ax.errorbar(g["output_len"], y, yerr=np.nan_to_num(np.clip(err, 0, None)), marker="o", capsize=3,

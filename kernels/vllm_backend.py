@@ -49,7 +49,8 @@ from .api import MAX_HEAD_SIZE, MIN_HEAD_SIZE, paged_attention, precompile
 from .heuristics import VARIANTS
 from .schema import VARIANT_ENV, VLLM_BACKEND_NAME
 
-logger = init_logger(__name__)
+# under vLLM's logger namespace, so that vLLM's log configuration prints our messages
+logger = init_logger(f"vllm.{__name__}")
 
 
 def variant_from_env() -> str:

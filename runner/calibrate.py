@@ -8,7 +8,10 @@ at once; under ``/pace/<ms>/v1/completions`` it waits ``ms`` between chunks. Two
 * overhead: paced streams at the given concurrency (steady state, below the capacity of
   both sides). The stub's TTFT is 0 and its ITL is exactly the pace, so the client's
   measured TTFT, and ITL minus the pace, are what the client (plus loopback) adds.
-  TTFT percentiles skip the first wave of ``concurrency`` requests (connection set-up).
+  Request lengths vary (uniformly from half to 1.5x ``tokens``), so streams end and new
+  ones start spread over time instead of in synchronized waves of ``concurrency``
+  (a wave is a burst, not a steady state). TTFT percentiles skip the first wave of
+  ``concurrency`` requests (connection set-up, all at once).
 * throughput: unpaced streams; chunks/s is the most this client ingests on one core (or
   on ``client_processes`` processes, which then share every CPU but the stub's).
 """
@@ -18,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import random
 import subprocess
 import sys
 import time
@@ -131,7 +135,7 @@ class StubServer:
 class Calibration:
     concurrency: int
     requests: int
-    tokens_per_request: int
+    tokens_per_request: int  # the mean; each request draws from half to 1.5x this
     pace_ms: float
     added_ttft_ms: dict  # p50/p90/p99 over steady-state requests (after the first wave)
     added_ttft_all_ms: dict  # over every request, first wave included (as vllm bench serve reports)
@@ -144,8 +148,8 @@ class Calibration:
         def fmt(d, nd=3):
             return "  ".join(f"{k} {v:.{nd}f}" for k, v in d.items())
         return [
-            f"{self.concurrency} concurrent streams, {self.requests} requests x {self.tokens_per_request} "
-            f"chunks, stub pace {self.pace_ms:g} ms",
+            f"{self.concurrency} concurrent streams, {self.requests} requests x {self.tokens_per_request // 2}-"
+            f"{self.tokens_per_request * 3 // 2} chunks, stub pace {self.pace_ms:g} ms",
             f"added TTFT ms (steady state): {fmt(self.added_ttft_ms)}",
             f"added TTFT ms (all requests): {fmt(self.added_ttft_all_ms)}",
             f"added ITL ms  |ITL - pace|:   {fmt(self.added_itl_ms, 4)}",
@@ -175,7 +179,9 @@ def calibrate(concurrency: int = 256, requests: int = 2048, tokens: int = 64, pa
             os.sched_setaffinity(0, {client_cpu})
         elif client_processes > 1 and ncpu > 2 and server_cpu is not None:
             os.sched_setaffinity(0, set(range(ncpu)) - {server_cpu})
-    reqs = [BenchRequest("hello " * 8, 8, tokens) for _ in range(requests)]
+    rng = random.Random(0)
+    reqs = [BenchRequest("hello " * 8, 8, rng.randint(max(1, tokens // 2), tokens * 3 // 2))
+            for _ in range(requests)]
 
     def load(base_url: str):
         cfg = LoadConfig(base_url, STUB_MODEL, max_concurrency=concurrency)

@@ -28,13 +28,17 @@ KEYS = CRITERIA + ("mean_ttft_ms", "mean_itl_ms", "p99_itl_ms", "mean_e2el_ms", 
 SERVER = ("mean_ttft_ms", "median_ttft_ms", "mean_itl_ms", "mean_e2el_ms", "mean_queue_ms", "generation_tokens")
 
 
-def _json(path: Path) -> dict:
+def _text(path: Path) -> str:
     data = path.read_bytes()
-    return json.loads(gzip.decompress(data) if path.suffix == ".gz" else data)
+    return (gzip.decompress(data) if path.suffix == ".gz" else data).decode()
+
+
+def _json(path: Path) -> dict:
+    return json.loads(_text(path))
 
 
 def _repeat(path: Path) -> int:
-    return int(path.name.split(".")[0].lstrip("r")) if path.name.startswith("r") else int(path.parent.name[1:])
+    return int(path.name.split(".")[0][1:]) if path.name.startswith("r") else int(path.parent.name[1:])
 
 
 def attnbench_runs(load_dir: Path) -> list[dict]:
@@ -43,8 +47,10 @@ def attnbench_runs(load_dir: Path) -> list[dict]:
         s = json.loads(summary.read_text())
         records = summary.parent / "requests.jsonl.gz"
         if records.exists():
-            lines = gzip.decompress(records.read_bytes()).decode().splitlines()
+            lines = _text(records).splitlines()
             s["chunks"] = sum(len(json.loads(line)["chunk_s"]) for line in lines if line)
+        elif (summary.parent / "chunks.txt").exists():  # archived copies keep only the count
+            s["chunks"] = int((summary.parent / "chunks.txt").read_text())
         s["server"] = s.get("server_metrics") or {}
         s["repeat"] = _repeat(summary)
         runs.append(s)
@@ -56,11 +62,10 @@ def vllm_bench_runs(load_dir: Path) -> list[dict]:
     for path in sorted(load_dir.glob("vllm-bench/r*.json*"), key=_repeat):
         s = _json(path)
         i = _repeat(path)
-        if s.get("itls") is not None:
+        if s.get("itls") is not None:  # --save-detailed; archived copies keep only the count
             s["chunks"] = sum(len(gaps) + 1 for gaps, ttft in zip(s["itls"], s.get("ttfts", [])) if ttft)
-        before, after = (load_dir / f"vllm-bench/r{i}.{w}.prom" for w in ("before", "after"))
-        s["server"] = between(Snapshot.parse(before.read_text()), Snapshot.parse(after.read_text())) \
-            if before.exists() and after.exists() else {}
+        scrapes = [next(iter(sorted(load_dir.glob(f"vllm-bench/r{i}.{w}.prom*"))), None) for w in ("before", "after")]
+        s["server"] = between(*(Snapshot.parse(_text(p)) for p in scrapes)) if all(scrapes) else {}
         s["repeat"] = i
         runs.append(s)
     return runs
@@ -102,9 +107,9 @@ def _fmt(v, nd=1) -> str:
 
 def report(root: Path) -> list[str]:
     lines = ["# attnbench load vs vllm bench serve", ""]
-    log = root / "server.log"
-    if log.exists():
-        text = log.read_text(errors="replace")
+    log = next(iter(sorted(root.glob("server.log*"))), None)
+    if log is not None:
+        text = _text(log)
         started = text.rfind("Application startup complete")
         compiles = jit_compiles(text[max(started, 0):].splitlines())
         lines += [f"Kernel compiles the server logged after it answered /health: {len(compiles)}", ""]
