@@ -26,6 +26,8 @@ ONLY ?=                    # run names, space separated
 RESUME ?=                  # 1: skip repeats already complete
 SHAREGPT ?=                # path to ShareGPT_V3_unfiltered_cleaned_split.json (default: synthetic prompts)
 ATTNBENCH ?= attnbench
+# kernel microbenchmarks (paper Fig. 6-8) run after a whole platform suite (not with ONLY=...)
+MICROBENCH ?= $(if $(call strip,$(ONLY)),,paper-fig6 paper-fig7 paper-fig8)
 
 strip = $(strip $(1))
 RUN_FLAGS = $(foreach o,$(call strip,$(ONLY)),--only $(o)) $(if $(call strip,$(RESUME)),--resume) \
@@ -75,9 +77,11 @@ demo: $(STAMP) ## the embedded default: a real vLLM CPU server, tiny local model
 	$(VPY) -m attnbench.runner.cli report results/demo/cpu-demo
 	@echo "figures: results/demo/cpu-demo/figures/   report: results/demo/cpu-demo/report.md"
 
+CSV ?= $(RESULTS)/*.csv  # microbenchmark CSVs for `make plots` (globs allowed)
+
 .PHONY: plots
-plots: $(STAMP) ## figures + report for RESULTS=<results dir> (and its microbenchmark CSVs)
-	$(VPY) -m attnbench.runner.cli report $(RESULTS) $(foreach f,$(wildcard $(RESULTS)/*.csv),--microbench $(f))
+plots: $(STAMP) ## figures + report for RESULTS=<results dir> and its microbenchmark CSVs (CSV=...)
+	$(VPY) -m attnbench.runner.cli report $(RESULTS) $(foreach f,$(wildcard $(CSV)),--microbench $(f))
 
 .PHONY: image-cuda
 image-cuda: ## build the CUDA image (VLLM_TAG=v0.26.0)
@@ -87,23 +91,25 @@ image-cuda: ## build the CUDA image (VLLM_TAG=v0.26.0)
 image-rocm: ## build the ROCm image (ROCM_VLLM_TAG=...)
 	docker build -f docker/Dockerfile.rocm --build-arg ROCM_VLLM_TAG=$(ROCM_VLLM_TAG) --build-arg GIT_SHA=$(GIT_SHA) -t $(IMAGE_ROCM) .
 
-.PHONY: bench-h100
-bench-h100: ## the H100 suite (RUNTIME=docker|native, MODELS=dummy|real, ONLY=..., RESUME=1, SHAREGPT=...)
-ifeq ($(call strip,$(RUNTIME)),native)
-	$(ATTNBENCH) run recipes/h100.yaml $(NATIVE_FLAGS) $(RUN_FLAGS)
-else
+# $(call bench,suite,devices,image): the serving suite, then its microbenchmarks into RESULTS/<suite>/
+define bench
+$(if $(filter native,$(call strip,$(RUNTIME))),
+	$(ATTNBENCH) run recipes/$(1).yaml $(NATIVE_FLAGS) $(RUN_FLAGS)
+	$(foreach m,$(MICROBENCH),$(ATTNBENCH) microbench recipes/microbench/$(m).yaml --out $(RESULTS)/$(1)/$(m).csv
+	),
 	mkdir -p $(RESULTS) $(HF_CACHE)
-	docker run --rm $(CUDA_DEVICES) $(DOCKER_MOUNTS) $(IMAGE_CUDA) run /opt/attnbench/recipes/h100.yaml $(SUITE_FLAGS) $(RUN_FLAGS)
-endif
+	docker run --rm $(2) $(DOCKER_MOUNTS) $(3) run /opt/attnbench/recipes/$(1).yaml $(SUITE_FLAGS) $(RUN_FLAGS)
+	$(foreach m,$(MICROBENCH),docker run --rm $(2) -v $(RESULTS):/results $(3) microbench /opt/attnbench/recipes/microbench/$(m).yaml --out /results/$(1)/$(m).csv
+	))
+endef
+
+.PHONY: bench-h100
+bench-h100: ## the H100 suite + kernel microbenchmarks (RUNTIME=docker|native, MODELS=dummy|real, ONLY=..., RESUME=1, SHAREGPT=...)
+	$(call bench,h100,$(CUDA_DEVICES),$(IMAGE_CUDA))
 
 .PHONY: bench-mi300x
-bench-mi300x: ## the MI300X suite (same switches as bench-h100)
-ifeq ($(call strip,$(RUNTIME)),native)
-	$(ATTNBENCH) run recipes/mi300x.yaml $(NATIVE_FLAGS) $(RUN_FLAGS)
-else
-	mkdir -p $(RESULTS) $(HF_CACHE)
-	docker run --rm $(ROCM_DEVICES) $(DOCKER_MOUNTS) $(IMAGE_ROCM) run /opt/attnbench/recipes/mi300x.yaml $(SUITE_FLAGS) $(RUN_FLAGS)
-endif
+bench-mi300x: ## the MI300X suite + kernel microbenchmarks (same switches as bench-h100)
+	$(call bench,mi300x,$(ROCM_DEVICES),$(IMAGE_ROCM))
 
 .PHONY: microbench-gpu
 microbench-gpu: ## kernel microbenchmarks on this machine's GPU into RESULTS (GPU_PYTHON)
