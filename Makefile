@@ -65,17 +65,29 @@ test: $(STAMP) ## the test suite on CPU: kernels in Triton's interpreter, real v
 
 .PHONY: test-gpu
 test-gpu: ## the kernel tests on a CUDA/ROCm GPU (GPU_PYTHON=python3, attnbench installed there)
+	$(need_gpu_python)
 	$(call strip,$(GPU_PYTHON)) -m pytest -q tests/test_kernels_correctness.py tests/test_kernels_api.py tests/test_precompile.py -k "not layer"
 
 .PHONY: test-gpu-plugin
 test-gpu-plugin: ## the vLLM plugin's layer tests on a GPU (needs vLLM >= 0.26 in GPU_PYTHON)
+	$(need_gpu_python)
 	$(call strip,$(GPU_PYTHON)) -m pytest -q tests/test_vllm_backend.py
 
+DEMO_ROOT ?= results/demo
+
 .PHONY: demo
-demo: $(STAMP) ## the embedded default: a real vLLM CPU server, tiny local model, synthetic prompts, figures
-	$(VPY) -m attnbench.runner.cli run recipes/cpu-demo.yaml --out results/demo
-	$(VPY) -m attnbench.runner.cli report results/demo/cpu-demo
-	@echo "figures: results/demo/cpu-demo/figures/   report: results/demo/cpu-demo/report.md"
+demo: $(STAMP) ## the embedded default (a real vLLM CPU server, tiny local model, figures); RESUME=1 finishes the last one
+	@set -e; \
+	if [ -n "$(call strip,$(RESUME))" ]; then \
+	  test -e $(DEMO_ROOT)/latest || { echo "demo: RESUME=1 but there is no $(DEMO_ROOT)/latest to resume; run make demo" >&2; exit 1; }; \
+	  out=$(DEMO_ROOT)/$$(readlink $(DEMO_ROOT)/latest); flag=--resume; \
+	else \
+	  out=$(DEMO_ROOT)/$$(date -u +%Y%m%d-%H%M%S); flag=; mkdir -p $$out; ln -sfn $$(basename $$out) $(DEMO_ROOT)/latest; \
+	fi; \
+	echo "results: $$out (also $(DEMO_ROOT)/latest)"; \
+	$(VPY) -m attnbench.runner.cli run recipes/cpu-demo.yaml --out $$out $$flag; \
+	$(VPY) -m attnbench.runner.cli report $$out/cpu-demo; \
+	echo "figures: $(DEMO_ROOT)/latest/cpu-demo/figures/   report: $(DEMO_ROOT)/latest/cpu-demo/report.md"
 
 CSV ?= $(RESULTS)/*.csv  # microbenchmark CSVs for `make plots` (globs allowed)
 
@@ -91,12 +103,22 @@ image-cuda: ## build the CUDA image (VLLM_TAG=v0.26.0)
 image-rocm: ## build the ROCm image (ROCM_VLLM_TAG=...)
 	docker build -f docker/Dockerfile.rocm --build-arg ROCM_VLLM_TAG=$(ROCM_VLLM_TAG) --build-arg GIT_SHA=$(GIT_SHA) -t $(IMAGE_ROCM) .
 
-# $(call bench,suite,devices,image): the serving suite, then its microbenchmarks into RESULTS/<suite>/
+# GPU targets stop in one line when the GPU (or a Python that sees it) is missing
+GPU_PY = $(call strip,$(GPU_PYTHON))
+define need_gpu_python
+	@$(GPU_PY) -c "import torch, attnbench" 2>/dev/null || { echo "$@: GPU_PYTHON=$(GPU_PY) cannot import torch and attnbench: install attnbench into the GPU host's Python (pip install -e .) or point GPU_PYTHON at one that has both" >&2; exit 1; }
+	@$(GPU_PY) -c "import sys, torch; sys.exit(not torch.cuda.is_available())" || { echo "$@: the torch of GPU_PYTHON=$(GPU_PY) sees no GPU (torch.cuda.is_available() is False)" >&2; exit 1; }
+endef
+# $(call need_vendor,nvidia|amd): that vendor's GPU is on this machine (docker runs; native runs check in attnbench)
+need_vendor = @$(if $(filter nvidia,$(1)),nvidia-smi -L >/dev/null 2>&1,test -e /dev/kfd) || { echo "$@: no $(if $(filter nvidia,$(1)),NVIDIA,AMD) GPU on this machine ($(if $(filter nvidia,$(1)),nvidia-smi -L found none,no /dev/kfd)); run it on a GPU host" >&2; exit 1; }
+
+# $(call bench,suite,devices,image,vendor): the serving suite, then its microbenchmarks into RESULTS/<suite>/
 define bench
 $(if $(filter native,$(call strip,$(RUNTIME))),
 	$(ATTNBENCH) run recipes/$(1).yaml $(NATIVE_FLAGS) $(RUN_FLAGS)
 	$(foreach m,$(MICROBENCH),$(ATTNBENCH) microbench recipes/microbench/$(m).yaml --out $(RESULTS)/$(1)/$(m).csv
 	),
+	$(call need_vendor,$(4))
 	mkdir -p $(RESULTS) $(HF_CACHE)
 	docker run --rm $(2) $(DOCKER_MOUNTS) $(3) run /opt/attnbench/recipes/$(1).yaml $(SUITE_FLAGS) $(RUN_FLAGS)
 	$(foreach m,$(MICROBENCH),docker run --rm $(2) -v $(RESULTS):/results $(3) microbench /opt/attnbench/recipes/microbench/$(m).yaml --out /results/$(1)/$(m).csv
@@ -105,14 +127,15 @@ endef
 
 .PHONY: bench-h100
 bench-h100: ## the H100 suite + kernel microbenchmarks (RUNTIME=docker|native, MODELS=dummy|real, ONLY=..., RESUME=1, SHAREGPT=...)
-	$(call bench,h100,$(CUDA_DEVICES),$(IMAGE_CUDA))
+	$(call bench,h100,$(CUDA_DEVICES),$(IMAGE_CUDA),nvidia)
 
 .PHONY: bench-mi300x
 bench-mi300x: ## the MI300X suite + kernel microbenchmarks (same switches as bench-h100)
-	$(call bench,mi300x,$(ROCM_DEVICES),$(IMAGE_ROCM))
+	$(call bench,mi300x,$(ROCM_DEVICES),$(IMAGE_ROCM),amd)
 
 .PHONY: microbench-gpu
 microbench-gpu: ## kernel microbenchmarks on this machine's GPU into RESULTS (GPU_PYTHON)
+	$(need_gpu_python)
 	$(call strip,$(GPU_PYTHON)) -m attnbench.runner.cli microbench recipes/microbench/llama3-8b-roofline.yaml --out $(RESULTS)/roofline.csv
 	$(call strip,$(GPU_PYTHON)) -m attnbench.runner.cli microbench recipes/microbench/paper-fig6.yaml --out $(RESULTS)/paper-fig6.csv
 

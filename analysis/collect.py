@@ -141,7 +141,7 @@ def collect_results(root: str | Path) -> Collected:
             metrics = {k: v for k, v in summary.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
             runs.append({**key, "status": summary.get("status", ""), **_serve_settings(recipe),
                          **_provenance_columns(prov, recipe), **metrics,
-                         "jit_compiles": len(summary.get("jit_compiles") or []),
+                         "jit_compiles": len(summary.get("jit_compiles") or []), "session": summary.get("session", ""),
                          "first_error": summary.get("first_error", ""), "source": str(rep_dir)})
             records_file = requests_path(rep_dir)
             if summary.get("status") == "ok" and records_file is not None:

@@ -38,6 +38,7 @@ def aggregate(data: Collected) -> pd.DataFrame:
         row["repeats"] = len(g)
         for col in ("failed", "jit_compiles"):  # summed over repeats: shown, never averaged away
             row[col] = int(g[col].fillna(0).sum()) if col in g else 0
+        row["sessions"] = sorted({str(v) for v in g.get("session", pd.Series(dtype=str)).dropna() if str(v)})
         for metric in THROUGHPUT:
             if metric in g:
                 row[metric], row[f"{metric}_lo"], row[f"{metric}_hi"] = g[metric].mean(), g[metric].min(), g[metric].max()
@@ -86,6 +87,14 @@ def metric_columns(agg: pd.DataFrame) -> list[str]:
     return [m for m in [*THROUGHPUT, *LATENCY] if m in agg]
 
 
+def repeat_range(row, metric: str) -> tuple[float, float]:
+    """(min, max) over a run's repeats: of the throughput itself, of each repeat's median
+    for a latency."""
+    if metric in THROUGHPUT:
+        return row.get(f"{metric}_lo", float("nan")), row.get(f"{metric}_hi", float("nan"))
+    return row.get(f"{metric}_repeat_min", float("nan")), row.get(f"{metric}_repeat_max", float("nan"))
+
+
 def normalize(agg: pd.DataFrame, baseline: str) -> pd.DataFrame:
     """Values and error bars relative to run ``baseline`` on the same GPU (baseline = 1)."""
     if baseline not in set(agg["run"]):
@@ -98,7 +107,7 @@ def normalize(agg: pd.DataFrame, baseline: str) -> pd.DataFrame:
         base = base.iloc[0]
         n = g.copy()
         for m in metric_columns(agg):
-            for col in (m, f"{m}_lo", f"{m}_hi"):
+            for col in (m, f"{m}_lo", f"{m}_hi", f"{m}_repeat_min", f"{m}_repeat_max"):
                 if col in n:
                     n[col] = n[col] / base[m]
         out.append(n)

@@ -109,14 +109,68 @@ UNITS = {"request_throughput": "req/s", "output_throughput": "output tok/s",
          "itl": "ITL ms"}
 
 
-def _fmt_table(df: pd.DataFrame) -> str:
-    return df.rename(columns=UNITS).to_markdown(index=False, floatfmt=".3g")
+def format_value(value, metric: str = "", ratio: bool = False) -> str:
+    """A number as a reader wants it: grouped digits, precision by size and metric
+    (tok/s as whole numbers, req/s with 2 decimals, ms with 0-2), ratios with 2 decimals."""
+    if value is None or (isinstance(value, float) and pd.isna(value)):
+        return "-"
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        return str(value)
+    if ratio:
+        return f"{value:.2f}"
+    if metric == "request_throughput":
+        return f"{value:,.2f}" if value >= 0.1 else f"{value:.4f}"
+    size = abs(value)
+    if float(value).is_integer() and size >= 1:
+        return f"{int(value):,}"
+    return f"{value:,.0f}" if size >= 100 else f"{value:.1f}" if size >= 10 else f"{value:.2f}"
+
+
+def _fmt_table(df: pd.DataFrame, ratio: bool = False) -> str:
+    cells = {c: [format_value(v, c, ratio and c in UNITS) for v in df[c]] for c in df.columns}
+    return pd.DataFrame(cells).rename(columns=UNITS).to_markdown(index=False, disable_numparse=True)
+
+
+def noise_lines(norm: pd.DataFrame, base: str) -> list[str]:
+    """Per run and metric: the ratio to the baseline with both runs' repeat-to-repeat
+    ranges, and whether the difference is outside them (the ranges do not overlap)."""
+    from .normalize import repeat_range
+
+    lines = []
+    base_rows = norm[norm["run"] == base]
+    for _, row in norm[norm["run"] != base].iterrows():
+        b = base_rows[base_rows["gpu"] == row["gpu"]]
+        if b.empty:
+            continue
+        b = b.iloc[0]
+        parts = []
+        for m in metric_columns(norm):
+            lo, hi = repeat_range(row, m)
+            blo, bhi = repeat_range(b, m)
+            if pd.isna(row.get(m)) or pd.isna(lo) or pd.isna(blo):
+                continue
+            if row.get("repeats", 1) < 2 or b.get("repeats", 1) < 2:
+                verdict = "one repeat: spread unknown"
+            elif hi < blo or lo > bhi:
+                verdict = "outside the spread"
+            else:
+                verdict = "inside the spread: not a measured difference"
+            parts.append(f"{UNITS[m]} {row[m]:.2f} [{lo:.2f}-{hi:.2f} vs {blo:.2f}-{bhi:.2f}], {verdict}")
+        if parts:
+            lines.append(f"- `{row['run']}` vs `{base}` (ratio [its min-max over repeats vs the baseline's]): "
+                         + "; ".join(parts) + ".")
+    return lines + [""] if lines else []
 
 
 def _warnings(s: pd.DataFrame) -> list[str]:
     """Runs whose numbers need a second look: failed requests (left out of the metrics,
     counted here) and kernel compiles during a measurement (a latency spike)."""
     lines = []
+    sessions = sorted({x for v in s.get("sessions", []) if isinstance(v, list) for x in v})
+    if len(sessions) > 1:
+        lines.append(f"- **note**: these results come from {len(sessions)} sessions of `attnbench run` "
+                     f"({', '.join(sessions)}); runs: " + "; ".join(
+                         f"`{r['run']}` {' & '.join(r['sessions'])}" for _, r in s.iterrows() if r.get("sessions")))
     for _, row in s.iterrows():
         if row.get("failed", 0):
             lines.append(f"- **warning**: `{row['run']}`: {int(row['failed'])} requests failed over its "
@@ -167,7 +221,9 @@ def write_report(analysis: Analysis, path: Path) -> Path:
                 lines += _fig9_tables(s)
             if suite in analysis.normalized:
                 base, norm = analysis.normalized[suite]
-                lines += [f"Normalized to `{base}`:", "", _fmt_table(norm[["gpu", "run"] + metric_columns(norm)]), ""]
+                lines += [f"Normalized to `{base}`:", "",
+                          _fmt_table(norm[["gpu", "run"] + metric_columns(norm)], ratio=True), ""]
+                lines += noise_lines(norm, base)
             lines += _figure_links(analysis.serving_figures.get(suite, []), path)
     for micro in analysis.micro:
         mb = micro.frame

@@ -10,6 +10,17 @@ from pathlib import Path
 import click
 
 
+def require_device(device: str) -> None:
+    """One line instead of torch's assertion when the device is not there."""
+    import torch
+
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        build = f"a CPU build of torch {torch.__version__}" if torch.version.cuda is None and torch.version.hip is None \
+            else f"torch {torch.__version__} sees no GPU"
+        raise click.ClickException(f"--device {device}: no CUDA/ROCm GPU here ({build}); run it on a GPU host, "
+                                   "or with --device cpu in Triton's interpreter (TRITON_INTERPRET=1, very slow)")
+
+
 @click.command("microbench")
 @click.argument("suite_file", type=click.Path(dir_okay=False, path_type=Path))
 @click.option("--out", "out_csv", type=click.Path(dir_okay=False, path_type=Path), required=True,
@@ -27,6 +38,7 @@ def microbench(suite_file: Path, out_csv: Path, only: tuple[str, ...], impls: tu
         suite = load_suite(suite_file)
     except SpecError as e:
         raise click.UsageError(str(e)) from None
+    require_device(device)
     unknown = [i for i in impls if i not in suite.implementations and i not in suite.configs]
     if unknown:
         raise click.BadParameter(f"{unknown} not in the suite's implementations {suite.implementations}",
@@ -95,6 +107,7 @@ def tune(suite_file, space_file, rows_csv, sweep, emit_file, device_name, only, 
     except SpecError as e:
         raise click.UsageError(str(e)) from None
     if sweep:
+        require_device(device)
         rows = run_sweep(suite, load_space(space_file), rows_csv, device=device, only=list(only) or None)
     else:
         with open(rows_csv, newline="") as fh:

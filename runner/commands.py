@@ -46,21 +46,33 @@ def _suite_with_models(suite_file: Path, models: str, models_dir: Path):
 @click.option("--repeats", type=click.IntRange(min=1), help="Override every run's repeat count.")
 @click.option("--out", "out_root", type=click.Path(file_okay=False, path_type=Path), default=Path("results"),
               show_default=True, help="Results root; the suite writes to OUT/<suite>/<run>/r<k>/.")
-@click.option("--resume", is_flag=True, help="Skip repeats whose summary.json says ok.")
+@click.option("--resume", is_flag=True, help="Finish a results folder: skip repeats whose summary.json says ok.")
+@click.option("--overwrite", is_flag=True, help="Delete the suite's results folder first and start over.")
 @model_options
 @click.option("--sharegpt", type=click.Path(dir_okay=False, path_type=Path),
               help="Use this ShareGPT JSON for every run's prompts.")
-def run_cmd(suite_file, only, repeats, out_root, resume, models, models_dir, sharegpt):
-    """Serve each run of SUITE_FILE with vLLM, warm up, measure the repeats, stop the server."""
-    from .execute import run_suite
+def run_cmd(suite_file, only, repeats, out_root, resume, overwrite, models, models_dir, sharegpt):
+    """Serve each run of SUITE_FILE with vLLM, warm up, measure the repeats, stop the server.
 
+    Refuses to write into a folder that already holds results unless --resume (finish it)
+    or --overwrite (start over) is given; checks datasets and the GPU first."""
+    from .execute import run_suite
+    from .preflight import PreflightError, preflight
+    from .store import ResultsStore
+
+    if resume and overwrite:
+        raise click.UsageError("--resume and --overwrite exclude each other")
     suite = _suite_with_models(suite_file, models, models_dir)
     if sharegpt:
         suite = suite.with_sharegpt(sharegpt)
     try:
-        suite.select(list(only) or None)
+        runs = suite.select(list(only) or None)
     except RecipeError as e:
         raise click.BadParameter(str(e), param_hint="--only") from None
+    try:
+        preflight(suite, runs, ResultsStore(out_root, suite.name), resume=resume, overwrite=overwrite)
+    except PreflightError as e:
+        raise click.ClickException(str(e)) from None
     _term_as_interrupt()
     try:
         outcomes = run_suite(suite, out_root, only=list(only) or None, repeats=repeats, resume=resume)
@@ -87,11 +99,17 @@ def serve_cmd(suite_file, run_name, models, models_dir, port, log_path):
     from .models import ensure_model
     from .server import ServerError, ServerProcess, build_launch
 
+    from .preflight import PreflightError, check_accelerator
+
     suite = _suite_with_models(suite_file, models, models_dir)
     try:
         recipe = suite.select([run_name])[0] if run_name else suite.runs[0]
     except RecipeError as e:
         raise click.BadParameter(str(e), param_hint="--only") from None
+    try:
+        check_accelerator(suite, [recipe])
+    except PreflightError as e:
+        raise click.ClickException(str(e)) from None
     ensure_model(recipe.model.path, recipe.model.build)
     plan = build_launch(recipe, port=port)
     _term_as_interrupt()
@@ -127,13 +145,29 @@ def _requests_or_fail(dataset, dataset_path, input_len, output_len, num_prompts,
     from pydantic import ValidationError
 
     from .datasets import DatasetError, build_requests
-    from .recipe import DatasetSpec
+    from .recipe import DatasetSpec, validation_lines
 
+    options = {"path": "--dataset-path", "input_len": "--input-len", "output_len": "--output-len"}
     try:
         spec = DatasetSpec(kind=dataset, path=dataset_path, input_len=input_len, output_len=output_len)
         return build_requests(spec, num_prompts, tokenizer_dir, seed)
-    except (ValidationError, DatasetError) as e:
+    except ValidationError as e:  # what the options lack, in the options' names
+        lines = validation_lines(e, prefix="--dataset ")
+        for field, option in options.items():
+            lines = [line.replace(f"'{field}'", option) for line in lines]
+        raise click.UsageError("; ".join(lines)) from None
+    except DatasetError as e:
         raise click.UsageError(str(e)) from None
+
+
+def _sharegpt_with_spares(dataset, dataset_path, input_len, output_len, num_prompts, tokenizer_dir, seed):
+    """ShareGPT requests for an export: spares if the file has them, else exactly what was
+    asked for (so a shortfall names the number the user asked for)."""
+    try:
+        return _requests_or_fail(dataset, dataset_path, input_len, output_len, 2 * num_prompts + 10,
+                                 tokenizer_dir, seed)
+    except click.UsageError:
+        return _requests_or_fail(dataset, dataset_path, input_len, output_len, num_prompts, tokenizer_dir, seed)
 
 
 @click.command("load")
@@ -223,12 +257,15 @@ def recipes_group():
 @click.argument("suite_files", nargs=-1, required=True, type=click.Path(dir_okay=False, path_type=Path))
 def recipes_validate(suite_files):
     """Check SUITE_FILES; errors name the file, the field and the bad value."""
+    from .preflight import PreflightError, check_datasets
+
     bad = 0
     for path in suite_files:
         try:
             suite = load_suite(path)
+            check_datasets(suite, suite.runs)
             click.echo(f"ok    {path}: {len(suite.runs)} runs")
-        except RecipeError as e:
+        except (RecipeError, PreflightError) as e:
             bad += 1
             click.echo(f"error {e}", err=True)
     if bad:
@@ -297,9 +334,10 @@ def dataset_export(tokenizer_dir, dataset, dataset_path, input_len, output_len, 
     from .datasets import LocalTokenizer, to_sharegpt
     from .store import atomic_write_json
 
-    # draw spares: the few prompts near the filter's limits are left out
-    drawn = _requests_or_fail(dataset, dataset_path, input_len, output_len, 2 * num_prompts + 10,
-                              tokenizer_dir, seed)
+    # draw spares where the source has them: the few prompts near the filter's limits are left out
+    spec_args = (dataset, dataset_path, input_len, output_len)
+    drawn = _requests_or_fail(*spec_args, 2 * num_prompts + 10, tokenizer_dir, seed) \
+        if dataset != "sharegpt" else _sharegpt_with_spares(*spec_args, num_prompts, tokenizer_dir, seed)
     conversations = to_sharegpt(drawn, LocalTokenizer(tokenizer_dir), seed, limit=num_prompts)
     if len(conversations) < num_prompts:
         raise click.UsageError(f"only {len(conversations)} of {len(drawn)} drawn prompts pass vLLM's "

@@ -80,6 +80,29 @@ class LocalTokenizer:
         return best
 
 
+def read_sharegpt(path: str | Path) -> list[tuple[str, str]]:
+    """(prompt, completion) of every conversation with at least two turns, in file order;
+    a `DatasetError` in one line for a file that is missing, not JSON or holds none."""
+    path = Path(path)
+    try:
+        data = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise DatasetError(f"{path}: ShareGPT file not found (download ShareGPT_V3_unfiltered_cleaned_split.json "
+                           "yourself and point benchmark.dataset.path or --sharegpt at it)") from None
+    except IsADirectoryError:
+        raise DatasetError(f"{path}: is a folder; expected the ShareGPT JSON file") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise DatasetError(f"{path}: not JSON ({e}); expected a ShareGPT JSON list of conversations") from None
+    if not isinstance(data, list):
+        raise DatasetError(f"{path}: expected a JSON list of conversations, got a JSON {type(data).__name__}")
+    pairs = [(c["conversations"][0]["value"], c["conversations"][1]["value"])
+             for c in data if isinstance(c, dict) and len(c.get("conversations", [])) >= 2]
+    if not pairs:
+        raise DatasetError(f"{path}: no conversation with at least two turns "
+                           '(entries like {"conversations": [{"from": "human", "value": ...}, {"from": "gpt", ...}]})')
+    return pairs
+
+
 def load_sharegpt(path: str | Path, num_prompts: int, tokenizer: LocalTokenizer, seed: int,
                   output_len: int | None = None) -> list[BenchRequest]:
     """ShareGPT sampling as `vllm bench serve --dataset-name sharegpt` does it, so that both
@@ -94,18 +117,7 @@ def load_sharegpt(path: str | Path, num_prompts: int, tokenizer: LocalTokenizer,
     tokens (the output check skipped when ``output_len`` is fixed), prompt <= 1024 and
     prompt + output <= 2048, until ``num_prompts`` are found.
     """
-    path = Path(path)
-    try:
-        data = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise DatasetError(f"{path}: ShareGPT file not found (download ShareGPT_V3_unfiltered_cleaned_split.json "
-                           "yourself and point benchmark.dataset.path at it)") from None
-    except json.JSONDecodeError as e:
-        raise DatasetError(f"{path}: not JSON: {e}") from None
-    if not isinstance(data, list):
-        raise DatasetError(f"{path}: expected a JSON list of conversations")
-    pairs = [(c["conversations"][0]["value"], c["conversations"][1]["value"])
-             for c in data if isinstance(c, dict) and len(c.get("conversations", [])) >= 2]
+    pairs = read_sharegpt(path)
     random.Random(seed).shuffle(pairs)
     out = []
     for prompt, completion in pairs:
@@ -116,7 +128,7 @@ def load_sharegpt(path: str | Path, num_prompts: int, tokenizer: LocalTokenizer,
         out.append(BenchRequest(prompt, p_len, o_len))
         if len(out) == num_prompts:
             return out
-    raise DatasetError(f"{path}: only {len(out)} conversations pass the filter, {num_prompts} requested")
+    raise DatasetError(f"{path}: only {len(out)} conversations pass vLLM's ShareGPT filter, {num_prompts} requested")
 
 
 @dataclass(frozen=True)
@@ -163,6 +175,13 @@ def random_fixed(num_prompts: int, tokenizer: LocalTokenizer, seed: int, input_l
         text = tokenizer.text_of_length(input_len, rng)
         out.append(BenchRequest(text, tokenizer.count(text), output_len))
     return out
+
+
+def check_dataset(spec: DatasetSpec) -> None:
+    """What can be checked before a server starts: a ShareGPT file exists, is JSON and
+    holds conversations (`DatasetError` otherwise). Token counts need the tokenizer."""
+    if spec.kind == "sharegpt":
+        read_sharegpt(spec.path)
 
 
 def build_requests(spec: DatasetSpec, num_prompts: int, tokenizer_dir: str | Path, seed: int) -> list[BenchRequest]:

@@ -31,7 +31,7 @@ from .recipe import Recipe, Suite
 from .server import ServerError, ServerProcess, build_launch, log_tail
 from .repeat import measure_repeat
 from .serverlog import cuda_graph_modes
-from .store import ResultsStore, read_records
+from .store import ResultsStore, atomic_write_json, read_records
 
 
 @dataclass
@@ -47,10 +47,10 @@ def _now() -> str:
     return dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
 
 
-def _summary_header(suite: Suite, recipe: Recipe, repeat: int) -> dict:
+def _summary_header(suite: Suite, recipe: Recipe, repeat: int, session: str = "") -> dict:
     b = recipe.benchmark
     return {
-        "suite": suite.name, "run": recipe.name, "repeat": repeat, "date": _now(),
+        "suite": suite.name, "run": recipe.name, "repeat": repeat, "date": _now(), "session": session,
         "backend": "vllm", "endpoint_type": "openai", "model_id": recipe.model.name,
         "tokenizer_id": recipe.model.tokenizer_path, "num_prompts": b.num_prompts,
         "request_rate": b.request_rate, "burstiness": b.burstiness,
@@ -59,8 +59,8 @@ def _summary_header(suite: Suite, recipe: Recipe, repeat: int) -> dict:
 
 
 def _failed(store: ResultsStore, suite: Suite, recipe: Recipe, repeat: int, status: str, error: str,
-            records=None) -> RepeatOutcome:
-    summary = {**_summary_header(suite, recipe, repeat), "status": status, "error": error}
+            records=None, session: str = "") -> RepeatOutcome:
+    summary = {**_summary_header(suite, recipe, repeat, session), "status": status, "error": error}
     if records:
         summary.update(summarize(records, recipe.benchmark.goodput_slo_ms))
     store.write_summary(recipe.name, repeat, summary)
@@ -101,9 +101,10 @@ class SharedServer:
 
 
 def run_recipe(suite: Suite, recipe: Recipe, store: ResultsStore, repeats: list[int],
-               console: Console, servers: SharedServer) -> list[RepeatOutcome]:
+               console: Console, servers: SharedServer, session: str = "") -> list[RepeatOutcome]:
     """Serve one recipe from ``servers`` (maybe a neighbouring run's server; the caller
-    closes it) and measure the given repeats; returns one outcome per repeat."""
+    closes it) and measure the given repeats; returns one outcome per repeat. ``session``
+    (the invocation's start time) is written into every summary."""
     b = recipe.benchmark
     ensure_model(recipe.model.path, recipe.model.build)
     requests = build_requests(b.dataset, b.num_prompts, recipe.model.tokenizer_path, b.seed)
@@ -114,7 +115,7 @@ def run_recipe(suite: Suite, recipe: Recipe, store: ResultsStore, repeats: list[
         server = servers.acquire(recipe, log, console)
     except ServerError as e:
         console.print(f"[red]{recipe.name}: server failed to start[/]\n{e}")
-        return [_failed(store, suite, recipe, r, "failed", str(e)) for r in repeats]
+        return [_failed(store, suite, recipe, r, "failed", str(e), session=session) for r in repeats]
     cfg = LoadConfig(server.plan.base_url, recipe.model.name, b.ignore_eos, b.max_concurrency,
                      b.request_timeout_s, per_chunk_usage=b.per_chunk_usage)
     prov = provenance.collect(recipe, suite_source=suite.source, server_version=server.version(),
@@ -122,17 +123,17 @@ def run_recipe(suite: Suite, recipe: Recipe, store: ResultsStore, repeats: list[
     prov["server_log"] = str(server.log_path.relative_to(store.suite_dir)) \
         if server.log_path.is_relative_to(store.suite_dir) else str(server.log_path)
     prov["cuda_graphs"] = cuda_graph_modes(server.log_text())
-    store.write_run_meta(recipe.name, recipe.model_dump(mode="json"), prov)
+    prov_file = store.write_run_meta(recipe.name, recipe.model_dump(mode="json"), prov, session)
     if b.warmup_requests:
         warm = build_requests(b.warmup_dataset(), b.warmup_requests, recipe.model.tokenizer_path, b.seed + 1)
         with store.warmup_writer(recipe.name) as w:
             warmup = measure_repeat(cfg, warm, [0.0] * len(warm), w, desc=f"{recipe.name} warm-up",
                                     phase="warmup", server_log=server.log_path)
         prov["jit_compiles_in_warmup"] = warmup.summary["jit_compiles"]
-        store.write_run_meta(recipe.name, recipe.model_dump(mode="json"), prov)
+        atomic_write_json(store.run_dir(recipe.name) / prov_file, prov)
     for i, repeat in enumerate(repeats):
         if not server.alive():
-            outcomes += [_failed(store, suite, recipe, r, "failed", "vLLM server not running")
+            outcomes += [_failed(store, suite, recipe, r, "failed", "vLLM server not running", session=session)
                          for r in repeats[i:]]
             break
         started = _now()
@@ -143,18 +144,18 @@ def run_recipe(suite: Suite, recipe: Recipe, store: ResultsStore, repeats: list[
                                           server_log=server.log_path)
             except KeyboardInterrupt:
                 _failed(store, suite, recipe, repeat, "interrupted", "interrupted (Ctrl-C)",
-                        read_records(writer.path))
+                        read_records(writer.path), session=session)
                 raise
         records = measured.records
         lost_requests = any(r.status != "ok" for r in records)
         if not server.alive() or (lost_requests and server.exits_within(2.0)):
             error = (f"vLLM server exited during the repeat (code {server.proc.returncode}); "
                      f"last log lines:\n{log_tail(server.log_path, 15)}")
-            outcomes.append(_failed(store, suite, recipe, repeat, "failed", error, records))
+            outcomes.append(_failed(store, suite, recipe, repeat, "failed", error, records, session=session))
             console.print(f"[red]{recipe.name} r{repeat}: server died[/]")
             continue
-        summary = {**_summary_header(suite, recipe, repeat), "started_at": started,
-                   "finished_at": _now(), **measured.summary}
+        summary = {**_summary_header(suite, recipe, repeat, session), "provenance_file": prov_file,
+                   "started_at": started, "finished_at": _now(), **measured.summary}
         summary["status"] = "ok" if summary["completed"] else "failed"
         summary["error"] = "" if summary["completed"] else \
             f"all {summary['failed']} requests failed; first error: {summary['first_error']}"
@@ -178,6 +179,7 @@ def run_suite(suite: Suite, out_root: str | Path, *, only: list[str] | None = No
     store = ResultsStore(out_root, suite.name)
     outcomes: list[RepeatOutcome] = []
     servers = SharedServer()
+    session = _now()
     try:
         for recipe in suite.select(only):
             n = repeats or recipe.benchmark.repeats
@@ -187,7 +189,7 @@ def run_suite(suite: Suite, out_root: str | Path, *, only: list[str] | None = No
                     outcomes.append(RepeatOutcome(recipe.name, r, "ok", store.summary(recipe.name, r) or {},
                                                   "kept (resume)"))
             if todo:
-                outcomes += run_recipe(suite, recipe, store, todo, console, servers)
+                outcomes += run_recipe(suite, recipe, store, todo, console, servers, session)
     finally:
         servers.close()
     console.print(summary_table(suite.name, outcomes))

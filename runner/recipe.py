@@ -83,7 +83,12 @@ class ModelSpec(_Strict):
 
 
 class ServeSettings(_Strict):
-    """vLLM server settings. ``None`` means: the engine preset's value, else vLLM's default."""
+    """vLLM server settings. ``None`` means: the engine preset's value, else vLLM's default.
+
+    ``gpu_vendor`` is the accelerator the server needs: ``nvidia``, ``amd`` or ``none``
+    (vLLM's CPU build). `attnbench run` checks for it before starting a ``process``
+    server; the ``docker`` launcher also passes that vendor's device flags.
+    """
 
     engine: Literal["v1", "v0-style"] = "v1"
     max_num_seqs: int | None = Field(None, ge=1)
@@ -281,12 +286,21 @@ def _expand_matrix(run: dict, where: str) -> list[dict]:
     return out
 
 
-def _format_errors(source: str, run_name: str, err: ValidationError) -> str:
-    lines = [f"{source}: run {run_name!r} is invalid:"]
+def validation_lines(err: ValidationError, prefix: str = "") -> list[str]:
+    """One line per problem of a pydantic error: ``<prefix><field>: <message> (got <value>)``,
+    without pydantic's "Value error," prefix and documentation URL."""
+    lines = []
     for e in err.errors():
-        where = ".".join(str(p) for p in e["loc"]) or "(top level)"
-        got = e.get("input")
-        lines.append(f"  {where}: {e['msg']} (got {got!r})"[:400])
+        loc = ".".join(str(p) for p in e["loc"])
+        where = prefix + loc if loc else (prefix.strip() or "(top level)")
+        msg = e["msg"].removeprefix("Value error, ")
+        got = f" (got {e['input']!r})" if e["type"] != "value_error" or e.get("loc") else ""
+        lines.append(f"{where}: {msg}{got}"[:400])
+    return lines
+
+
+def _format_errors(source: str, run_name: str, err: ValidationError) -> str:
+    lines = [f"{source}: run {run_name!r} is invalid:"] + ["  " + line for line in validation_lines(err)]
     return "\n".join(lines)
 
 

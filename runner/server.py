@@ -25,8 +25,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .recipe import Recipe, graph_mode_args
+from .serverlog import root_cause
 
 VLLM_SERVER_MODULE = "vllm.entrypoints.openai.api_server"
+
+
+INTERRUPT_GRACE_S = 3.0  # Ctrl-C during start-up: TERM, this long, then KILL of the group
 
 
 class ServerError(RuntimeError):
@@ -218,8 +222,10 @@ class ServerProcess:
             if not self.alive():
                 code = self.proc.returncode if self.proc else None
                 self.stop()
-                raise ServerError(f"vLLM server exited with code {code} during start-up "
-                                  f"(log: {self.log_path}); last lines:\n{log_tail(self.log_path)}")
+                cause = root_cause(self.log_text())
+                detail = cause if cause else "last lines:\n" + log_tail(self.log_path)
+                raise ServerError(f"vLLM server exited with code {code} during start-up: {detail} "
+                                  f"(log: {self.log_path})")
             if self.healthy():
                 return
             time.sleep(0.5)
@@ -242,15 +248,17 @@ class ServerProcess:
         except ProcessLookupError:
             return False
 
-    def stop(self) -> None:
-        """TERM the process group, KILL it after the grace period, reap, check the port."""
+    def stop(self, grace_s: float | None = None) -> None:
+        """TERM the process group, KILL it after the grace period (``stop_grace_s`` unless
+        given), reap, check the port."""
         if self.proc is None:
             return
+        grace_s = self.stop_grace_s if grace_s is None else grace_s
         pgid = self.proc.pid  # leader of its own session/group
         if self.plan.container:
-            subprocess.run(["docker", "stop", "-t", str(int(self.stop_grace_s)), self.plan.container],
+            subprocess.run(["docker", "stop", "-t", str(int(grace_s)), self.plan.container],
                            capture_output=True, check=False)
-        for sig, wait_s in ((signal.SIGTERM, self.stop_grace_s), (signal.SIGKILL, 10.0)):
+        for sig, wait_s in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 10.0)):
             if not self._group_alive(pgid):
                 break
             try:
@@ -279,6 +287,11 @@ class ServerProcess:
         self.start()
         try:
             self.wait_ready()
+        except KeyboardInterrupt:
+            # a server still starting has nothing to finish: say so at once, stop it fast
+            print("\nstopping the vLLM server...", file=sys.stderr, flush=True)
+            self.stop(grace_s=INTERRUPT_GRACE_S)
+            raise
         except BaseException:
             self.stop()
             raise

@@ -1,5 +1,5 @@
 """What attnbench reads from a vLLM server's log: kernel compiles during a measurement,
-and the CUDA-graph modes the server actually captured.
+the CUDA-graph modes the server actually captured, and the root cause of a failed start.
 
 vLLM (>= 0.2x) activates a JIT monitor once its warm-up is done: every Triton kernel
 compiled after that (and every autotuning run) is logged as "... JIT compilation during
@@ -15,6 +15,12 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+_PREFIX = re.compile(r"^\((?:APIServer|EngineCore[^)]*|Worker[^)]*|VllmWorker[^)]*) pid=\d+\) "
+                     r"(?:(?:ERROR|WARNING|INFO) [\d\- :]+\[[^\]]+\] )?")
+_EXCEPTION = re.compile(r"^([A-Za-z_][\w.]*(?:Error|Exception|Exit)): (.+)$")
+_WRAPPERS = re.compile(r"root cause above|Engine core initialization failed|EngineDeadError|"
+                       r"Process .* died|APIServer failed")
+_USAGE = re.compile(r"(?:^|: )error: (.+)$")
 JIT_EVENT = re.compile(r"(JIT compilation|autotuning) during inference|Triton autotuning for function")
 _CAPTURE = re.compile(r"Capturing CUDA graphs \(([^)]*)\)")
 _CONFIGURED = re.compile(r"'cudagraph_mode': <CUDAGraphMode\.([A-Z_]+)")
@@ -64,3 +70,21 @@ def cuda_graph_modes(log_text: str) -> dict:
     configured = _CONFIGURED.search(log_text)
     captured = list(dict.fromkeys(m.group(1).split(",")[-1].strip() for m in _CAPTURE.finditer(log_text)))
     return {"configured": configured.group(1) if configured else None, "captured": captured}
+
+
+def root_cause(log_text: str) -> str | None:
+    """The line that says why a server died: the first exception that ends a traceback
+    and is not one of vLLM's wrappers ("Engine core initialization failed. See root cause
+    above"), else a command-line usage error, else None. Process prefixes and log headers
+    ("(EngineCore pid=7) ERROR 11-22 05:59:15 [core.py:1330]") are dropped."""
+    lines = [_PREFIX.sub("", line).rstrip() for line in log_text.splitlines()]
+    for i, line in enumerate(lines):
+        m = _EXCEPTION.match(line)
+        ends_traceback = i > 0 and lines[i - 1].startswith((" ", "\t"))
+        if m and ends_traceback and not _WRAPPERS.search(line):
+            return line[:500]
+    for line in lines:
+        m = _USAGE.search(line)
+        if m and "Traceback" not in line:
+            return line.strip()[:500]
+    return None

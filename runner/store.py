@@ -121,10 +121,23 @@ class ResultsStore:
         s = self.summary(run, repeat)
         return bool(s) and s.get("status") == "ok"
 
-    def write_run_meta(self, run: str, recipe_dump: dict, provenance: dict) -> None:
+    def write_run_meta(self, run: str, recipe_dump: dict, provenance: dict, session: str = "") -> str:
+        """The run's recipe and this session's provenance; returns the provenance file's name.
+
+        A run that already holds kept repeats (``--resume``) keeps its files: this session's
+        provenance goes to ``provenance-<session>.json`` beside them, and the recipe is the
+        same (checked before the run starts)."""
         d = self.run_dir(run)
-        atomic_write_text(d / RECIPE_FILE, yaml.safe_dump(recipe_dump, sort_keys=False))
-        atomic_write_json(d / PROVENANCE_FILE, provenance)
+        kept = any(self.is_complete(run, int(p.name[len(REPEAT_PREFIX):]))
+                   for p in d.glob(f"{REPEAT_PREFIX}[0-9]*") if p.name[len(REPEAT_PREFIX):].isdigit())
+        name = PROVENANCE_FILE
+        if kept and (d / PROVENANCE_FILE).exists():
+            stamp = "".join(c for c in session[:19] if c.isalnum()) or "resumed"  # 20261123T110000
+            name = f"provenance-{stamp}.json"
+        if not (d / RECIPE_FILE).exists() or not kept:
+            atomic_write_text(d / RECIPE_FILE, yaml.safe_dump(recipe_dump, sort_keys=False))
+        atomic_write_json(d / name, provenance)
+        return name
 
     def server_log(self, run: str) -> Path:
         return self.run_dir(run) / SERVER_LOG

@@ -164,7 +164,7 @@ def test_exported_sharegpt_sends_the_same_prompts(tmp_path, tiny):
     assert all(r.output_len == drawn[r.prompt] for r in back)
     bad = CliRunner().invoke(main, ["dataset", "export", "--tokenizer", str(tiny), "--dataset", "random",
                                     str(tmp_path / "x.json")])
-    assert bad.exit_code == 2 and "input_len" in bad.output
+    assert bad.exit_code == 2 and "--input-len" in bad.output  # the option, not the pydantic field
     # fixed lengths past the filter: a clear error, not a short file
     too_long = CliRunner().invoke(main, ["dataset", "export", "--tokenizer", str(tiny), "--dataset", "random",
                                          "--input-len", "1100", "--output-len", "8", str(tmp_path / "y.json")])

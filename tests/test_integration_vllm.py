@@ -34,7 +34,7 @@ def suite_file(tmp_path: Path, model_dir: Path, runs: list[dict], **benchmark) -
         "name": "it",
         "defaults": {
             "model": {"path": str(model_dir), "served_name": "tiny"},
-            "serve": {"engine": "v1", "max_num_seqs": 8, "graph_mode": "eager", "dtype": "bfloat16",
+            "serve": {"engine": "v1", "gpu_vendor": "none", "max_num_seqs": 8, "graph_mode": "eager", "dtype": "bfloat16",
                       "max_model_len": 1024, "startup_timeout_s": 300,
                       "env": {"VLLM_CPU_KVCACHE_SPACE": "1"}},
             "benchmark": {"dataset": {"kind": "random", "input_len": 32, "output_len": 12},
@@ -83,6 +83,9 @@ def test_run_completes_exact_tokens_and_cleans_up(tmp_path, model_dir):
             assert 0 < ttft <= e2el
         summary = json.loads((run_dir / f"r{repeat}" / "summary.json").read_text())
         assert summary["completed"] == 10 and summary["total_output_tokens"] == 640
+        # the server's own count of what it generated (vLLM's /metrics) equals the client's
+        assert summary["server_metrics"]["generation_tokens"] == 640
+        assert summary["server_metrics"]["requests"] == 10 and summary["jit_compiles"] == []
         assert summary["median_ttft_ms"] <= summary["median_e2el_ms"]
     assert len(read_records(run_dir / "warmup.jsonl")) == 1
     assert "--enforce-eager" in (run_dir / "server.log").read_text()

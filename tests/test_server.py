@@ -84,6 +84,10 @@ FAKE_SERVER = textwrap.dedent("""
     signal.signal(signal.SIGTERM, lambda *a: os.killpg(0, signal.SIGKILL))
     if mode == "crash":
         print("fatal: bad argument --frobnicate", flush=True); sys.exit(2)
+    if mode.startswith("replay="):  # print a recorded vLLM log, then die like that server did
+        print(open(mode[7:]).read(), flush=True); sys.exit(1)
+    if mode == "stubborn":  # ignores TERM while it starts (vLLM busy compiling, say)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(600)
     # a child in the same process group, like vLLM's engine core
     subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
     class H(http.server.BaseHTTPRequestHandler):
@@ -142,6 +146,52 @@ def test_early_exit_reports_the_log_tail(tmp_path):
             pass
     assert "exited with code 2" in str(info.value)
     assert "bad argument --frobnicate" in str(info.value)
+
+
+def test_failed_start_quotes_the_root_cause(tmp_path):
+    """vLLM's engine fails with a ValueError and its API server then with "Engine core
+    initialization failed. See root cause above": the error names the ValueError."""
+    log = Path(__file__).parent / "data" / "vllm-start-failure.log"
+    with pytest.raises(ServerError) as info:
+        with ServerProcess(fake_plan(tmp_path, f"replay={log}"), tmp_path / "server.log", startup_timeout_s=30):
+            pass
+    message = str(info.value)
+    assert message.startswith("vLLM server exited with code 1 during start-up: ValueError: Free memory on device")
+    assert "root cause above" not in message and "Traceback" not in message
+    assert message.count("\n") == 0 and str(tmp_path / "server.log") in message
+
+
+def test_ctrl_c_during_start_stops_the_server_in_seconds(tmp_path):
+    """A server that ignores TERM while it starts: Ctrl-C says so at once and KILLs its
+    group after the short grace, not the 30 s of a normal stop."""
+    import os
+    import signal
+    import subprocess
+    import time
+
+    plan = fake_plan(tmp_path, "stubborn")
+    driver = tmp_path / "driver.py"
+    driver.write_text(textwrap.dedent(f"""
+        from pathlib import Path
+        from attnbench.runner.server import LaunchPlan, ServerProcess
+        plan = LaunchPlan({plan.argv!r}, {{}}, "127.0.0.1", {plan.port})
+        print("starting", flush=True)
+        try:
+            with ServerProcess(plan, Path({str(tmp_path / "server.log")!r}), startup_timeout_s=600):
+                pass
+        except KeyboardInterrupt:
+            print("interrupted", flush=True)
+    """))
+    proc = subprocess.Popen([sys.executable, str(driver)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().strip() == "starting"
+    time.sleep(1.0)
+    started = time.monotonic()
+    os.kill(proc.pid, signal.SIGINT)
+    out, err = proc.communicate(timeout=30)
+    assert time.monotonic() - started < 10, "Ctrl-C took as long as a normal stop"
+    assert "stopping the vLLM server..." in err and "interrupted" in out
+    left = subprocess.run(["pgrep", "-f", f"{tmp_path}/fake_server.py"], capture_output=True, text=True).stdout
+    assert left.strip() == "", "the stubborn server survived"
 
 
 def test_startup_timeout_stops_the_server(tmp_path):

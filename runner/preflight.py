@@ -1,0 +1,88 @@
+"""What `attnbench run` and `attnbench serve` check before they start a server: a failed
+check is one line naming the file, field or folder and what to do, not a traceback after
+a two-minute server start.
+
+* datasets: every ShareGPT file the runs read exists and holds conversations;
+* accelerator: the GPU vendor the runs name (``serve.gpu_vendor``) is on this machine,
+  for the ``process`` launcher (the ``docker`` launcher's runtime checks its own devices);
+* results folder: a suite never writes into a folder that already holds results unless
+  asked to resume (finish what is missing) or overwrite (start over); a resumed run whose
+  recipe changed since its kept repeats is refused, so no folder mixes two recipes.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import yaml
+
+from .datasets import DatasetError, check_dataset
+from .provenance import gpu_facts
+from .recipe import Recipe, Suite
+from .store import RECIPE_FILE, ResultsStore
+
+VENDOR_NAMES = {"nvidia": "an NVIDIA GPU", "amd": "an AMD GPU"}
+
+
+class PreflightError(RuntimeError):
+    """A check failed; the message is one line (or a few) saying what and where."""
+
+
+def check_datasets(suite: Suite, runs: list[Recipe]) -> None:
+    for recipe in runs:
+        try:
+            check_dataset(recipe.benchmark.dataset)
+        except DatasetError as e:
+            raise PreflightError(f"{suite.source}: run {recipe.name!r}: benchmark.dataset.path: {e}") from None
+
+
+def check_accelerator(suite: Suite, runs: list[Recipe], facts: dict | None = None) -> None:
+    """The vendor the runs need (``serve.gpu_vendor`` of process-launched runs) is here."""
+    needed = sorted({r.serve.gpu_vendor for r in runs if r.serve.launcher == "process"} - {"none"})
+    if not needed:
+        return
+    found = (facts or gpu_facts()).get("vendor", "none")
+    if found in needed and len(needed) == 1:
+        return
+    want = " and ".join(VENDOR_NAMES[v] for v in needed)
+    have = {"none": "no GPU (neither nvidia-smi nor rocm-smi found one)"}.get(found, VENDOR_NAMES.get(found, found))
+    raise PreflightError(
+        f"{suite.source}: its runs need {want} (serve.gpu_vendor: {', '.join(needed)}) and this machine has "
+        f"{have}; run it on such a host (or in its image with RUNTIME=docker), or pick runs with --only")
+
+
+def check_results_folder(store: ResultsStore, runs: list[Recipe], *, resume: bool, overwrite: bool) -> None:
+    """Refuse to mix sessions or recipes in one results folder (module doc); with
+    ``overwrite``, remove the suite's folder first."""
+    folder = store.suite_dir
+    held = folder.exists() and any(folder.iterdir())
+    if overwrite:
+        if held:
+            shutil.rmtree(folder)
+        return
+    if not held:
+        return
+    if not resume:
+        raise PreflightError(
+            f"{folder} already holds results; add --resume to finish its missing repeats, --overwrite to "
+            "replace them, or --out another folder")
+    for recipe in runs:
+        stored = store.run_dir(recipe.name) / RECIPE_FILE
+        if not stored.exists():
+            continue
+        before = Recipe.model_validate(yaml.safe_load(stored.read_text())).digest()
+        if before != recipe.digest():
+            raise PreflightError(
+                f"{stored}: run {recipe.name!r} was measured with another recipe (hash {before[:12]}, now "
+                f"{recipe.digest()[:12]}); --resume would mix the two: use --overwrite or another --out")
+
+
+def preflight(suite: Suite, runs: list[Recipe], store: ResultsStore | None = None, *, resume: bool = False,
+              overwrite: bool = False) -> None:
+    """Every check of the module doc (the results folder only when ``store`` is given)."""
+    check_datasets(suite, runs)
+    check_accelerator(suite, runs)
+    if store is not None:
+        check_results_folder(store, runs, resume=resume, overwrite=overwrite)
+
