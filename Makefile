@@ -17,6 +17,12 @@ VLLM_TAG ?= v0.26.0
 ROCM_VLLM_TAG ?= rocm7.14.0_cdna_ubuntu24.04_py3.14_pytorch_2.11.0_vllm_0.23.0
 IMAGE_CUDA ?= attnbench:cuda-$(VLLM_TAG)
 IMAGE_ROCM ?= attnbench:rocm-$(ROCM_VLLM_TAG)
+# the blog's V0 runs (engine: v0) need the newest vLLM that still has the V0 engine (0.10.x)
+VLLM_V0_TAG ?= v0.10.1.1
+ROCM_VLLM_V0_TAG ?= rocm6.4.1_vllm_0.10.1_20250909
+IMAGE_CUDA_V0 ?= attnbench:cuda-$(VLLM_V0_TAG)
+IMAGE_ROCM_V0 ?= attnbench:rocm-$(ROCM_VLLM_V0_TAG)
+ATTNBENCH_V0 ?=            # RUNTIME=native: an attnbench in a venv with vLLM <= 0.10, for the V0 runs
 GIT_SHA := $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
 RESULTS ?= $(CURDIR)/results
 HF_CACHE ?= $(HOME)/.cache/huggingface
@@ -96,12 +102,14 @@ plots: $(STAMP) ## figures + report for RESULTS=<results dir> and its microbench
 	$(VPY) -m attnbench.runner.cli report $(RESULTS) $(foreach f,$(wildcard $(CSV)),--microbench $(f))
 
 .PHONY: image-cuda
-image-cuda: ## build the CUDA image (VLLM_TAG=v0.26.0)
+image-cuda: ## build the CUDA images: VLLM_TAG (v0.26.0) and VLLM_V0_TAG (v0.10.1.1, for V0 runs)
 	docker build -f docker/Dockerfile.cuda --build-arg VLLM_TAG=$(VLLM_TAG) --build-arg GIT_SHA=$(GIT_SHA) -t $(IMAGE_CUDA) .
+	docker build -f docker/Dockerfile.cuda --build-arg VLLM_TAG=$(VLLM_V0_TAG) --build-arg GIT_SHA=$(GIT_SHA) -t $(IMAGE_CUDA_V0) .
 
 .PHONY: image-rocm
-image-rocm: ## build the ROCm image (ROCM_VLLM_TAG=...)
+image-rocm: ## build the ROCm images: ROCM_VLLM_TAG and ROCM_VLLM_V0_TAG (vLLM 0.10, for V0 runs)
 	docker build -f docker/Dockerfile.rocm --build-arg ROCM_VLLM_TAG=$(ROCM_VLLM_TAG) --build-arg GIT_SHA=$(GIT_SHA) -t $(IMAGE_ROCM) .
+	docker build -f docker/Dockerfile.rocm --build-arg ROCM_VLLM_TAG=$(ROCM_VLLM_V0_TAG) --build-arg GIT_SHA=$(GIT_SHA) -t $(IMAGE_ROCM_V0) .
 
 # GPU targets stop in one line when the GPU (or a Python that sees it) is missing
 GPU_PY = $(call strip,$(GPU_PYTHON))
@@ -112,26 +120,30 @@ endef
 # $(call need_vendor,nvidia|amd): that vendor's GPU is on this machine (docker runs; native runs check in attnbench)
 need_vendor = @$(if $(filter nvidia,$(1)),nvidia-smi -L >/dev/null 2>&1,test -e /dev/kfd) || { echo "$@: no $(if $(filter nvidia,$(1)),NVIDIA,AMD) GPU on this machine ($(if $(filter nvidia,$(1)),nvidia-smi -L found none,no /dev/kfd)); run it on a GPU host" >&2; exit 1; }
 
-# $(call bench,suite,devices,image,vendor): the serving suite, then its microbenchmarks into RESULTS/<suite>/
+V1_ENGINES = --engine v1 --engine v0-style
+# $(call bench,suite,devices,image,vendor,V0 image): the serving suite (V1 runs in the
+# current image, V0 runs in the V0 image, one results tree), then its microbenchmarks
 define bench
 $(if $(filter native,$(call strip,$(RUNTIME))),
-	$(ATTNBENCH) run recipes/$(1).yaml $(NATIVE_FLAGS) $(RUN_FLAGS)
+	$(ATTNBENCH) run recipes/$(1).yaml $(NATIVE_FLAGS) $(RUN_FLAGS) $(V1_ENGINES)
+	$(if $(call strip,$(ATTNBENCH_V0)),$(call strip,$(ATTNBENCH_V0)) run recipes/$(1).yaml $(NATIVE_FLAGS) $(RUN_FLAGS) --engine v0,@echo "$@: V0 runs skipped: RUNTIME=native needs ATTNBENCH_V0=<attnbench in a venv with vLLM <= 0.10>")
 	$(foreach m,$(MICROBENCH),$(ATTNBENCH) microbench recipes/microbench/$(m).yaml --out $(RESULTS)/$(1)/$(m).csv
 	),
 	$(call need_vendor,$(4))
 	mkdir -p $(RESULTS) $(HF_CACHE)
-	docker run --rm $(2) $(DOCKER_MOUNTS) $(3) run /opt/attnbench/recipes/$(1).yaml $(SUITE_FLAGS) $(RUN_FLAGS)
+	docker run --rm $(2) $(DOCKER_MOUNTS) $(3) run /opt/attnbench/recipes/$(1).yaml $(SUITE_FLAGS) $(RUN_FLAGS) $(V1_ENGINES)
+	docker run --rm $(2) $(DOCKER_MOUNTS) $(5) run /opt/attnbench/recipes/$(1).yaml $(SUITE_FLAGS) $(RUN_FLAGS) --engine v0
 	$(foreach m,$(MICROBENCH),docker run --rm $(2) -v $(RESULTS):/results $(3) microbench /opt/attnbench/recipes/microbench/$(m).yaml --out /results/$(1)/$(m).csv
 	))
 endef
 
 .PHONY: bench-h100
 bench-h100: ## the H100 suite + kernel microbenchmarks (RUNTIME=docker|native, MODELS=dummy|real, ONLY=..., RESUME=1, SHAREGPT=...)
-	$(call bench,h100,$(CUDA_DEVICES),$(IMAGE_CUDA),nvidia)
+	$(call bench,h100,$(CUDA_DEVICES),$(IMAGE_CUDA),nvidia,$(IMAGE_CUDA_V0))
 
 .PHONY: bench-mi300x
 bench-mi300x: ## the MI300X suite + kernel microbenchmarks (same switches as bench-h100)
-	$(call bench,mi300x,$(ROCM_DEVICES),$(IMAGE_ROCM),amd)
+	$(call bench,mi300x,$(ROCM_DEVICES),$(IMAGE_ROCM),amd,$(IMAGE_ROCM_V0))
 
 .PHONY: microbench-gpu
 microbench-gpu: ## kernel microbenchmarks on this machine's GPU into RESULTS (GPU_PYTHON)

@@ -63,6 +63,15 @@ def _save(fig, data: pd.DataFrame, out_dir: Path, name: str) -> list[Path]:
     return paths
 
 
+def run_label(row) -> str:
+    """A run's name, with "V0-style settings on V1" under runs that are not the V0 engine
+    but V0's scheduler settings on V1 (so no reader takes them for V0)."""
+    from attnbench.runner.recipe import ENGINE_LABELS
+
+    engine = row.get("engine")
+    return f"{row['run']}\n({ENGINE_LABELS[engine]})" if engine == "v0-style" else str(row["run"])
+
+
 def _bar_panel(ax, df: pd.DataFrame, col: str, scale: float, ylabel: str):
     x = np.arange(len(df))
     vals = df[col].to_numpy(float) * scale
@@ -71,7 +80,7 @@ def _bar_panel(ax, df: pd.DataFrame, col: str, scale: float, ylabel: str):
     err = np.vstack([np.clip(vals - lo, 0, None), np.clip(hi - vals, 0, None)])
     colors = [OKABE_ITO[i % len(OKABE_ITO)] for i in range(len(df))]
     ax.bar(x, vals, color=colors, yerr=np.nan_to_num(err), capsize=4, edgecolor="black", linewidth=0.5)
-    ax.set_xticks(x, df["run"], rotation=20, ha="right")
+    ax.set_xticks(x, [run_label(row) for _, row in df.iterrows()], rotation=20, ha="right")
     ax.set_ylabel(ylabel)
     ax.grid(axis="y", alpha=0.3)
 

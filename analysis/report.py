@@ -127,7 +127,10 @@ def format_value(value, metric: str = "", ratio: bool = False) -> str:
 
 
 def _fmt_table(df: pd.DataFrame, ratio: bool = False) -> str:
-    cells = {c: [format_value(v, c, ratio and c in UNITS) for v in df[c]] for c in df.columns}
+    from attnbench.runner.recipe import ENGINE_LABELS
+
+    cells = {c: [ENGINE_LABELS.get(v, v) if c == "engine" else format_value(v, c, ratio and c in UNITS)
+                 for v in df[c]] for c in df.columns}
     return pd.DataFrame(cells).rename(columns=UNITS).to_markdown(index=False, disable_numparse=True)
 
 

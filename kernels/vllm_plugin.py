@@ -9,6 +9,8 @@ BACKEND_CLASS = "attnbench.kernels.vllm_backend.AttnbenchBackend"
 
 
 def register() -> None:
-    from vllm.v1.attention.backends.registry import AttentionBackendEnum, register_backend
-
+    try:
+        from vllm.v1.attention.backends.registry import AttentionBackendEnum, register_backend
+    except ImportError:  # vLLM before 0.26 (e.g. a V0 image): no CUSTOM backend to fill
+        return
     register_backend(AttentionBackendEnum.CUSTOM, BACKEND_CLASS)

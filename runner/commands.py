@@ -43,6 +43,8 @@ def _suite_with_models(suite_file: Path, models: str, models_dir: Path):
 @click.command("run")
 @click.argument("suite_file", type=click.Path(dir_okay=False, path_type=Path))
 @click.option("--only", multiple=True, help="Run name to run (repeatable); default: every run.")
+@click.option("--engine", "engines", multiple=True, type=click.Choice(["v1", "v0", "v0-style"]),
+              help="Only the runs of this serve.engine (repeatable): V0 runs need an image or venv of vLLM <= 0.10.")
 @click.option("--repeats", type=click.IntRange(min=1), help="Override every run's repeat count.")
 @click.option("--out", "out_root", type=click.Path(file_okay=False, path_type=Path), default=Path("results"),
               show_default=True, help="Results root; the suite writes to OUT/<suite>/<run>/r<k>/.")
@@ -51,7 +53,7 @@ def _suite_with_models(suite_file: Path, models: str, models_dir: Path):
 @model_options
 @click.option("--sharegpt", type=click.Path(dir_okay=False, path_type=Path),
               help="Use this ShareGPT JSON for every run's prompts.")
-def run_cmd(suite_file, only, repeats, out_root, resume, overwrite, models, models_dir, sharegpt):
+def run_cmd(suite_file, only, engines, repeats, out_root, resume, overwrite, models, models_dir, sharegpt):
     """Serve each run of SUITE_FILE with vLLM, warm up, measure the repeats, stop the server.
 
     Refuses to write into a folder that already holds results unless --resume (finish it)
@@ -69,6 +71,13 @@ def run_cmd(suite_file, only, repeats, out_root, resume, overwrite, models, mode
         runs = suite.select(list(only) or None)
     except RecipeError as e:
         raise click.BadParameter(str(e), param_hint="--only") from None
+    if engines:
+        runs = [r for r in runs if r.serve.engine in engines]
+        if not runs:
+            click.echo(f"{suite_file}: no selected run has engine {' or '.join(engines)}; nothing to do")
+            return
+        suite = suite.model_copy(update={"runs": runs})
+        only = tuple(r.name for r in runs)
     try:
         preflight(suite, runs, ResultsStore(out_root, suite.name), resume=resume, overwrite=overwrite)
     except PreflightError as e:

@@ -30,7 +30,7 @@ from .models import ensure_model
 from .recipe import Recipe, Suite
 from .server import ServerError, ServerProcess, build_launch, log_tail
 from .repeat import measure_repeat
-from .serverlog import cuda_graph_modes
+from .serverlog import cuda_graph_modes, engine_mismatch
 from .store import ResultsStore, atomic_write_json, read_records
 
 
@@ -116,6 +116,10 @@ def run_recipe(suite: Suite, recipe: Recipe, store: ResultsStore, repeats: list[
     except ServerError as e:
         console.print(f"[red]{recipe.name}: server failed to start[/]\n{e}")
         return [_failed(store, suite, recipe, r, "failed", str(e), session=session) for r in repeats]
+    mismatch = engine_mismatch(recipe.serve.engine, server.version(), server.log_text())
+    if mismatch:
+        console.print(f"[red]{recipe.name}: {mismatch}[/]")
+        return [_failed(store, suite, recipe, r, "failed", mismatch, session=session) for r in repeats]
     cfg = LoadConfig(server.plan.base_url, recipe.model.name, b.ignore_eos, b.max_concurrency,
                      b.request_timeout_s, per_chunk_usage=b.per_chunk_usage)
     prov = provenance.collect(recipe, suite_source=suite.source, server_version=server.version(),

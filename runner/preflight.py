@@ -5,7 +5,7 @@ a two-minute server start.
 * datasets: every ShareGPT file the runs read exists and holds conversations;
 * accelerator: the GPU vendor the runs name (``serve.gpu_vendor``) is on this machine,
   for the ``process`` launcher (the ``docker`` launcher's runtime checks its own devices);
-* results folder: a suite never writes into a folder that already holds results unless
+* results folder: a run never writes into a folder that already holds results unless
   asked to resume (finish what is missing) or overwrite (start over); a resumed run whose
   recipe changed since its kept repeats is refused, so no folder mixes two recipes.
 """
@@ -53,20 +53,23 @@ def check_accelerator(suite: Suite, runs: list[Recipe], facts: dict | None = Non
 
 
 def check_results_folder(store: ResultsStore, runs: list[Recipe], *, resume: bool, overwrite: bool) -> None:
-    """Refuse to mix sessions or recipes in one results folder (module doc); with
-    ``overwrite``, remove the suite's folder first."""
-    folder = store.suite_dir
-    held = folder.exists() and any(folder.iterdir())
+    """Refuse to mix sessions or recipes in a run's results folder (module doc); with
+    ``overwrite``, remove the selected runs' folders first. Runs not selected are never
+    touched, so two invocations (say, V0 runs in one image and V1 runs in another) can
+    fill one suite's tree."""
+    held = [store.run_dir(r.name) for r in runs
+            if store.run_dir(r.name).exists() and any(store.run_dir(r.name).iterdir())]
     if overwrite:
-        if held:
+        for folder in held:
             shutil.rmtree(folder)
         return
     if not held:
         return
     if not resume:
+        names = ", ".join(p.name for p in held[:3]) + (f" and {len(held) - 3} more" if len(held) > 3 else "")
         raise PreflightError(
-            f"{folder} already holds results; add --resume to finish its missing repeats, --overwrite to "
-            "replace them, or --out another folder")
+            f"{store.suite_dir} already holds results of {names}; add --resume to finish their missing repeats, "
+            "--overwrite to replace them, or --out another folder")
     for recipe in runs:
         stored = store.run_dir(recipe.name) / RECIPE_FILE
         if not stored.exists():

@@ -25,11 +25,16 @@ GRAPH_MODES = ("eager", "piecewise", "full", "full_decode_only", "full_and_piece
 _CUDAGRAPH_MODE = {"piecewise": "PIECEWISE", "full": "FULL", "full_decode_only": "FULL_DECODE_ONLY",
                    "full_and_piecewise": "FULL_AND_PIECEWISE"}
 
-# Scheduler defaults of the two engine presets (blog: V0 default vs V1 default).
+# Scheduler defaults of the engine presets (blog: V0 default vs V1 default). ``v0`` is vLLM's
+# real V0 engine (vLLM <= 0.10, started with VLLM_USE_V1=0); ``v0-style`` only V0's
+# scheduler settings on the V1 engine; reports call it "V0-style settings on V1".
 ENGINE_PRESETS = {
+    "v0": {"max_num_seqs": 256, "enable_chunked_prefill": False, "max_num_batched_tokens": None},
     "v0-style": {"max_num_seqs": 256, "enable_chunked_prefill": False, "max_num_batched_tokens": None},
     "v1": {"max_num_seqs": 1024, "enable_chunked_prefill": True, "max_num_batched_tokens": 8192},
 }
+ENGINE_LABELS = {"v0": "V0", "v0-style": "V0-style settings on V1", "v1": "V1"}
+V0_LAST_RELEASE = (0, 10)  # V0 was removed in vLLM 0.11
 
 
 class RecipeError(ValueError):
@@ -88,9 +93,14 @@ class ServeSettings(_Strict):
     ``gpu_vendor`` is the accelerator the server needs: ``nvidia``, ``amd`` or ``none``
     (vLLM's CPU build). `attnbench run` checks for it before starting a ``process``
     server; the ``docker`` launcher also passes that vendor's device flags.
+
+    ``engine: v0`` starts vLLM's V0 engine (``VLLM_USE_V1=0``; vLLM <= 0.10, so an older
+    image or venv) with V0's scheduler defaults; the runner checks that the server really
+    runs V0 before measuring. V0 has no ``--attention-backend`` flag (the backend goes in
+    ``VLLM_ATTENTION_BACKEND``) and no CUDA-graph modes (``graph_mode``: eager or unset).
     """
 
-    engine: Literal["v1", "v0-style"] = "v1"
+    engine: Literal["v1", "v0", "v0-style"] = "v1"
     max_num_seqs: int | None = Field(None, ge=1)
     enable_chunked_prefill: bool | None = None
     max_num_batched_tokens: int | None = Field(None, ge=1)
@@ -115,6 +125,13 @@ class ServeSettings(_Strict):
     def _docker_needs_image(self):
         if self.launcher == "docker" and not self.image:
             raise ValueError("launcher 'docker' needs 'image'")
+        return self
+
+    @model_validator(mode="after")
+    def _v0_has_no_v1_settings(self):
+        if self.engine == "v0" and self.graph_mode not in (None, "eager"):
+            raise ValueError(f"engine 'v0' has no CUDA-graph modes (graph_mode {self.graph_mode!r} is a V1 "
+                             "setting); use 'eager' or leave it unset")
         return self
 
     def resolved(self, key: str):
@@ -305,17 +322,18 @@ def _format_errors(source: str, run_name: str, err: ValidationError) -> str:
 
 
 def _included_runs(parent: Path, inc, platform_defaults: dict, where: str) -> list[tuple]:
-    """Runs of an included suite: ``{file, prefix, defaults, only}``.
+    """Runs of an included suite: ``{file, prefix, defaults, only, overrides}``.
 
     Defaults merge in this order: the including suite's, the included suite's, the include
     entry's (platform overrides for that experiment). Runs are renamed ``<prefix>-<run>``;
-    ``only`` keeps the named runs of the included file.
+    ``only`` keeps the named runs of the included file; ``overrides`` maps a run's name (as
+    in the included file) to settings merged over that run alone.
     """
     if not isinstance(inc, dict) or not isinstance(inc.get("file"), str):
-        raise RecipeError(f"{where}: expected {{file, prefix, defaults, only}}, got {inc!r}")
-    unknown = set(inc) - {"file", "prefix", "defaults", "only"}
+        raise RecipeError(f"{where}: expected {{file, prefix, defaults, only, overrides}}, got {inc!r}")
+    unknown = set(inc) - {"file", "prefix", "defaults", "only", "overrides"}
     if unknown:
-        raise RecipeError(f"{where}: unknown keys {sorted(unknown)}; expected file, prefix, defaults, only")
+        raise RecipeError(f"{where}: unknown keys {sorted(unknown)}; expected file, prefix, defaults, only, overrides")
     child = (parent.parent / inc["file"]).resolve()
     try:
         data = yaml.safe_load(child.read_text())
@@ -326,10 +344,18 @@ def _included_runs(parent: Path, inc, platform_defaults: dict, where: str) -> li
     base = deep_merge(deep_merge(platform_defaults, data.get("defaults") or {}), inc.get("defaults") or {})
     prefix = inc.get("prefix") or data.get("name", child.stem)
     only = inc.get("only")
+    overrides = inc.get("overrides") or {}
+    names = [run.get("name") for run in data.get("runs") or []]
+    if not isinstance(overrides, dict) or any(not isinstance(v, dict) for v in overrides.values()):
+        raise RecipeError(f"{where}.overrides: expected a mapping of run names to settings, got {overrides!r}")
+    stray = sorted(set(overrides) - set(names))
+    if stray:
+        raise RecipeError(f"{where}.overrides: no run named {stray} in {child}; runs are {names}")
     out = []
     for i, run in enumerate(data.get("runs") or []):
         if only and run.get("name") not in only:
             continue
+        run = deep_merge(run, overrides.get(run.get("name"), {}))
         out.append((str(child), f"runs[{i}]", base, {**run, "name": f"{prefix}-{run.get('name')}"}))
     return out
 

@@ -89,7 +89,7 @@ def vllm_args(recipe: Recipe, host: str, port: int) -> list[str]:
     if s.resolved("max_num_batched_tokens") is not None:
         args += ["--max-num-batched-tokens", str(s.resolved("max_num_batched_tokens"))]
     args.append("--enable-prefix-caching" if s.enable_prefix_caching else "--no-enable-prefix-caching")
-    if s.attention_backend:
+    if s.attention_backend and s.engine != "v0":  # V0 reads VLLM_ATTENTION_BACKEND (server_env)
         args += ["--attention-backend", s.attention_backend]
     args += graph_mode_args(s.graph_mode)
     if s.tensor_parallel_size != 1:
@@ -100,6 +100,18 @@ def vllm_args(recipe: Recipe, host: str, port: int) -> list[str]:
         if value is not None:
             args += [flag, str(value)]
     return args + list(s.extra_args)
+
+
+def server_env(recipe: Recipe) -> dict[str, str]:
+    """The server's environment: the recipe's ``serve.env``, plus for ``engine: v0`` the
+    switches of vLLM's V0 engine (VLLM_USE_V1=0, the backend in VLLM_ATTENTION_BACKEND)."""
+    s = recipe.serve
+    env = dict(s.env)
+    if s.engine == "v0":
+        env["VLLM_USE_V1"] = "0"
+        if s.attention_backend:
+            env["VLLM_ATTENTION_BACKEND"] = s.attention_backend
+    return env
 
 
 DOCKER_DEVICE_ARGS = {
@@ -117,7 +129,7 @@ def build_launch(recipe: Recipe, port: int | None = None, python: str | None = N
     port = port or s.port or free_port(s.host)
     if s.launcher == "process":
         argv = [python or sys.executable, "-m", VLLM_SERVER_MODULE, *vllm_args(recipe, s.host, port)]
-        return LaunchPlan(argv, dict(s.env), s.host, port)
+        return LaunchPlan(argv, server_env(recipe), s.host, port)
     container = f"attnbench-{recipe.name}-{os.getpid()}-{port}"
     argv = ["docker", "run", "--rm", "--name", container, *DOCKER_DEVICE_ARGS[s.gpu_vendor],
             "-p", f"{s.host}:{port}:{port}"]
@@ -126,7 +138,7 @@ def build_launch(recipe: Recipe, port: int | None = None, python: str | None = N
         argv += ["-v", f"{model_dir.resolve()}:{model_dir.resolve()}:ro"]
     hf_home = os.environ.get("HF_HOME", str(Path.home() / ".cache" / "huggingface"))
     argv += ["-v", f"{hf_home}:/hf-cache", "-e", "HF_HOME=/hf-cache"]
-    for key, value in sorted(s.env.items()):
+    for key, value in sorted(server_env(recipe).items()):
         argv += ["-e", f"{key}={value}"]
     inner = vllm_args(recipe, "0.0.0.0", port)
     if model_dir.exists():

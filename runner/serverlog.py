@@ -1,5 +1,6 @@
 """What attnbench reads from a vLLM server's log: kernel compiles during a measurement,
-the CUDA-graph modes the server actually captured, and the root cause of a failed start.
+the CUDA-graph modes the server actually captured, the root cause of a failed start, and
+which engine (V0 or V1) it runs.
 
 vLLM (>= 0.2x) activates a JIT monitor once its warm-up is done: every Triton kernel
 compiled after that (and every autotuning run) is logged as "... JIT compilation during
@@ -23,6 +24,7 @@ _WRAPPERS = re.compile(r"root cause above|Engine core initialization failed|Engi
 _USAGE = re.compile(r"(?:^|: )error: (.+)$")
 JIT_EVENT = re.compile(r"(JIT compilation|autotuning) during inference|Triton autotuning for function")
 _CAPTURE = re.compile(r"Capturing CUDA graphs \(([^)]*)\)")
+_ENGINE = re.compile(r"Initializing a (V[01]) LLM engine \(v([^)]+)\)")
 _CONFIGURED = re.compile(r"'cudagraph_mode': <CUDAGraphMode\.([A-Z_]+)")
 
 
@@ -87,4 +89,38 @@ def root_cause(log_text: str) -> str | None:
         m = _USAGE.search(line)
         if m and "Traceback" not in line:
             return line.strip()[:500]
+    return None
+
+
+def engine_in_log(log_text: str) -> tuple[str, str] | None:
+    """("V0" or "V1", version) from vLLM's "Initializing a V1 LLM engine (v0.26.0)"."""
+    m = _ENGINE.search(log_text)
+    return (m.group(1), m.group(2)) if m else None
+
+
+def _release(version: str) -> tuple[int, int]:
+    m = re.match(r"v?(\d+)\.(\d+)", version or "")
+    return (int(m.group(1)), int(m.group(2))) if m else (0, 0)
+
+
+def engine_mismatch(engine: str, version: str | None, log_text: str) -> str | None:
+    """Why a server does not run the engine a recipe asked for (None if it does).
+
+    ``engine: v0`` needs vLLM <= 0.10 and "Initializing a V0 LLM engine" in its log; the
+    other engines run on V1, so a server whose log names V0 cannot serve them."""
+    from .recipe import V0_LAST_RELEASE
+
+    logged = engine_in_log(log_text)
+    version = version or (logged[1] if logged else None)
+    if engine == "v0":
+        if version is None or _release(version) > V0_LAST_RELEASE:
+            return (f"engine v0: the server runs vLLM {version or '(version unknown)'}, which has no V0 engine "
+                    f"(removed in 0.11); serve V0 runs from an image or venv with vLLM <= 0.10 "
+                    f"(VLLM_V0_TAG / ROCM_VLLM_V0_TAG images)")
+        if logged is None or logged[0] != "V0":
+            what = f"its log says {logged[0]}" if logged else "its log names no engine"
+            return f"engine v0: the server runs vLLM {version} but not the V0 engine ({what}; VLLM_USE_V1=0 not honoured)"
+        return None
+    if logged is not None and logged[0] == "V0":
+        return f"engine {engine}: the server runs vLLM {logged[1]}'s V0 engine; this run needs V1"
     return None

@@ -104,12 +104,14 @@ def test_bench_mi300x_docker_argv_has_rocm_devices():
 def test_native_runtime_runs_the_same_suite_without_docker():
     commands = make_n("bench-h100", "RUNTIME=native", "SHAREGPT=/data/sg.json")
     assert commands[0][:3] == ["attnbench", "run", "recipes/h100.yaml"]
+    # the V0 runs need a vLLM <= 0.10 next to it: skipped with a message without ATTNBENCH_V0
+    assert commands[1][0] == "echo" and "V0 runs skipped" in commands[1][1]
     # then the paper's Fig. 6-8 microbenchmarks, into the suite's results folder
-    assert [c[:3] for c in commands[1:]] == [["attnbench", "microbench", f"recipes/microbench/paper-fig{n}.yaml"]
+    assert [c[:3] for c in commands[2:]] == [["attnbench", "microbench", f"recipes/microbench/paper-fig{n}.yaml"]
                                              for n in (6, 7, 8)]
-    assert commands[2][commands[2].index("--out") + 1] == "/data/results/h100/paper-fig7.csv"
+    assert commands[3][commands[3].index("--out") + 1] == "/data/results/h100/paper-fig7.csv"
     only = make_n("bench-h100", "RUNTIME=native", "ONLY=fig9-flash-10")
-    assert len(only) == 1, "a partial suite (ONLY=) runs no microbenchmarks"
+    assert len(only) == 2, "a partial suite (ONLY=) runs no microbenchmarks"
     cmd = commands[0]
     assert cmd[cmd.index("--out") + 1] == "/data/results"
     assert cmd[cmd.index("--sharegpt") + 1] == "/data/sg.json"

@@ -135,21 +135,23 @@ def test_results_folder_is_never_mixed(tmp_path):
     check_results_folder(store, suite.runs, resume=False, overwrite=False)  # empty: fine
     run_dir = store.run_dir("v1")
     store.write_run_meta("v1", suite.runs[1].model_dump(mode="json"), {})
-    with pytest.raises(PreflightError, match="already holds results; add --resume .* --overwrite"):
+    with pytest.raises(PreflightError, match="already holds results of v1; add --resume .* --overwrite"):
         check_results_folder(store, suite.runs, resume=False, overwrite=False)
     check_results_folder(store, suite.runs, resume=True, overwrite=False)  # same recipe: resumable
     changed = [r.model_copy(update={"benchmark": r.benchmark.model_copy(update={"num_prompts": 7})})
                for r in suite.runs]
     with pytest.raises(PreflightError, match="measured with another recipe"):
         check_results_folder(store, changed, resume=True, overwrite=False)
-    check_results_folder(store, changed, resume=False, overwrite=True)
-    assert not run_dir.exists()
+    store.write_run_meta("v0-style", suite.runs[0].model_dump(mode="json"), {})
+    check_results_folder(store, changed[1:], resume=False, overwrite=True)  # overwrite v1 only
+    assert not run_dir.exists() and store.run_dir("v0-style").exists()
 
 
 def test_run_refuses_a_folder_with_results(tmp_path):
     (tmp_path / "cpu-demo" / "v1").mkdir(parents=True)
+    (tmp_path / "cpu-demo" / "v1" / "recipe.yaml").write_text("name: v1\n")
     result = invoke("run", str(ROOT / "recipes/cpu-demo.yaml"), "--out", str(tmp_path))
-    assert "already holds results" in one_line_error(result, 1)
+    assert "already holds results of v1" in one_line_error(result, 1)
     both = invoke("run", str(ROOT / "recipes/cpu-demo.yaml"), "--out", str(tmp_path), "--resume", "--overwrite")
     assert both.exit_code == 2 and "exclude each other" in both.output
 
