@@ -66,8 +66,19 @@ $(STAMP): requirements-cpu.txt pyproject.toml
 venv: $(STAMP) ## create/refresh the local CPU virtualenv (.venv)
 
 .PHONY: test
-test: $(STAMP) ## the test suite on CPU: kernels in Triton's interpreter, real vLLM CPU servers
+test: $(STAMP) slurm-packages ## the test suite on CPU: kernels in Triton's interpreter, real vLLM CPU servers, a real Slurm
 	TRITON_INTERPRET=1 $(VPY) -m pytest -q -n $(PYTEST_WORKERS) --dist loadgroup tests
+
+# tests/test_slurm.py starts a single-node Slurm; it needs Debian's slurm-wlm and munge
+.PHONY: slurm-packages
+slurm-packages:
+	@if command -v sbatch >/dev/null && command -v slurmctld >/dev/null && command -v munged >/dev/null; then :; \
+	elif command -v apt-get >/dev/null && [ "$$(id -u)" = 0 ]; then \
+	  echo "installing Debian's slurm-wlm and munge for tests/test_slurm.py"; \
+	  apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq slurm-wlm munge >/dev/null; \
+	else \
+	  echo "NOTE: no apt-get as root here, so no Slurm: tests/test_slurm.py will be skipped (install slurm-wlm and munge)"; \
+	fi
 
 .PHONY: test-gpu
 test-gpu: ## the kernel tests on a CUDA/ROCm GPU (GPU_PYTHON=python3, attnbench installed there)

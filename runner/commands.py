@@ -48,12 +48,16 @@ def _suite_with_models(suite_file: Path, models: str, models_dir: Path):
 @click.option("--repeats", type=click.IntRange(min=1), help="Override every run's repeat count.")
 @click.option("--out", "out_root", type=click.Path(file_okay=False, path_type=Path), default=Path("results"),
               show_default=True, help="Results root; the suite writes to OUT/<suite>/<run>/r<k>/.")
+@click.option("--task", "task_spec", metavar="i/N",
+              help="Run only task i of N (0-based; a task is one server configuration with its runs, "
+                   "see `attnbench tasks`), resuming what is there: for scheduler job arrays.")
 @click.option("--resume", is_flag=True, help="Finish a results folder: skip repeats whose summary.json says ok.")
 @click.option("--overwrite", is_flag=True, help="Delete the suite's results folder first and start over.")
 @model_options
 @click.option("--sharegpt", type=click.Path(dir_okay=False, path_type=Path),
               help="Use this ShareGPT JSON for every run's prompts.")
-def run_cmd(suite_file, only, engines, repeats, out_root, resume, overwrite, models, models_dir, sharegpt):
+def run_cmd(suite_file, only, engines, task_spec, repeats, out_root, resume, overwrite, models, models_dir,
+            sharegpt):
     """Serve each run of SUITE_FILE with vLLM, warm up, measure the repeats, stop the server.
 
     Refuses to write into a folder that already holds results unless --resume (finish it)
@@ -76,10 +80,27 @@ def run_cmd(suite_file, only, engines, repeats, out_root, resume, overwrite, mod
         if not runs:
             click.echo(f"{suite_file}: no selected run has engine {' or '.join(engines)}; nothing to do")
             return
-        suite = suite.model_copy(update={"runs": runs})
-        only = tuple(r.name for r in runs)
+    store = ResultsStore(out_root, suite.name)
+    if task_spec:
+        from .tasks import parse_task, split_tasks, task_runs, write_plan
+
+        try:
+            index, count = parse_task(task_spec)
+        except ValueError as e:
+            raise click.BadParameter(str(e), param_hint="--task") from None
+        if overwrite:
+            raise click.UsageError("--task resumes what earlier tasks measured; it excludes --overwrite")
+        tasks = split_tasks(runs)
+        if not (store.suite_dir / "tasks.json").exists():
+            write_plan(store, suite, tasks, repeats)
+        runs, resume = task_runs(tasks, index, count), True
+        if not runs:
+            click.echo(f"task {index}/{count}: the suite has {len(tasks)} tasks; nothing for this one")
+            return
+    suite = suite.model_copy(update={"runs": runs})
+    only = tuple(r.name for r in runs)
     try:
-        preflight(suite, runs, ResultsStore(out_root, suite.name), resume=resume, overwrite=overwrite)
+        preflight(suite, runs, store, resume=resume, overwrite=overwrite)
     except PreflightError as e:
         raise click.ClickException(str(e)) from None
     _term_as_interrupt()

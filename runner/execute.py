@@ -32,6 +32,7 @@ from .server import ServerError, ServerProcess, build_launch, log_tail
 from .repeat import measure_repeat
 from .serverlog import cuda_graph_modes, engine_mismatch
 from .store import ResultsStore, atomic_write_json, read_records
+from .tasks import RunLock, launch_key
 
 
 @dataclass
@@ -76,14 +77,10 @@ class SharedServer:
         self.key: str | None = None
         self.owner: str | None = None  # the run whose folder holds the server log
 
-    @staticmethod
-    def launch_key(recipe: Recipe) -> str:
-        return recipe.model.model_dump_json() + recipe.serve.model_dump_json()
-
     def acquire(self, recipe: Recipe, log: Path, console: Console) -> ServerProcess:
         """A healthy server for ``recipe``: the running one if it fits, else a new one
         (logging to ``log``). Raises ServerError if a new one does not start."""
-        key = self.launch_key(recipe)
+        key = launch_key(recipe)
         if self.server is not None and key == self.key and self.server.alive():
             console.print(f"[bold]{recipe.name}[/]: reusing the server of {self.owner}")
             return self.server
@@ -186,14 +183,23 @@ def run_suite(suite: Suite, out_root: str | Path, *, only: list[str] | None = No
     session = _now()
     try:
         for recipe in suite.select(only):
-            n = repeats or recipe.benchmark.repeats
-            todo = [r for r in range(1, n + 1) if not (resume and store.is_complete(recipe.name, r))]
-            for r in range(1, n + 1):
-                if r not in todo:
-                    outcomes.append(RepeatOutcome(recipe.name, r, "ok", store.summary(recipe.name, r) or {},
-                                                  "kept (resume)"))
-            if todo:
-                outcomes += run_recipe(suite, recipe, store, todo, console, servers, session)
+            lock = RunLock(store.run_dir(recipe.name))
+            if not lock.acquire():  # another task measures this run right now
+                console.print(f"[yellow]{recipe.name}: skipped, another process is measuring it "
+                              f"({store.run_dir(recipe.name) / '.lock'})[/]")
+                outcomes.append(RepeatOutcome(recipe.name, 0, "skipped", {}, "locked by another process"))
+                continue
+            try:
+                n = repeats or recipe.benchmark.repeats
+                todo = [r for r in range(1, n + 1) if not (resume and store.is_complete(recipe.name, r))]
+                for r in range(1, n + 1):
+                    if r not in todo:
+                        outcomes.append(RepeatOutcome(recipe.name, r, "ok", store.summary(recipe.name, r) or {},
+                                                      "kept (resume)"))
+                if todo:
+                    outcomes += run_recipe(suite, recipe, store, todo, console, servers, session)
+            finally:
+                lock.release()
     finally:
         servers.close()
     console.print(summary_table(suite.name, outcomes))

@@ -21,6 +21,7 @@ from .datasets import DatasetError, check_dataset
 from .provenance import gpu_facts
 from .recipe import Recipe, Suite
 from .store import RECIPE_FILE, ResultsStore
+from .tasks import LOCK_FILE
 
 VENDOR_NAMES = {"nvidia": "an NVIDIA GPU", "amd": "an AMD GPU"}
 
@@ -57,8 +58,8 @@ def check_results_folder(store: ResultsStore, runs: list[Recipe], *, resume: boo
     ``overwrite``, remove the selected runs' folders first. Runs not selected are never
     touched, so two invocations (say, V0 runs in one image and V1 runs in another) can
     fill one suite's tree."""
-    held = [store.run_dir(r.name) for r in runs
-            if store.run_dir(r.name).exists() and any(store.run_dir(r.name).iterdir())]
+    held = [store.run_dir(r.name) for r in runs if store.run_dir(r.name).exists()
+            and any(p.name != LOCK_FILE for p in store.run_dir(r.name).iterdir())]
     if overwrite:
         for folder in held:
             shutil.rmtree(folder)

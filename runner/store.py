@@ -34,8 +34,16 @@ REPEAT_PREFIX = "r"
 STATUSES = ("ok", "failed", "interrupted")
 
 
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
 def atomic_write_text(path: Path, text: str) -> None:
-    """Write via a temporary file in the same folder and rename: readers never see half a file."""
+    """Write via a temporary file in the same folder and rename: readers never see half a
+    file. The file gets the mode of any new file (0666 less the umask), like the records
+    appended beside it, not the temporary file's private 0600: a team shares the tree."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
@@ -43,6 +51,7 @@ def atomic_write_text(path: Path, text: str) -> None:
             fh.write(text)
             fh.flush()
             os.fsync(fh.fileno())
+        os.chmod(tmp, 0o666 & ~_umask())
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
