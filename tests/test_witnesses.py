@@ -17,33 +17,23 @@ from attnbench.runner.metrics import first_error, summarize
 from attnbench.runner.serverlog import LogWindow, cuda_graph_modes, jit_compiles
 from attnbench.runner.witness import Snapshot, between
 
-METRICS_BEFORE = """\
-# HELP vllm:time_to_first_token_seconds Histogram of time to first token in seconds.
-# TYPE vllm:time_to_first_token_seconds histogram
-vllm:time_to_first_token_seconds_bucket{engine="0",le="0.1",model_name="m"} 2.0
-vllm:time_to_first_token_seconds_bucket{engine="0",le="0.5",model_name="m"} 2.0
-vllm:time_to_first_token_seconds_bucket{engine="0",le="1.0",model_name="m"} 2.0
-vllm:time_to_first_token_seconds_bucket{engine="0",le="+Inf",model_name="m"} 2.0
-vllm:time_to_first_token_seconds_count{engine="0",model_name="m"} 2.0
-vllm:time_to_first_token_seconds_sum{engine="0",model_name="m"} 0.1
-# HELP vllm:generation_tokens_total Number of generation tokens processed.
-# TYPE vllm:generation_tokens_total counter
-vllm:generation_tokens_total{engine="0",model_name="m"} 100.0
-"""
+def metrics_page(ttft_buckets: dict[str, float], ttft_sum_s: float, generation_tokens: float) -> str:
+    """A vLLM /metrics page with a TTFT histogram (cumulative counts by bucket bound) and
+    the generated-tokens counter."""
+    lines = ["# HELP vllm:time_to_first_token_seconds Histogram of time to first token in seconds.",
+             "# TYPE vllm:time_to_first_token_seconds histogram"]
+    lines += [f'vllm:time_to_first_token_seconds_bucket{{engine="0",le="{le}",model_name="m"}} {n}'
+              for le, n in ttft_buckets.items()]
+    lines += [f'vllm:time_to_first_token_seconds_count{{engine="0",model_name="m"}} {ttft_buckets["+Inf"]}',
+              f'vllm:time_to_first_token_seconds_sum{{engine="0",model_name="m"}} {ttft_sum_s}',
+              "# HELP vllm:generation_tokens_total Number of generation tokens processed.",
+              "# TYPE vllm:generation_tokens_total counter",
+              f'vllm:generation_tokens_total{{engine="0",model_name="m"}} {generation_tokens}']
+    return "\n".join(lines) + "\n"
 
-METRICS_AFTER = """\
-# HELP vllm:time_to_first_token_seconds Histogram of time to first token in seconds.
-# TYPE vllm:time_to_first_token_seconds histogram
-vllm:time_to_first_token_seconds_bucket{engine="0",le="0.1",model_name="m"} 2.0
-vllm:time_to_first_token_seconds_bucket{engine="0",le="0.5",model_name="m"} 4.0
-vllm:time_to_first_token_seconds_bucket{engine="0",le="1.0",model_name="m"} 6.0
-vllm:time_to_first_token_seconds_bucket{engine="0",le="+Inf",model_name="m"} 6.0
-vllm:time_to_first_token_seconds_count{engine="0",model_name="m"} 6.0
-vllm:time_to_first_token_seconds_sum{engine="0",model_name="m"} 2.5
-# HELP vllm:generation_tokens_total Number of generation tokens processed.
-# TYPE vllm:generation_tokens_total counter
-vllm:generation_tokens_total{engine="0",model_name="m"} 1100.0
-"""
+
+METRICS_BEFORE = metrics_page({"0.1": 2.0, "0.5": 2.0, "1.0": 2.0, "+Inf": 2.0}, 0.1, 100.0)
+METRICS_AFTER = metrics_page({"0.1": 2.0, "0.5": 4.0, "1.0": 6.0, "+Inf": 6.0}, 2.5, 1100.0)
 
 
 def test_server_metrics_between_two_scrapes():
