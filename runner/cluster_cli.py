@@ -10,7 +10,7 @@ from pathlib import Path
 import click
 import yaml
 
-from .commands import _suite_with_models, model_options
+from .commands import model_options, suite_with_models
 from .store import ResultsStore
 from .submit import K8sOptions, SlurmOptions, TaskWork, k8s_job, shared_paths, slurm_script
 from .tasks import read_plan, split_tasks, task_states, write_plan
@@ -24,7 +24,7 @@ DEFAULT_IMAGES = {"nvidia": "attnbench:cuda-v0.26.0", "amd": "attnbench:rocm"}
 @click.argument("suite_file", type=click.Path(dir_okay=False, path_type=Path))
 def tasks_cmd(suite_file):
     """List SUITE_FILE's tasks: one server configuration each, with the runs that share it."""
-    suite = _suite_with_models(suite_file, "as-written", Path(".models"))
+    suite = suite_with_models(suite_file, "as-written", Path(".models"))
     tasks = split_tasks(suite.runs)
     for i, task in enumerate(tasks):
         click.echo(f"{i:>3}  {', '.join(r.name for r in task)}")
@@ -122,7 +122,7 @@ def submit_slurm(suite_file, out, only, partition, gpus_per_task, cpus_per_task,
     sbatch command, and with --now run it."""
     if container_image and apptainer_image:
         raise click.UsageError("--container-image and --apptainer exclude each other")
-    suite = _select(_suite_with_models(suite_file, models, models_dir), only)
+    suite = _select(suite_with_models(suite_file, models, models_dir), only)
     out = out.resolve()
     store, tasks, todo = _plan_and_todo(suite, out, repeats)
     if not todo:
@@ -172,7 +172,7 @@ def submit_k8s(suite_file, only, image, namespace, gpus_per_task, parallelism, r
                repeats, manifest):
     """Write a Kubernetes Indexed Job over SUITE_FILE's tasks (one completion index per task)
     and print the kubectl command that submits it."""
-    suite = _select(_suite_with_models(suite_file, "as-written", Path(".models")), only)
+    suite = _select(suite_with_models(suite_file, "as-written", Path(".models")), only)
     recipes = (REPO / "recipes").resolve()
     path = suite_file.resolve()
     if not path.is_relative_to(recipes):

@@ -35,7 +35,7 @@ def model_options(f):
                         "random weights, no download.")(f)
 
 
-def _suite_with_models(suite_file: Path, models: str, models_dir: Path):
+def suite_with_models(suite_file: Path, models: str, models_dir: Path):
     suite = _suite_or_fail(suite_file)
     return suite.with_dummy_models(models_dir) if models == "dummy" else suite
 
@@ -68,7 +68,7 @@ def run_cmd(suite_file, only, engines, task_spec, repeats, out_root, resume, ove
 
     if resume and overwrite:
         raise click.UsageError("--resume and --overwrite exclude each other")
-    suite = _suite_with_models(suite_file, models, models_dir)
+    suite = suite_with_models(suite_file, models, models_dir)
     if sharegpt:
         suite = suite.with_sharegpt(sharegpt)
     try:
@@ -98,14 +98,13 @@ def run_cmd(suite_file, only, engines, task_spec, repeats, out_root, resume, ove
             click.echo(f"task {index}/{count}: the suite has {len(tasks)} tasks; nothing for this one")
             return
     suite = suite.model_copy(update={"runs": runs})
-    only = tuple(r.name for r in runs)
     try:
         preflight(suite, runs, store, resume=resume, overwrite=overwrite)
     except PreflightError as e:
         raise click.ClickException(str(e)) from None
     _term_as_interrupt()
     try:
-        outcomes = run_suite(suite, out_root, only=list(only) or None, repeats=repeats, resume=resume)
+        outcomes = run_suite(suite, out_root, repeats=repeats, resume=resume)
     except KeyboardInterrupt:
         click.echo(f"interrupted: server stopped, results so far are under {out_root / suite.name}", err=True)
         sys.exit(130)
@@ -127,11 +126,10 @@ def serve_cmd(suite_file, run_name, models, models_dir, port, log_path):
     """Start one run's vLLM server and hold it until Ctrl-C (e.g. to load it with
     `attnbench load` and another client side by side)."""
     from .models import ensure_model
+    from .preflight import PreflightError, check_accelerator
     from .server import ServerError, ServerProcess, build_launch
 
-    from .preflight import PreflightError, check_accelerator
-
-    suite = _suite_with_models(suite_file, models, models_dir)
+    suite = suite_with_models(suite_file, models, models_dir)
     try:
         recipe = suite.select([run_name])[0] if run_name else suite.runs[0]
     except RecipeError as e:

@@ -113,17 +113,18 @@ def run_recipe(suite: Suite, recipe: Recipe, store: ResultsStore, repeats: list[
     except ServerError as e:
         console.print(f"[red]{recipe.name}: server failed to start[/]\n{e}")
         return [_failed(store, suite, recipe, r, "failed", str(e), session=session) for r in repeats]
-    mismatch = engine_mismatch(recipe.serve.engine, server.version(), server.log_text())
+    version, log_text = server.version(), server.log_text()
+    mismatch = engine_mismatch(recipe.serve.engine, version, log_text)
     if mismatch:
         console.print(f"[red]{recipe.name}: {mismatch}[/]")
         return [_failed(store, suite, recipe, r, "failed", mismatch, session=session) for r in repeats]
     cfg = LoadConfig(server.plan.base_url, recipe.model.name, b.ignore_eos, b.max_concurrency,
                      b.request_timeout_s, per_chunk_usage=b.per_chunk_usage)
-    prov = provenance.collect(recipe, suite_source=suite.source, server_version=server.version(),
+    prov = provenance.collect(recipe, suite_source=suite.source, server_version=version,
                               image=recipe.serve.image, argv=server.plan.argv)
     prov["server_log"] = str(server.log_path.relative_to(store.suite_dir)) \
         if server.log_path.is_relative_to(store.suite_dir) else str(server.log_path)
-    prov["cuda_graphs"] = cuda_graph_modes(server.log_text())
+    prov["cuda_graphs"] = cuda_graph_modes(log_text)
     prov_file = store.write_run_meta(recipe.name, recipe.model_dump(mode="json"), prov, session)
     if b.warmup_requests:
         warm = build_requests(b.warmup_dataset(), b.warmup_requests, recipe.model.tokenizer_path, b.seed + 1)

@@ -28,9 +28,10 @@ _CUDAGRAPH_MODE = {"piecewise": "PIECEWISE", "full": "FULL", "full_decode_only":
 # Scheduler defaults of the engine presets (blog: V0 default vs V1 default). ``v0`` is vLLM's
 # real V0 engine (vLLM <= 0.10, started with VLLM_USE_V1=0); ``v0-style`` only V0's
 # scheduler settings on the V1 engine; reports call it "V0-style settings on V1".
+_V0_SCHEDULER = {"max_num_seqs": 256, "enable_chunked_prefill": False, "max_num_batched_tokens": None}
 ENGINE_PRESETS = {
-    "v0": {"max_num_seqs": 256, "enable_chunked_prefill": False, "max_num_batched_tokens": None},
-    "v0-style": {"max_num_seqs": 256, "enable_chunked_prefill": False, "max_num_batched_tokens": None},
+    "v0": _V0_SCHEDULER,
+    "v0-style": _V0_SCHEDULER,
     "v1": {"max_num_seqs": 1024, "enable_chunked_prefill": True, "max_num_batched_tokens": 8192},
 }
 ENGINE_LABELS = {"v0": "V0", "v0-style": "V0-style settings on V1", "v1": "V1"}

@@ -137,8 +137,7 @@ class ResultsStore:
         provenance goes to ``provenance-<session>.json`` beside them, and the recipe is the
         same (checked before the run starts)."""
         d = self.run_dir(run)
-        kept = any(self.is_complete(run, int(p.name[len(REPEAT_PREFIX):]))
-                   for p in d.glob(f"{REPEAT_PREFIX}[0-9]*") if p.name[len(REPEAT_PREFIX):].isdigit())
+        kept = any(self.is_complete(run, repeat) for repeat, _ in repeat_dirs(d))
         name = PROVENANCE_FILE
         if kept and (d / PROVENANCE_FILE).exists():
             stamp = "".join(c for c in session[:19] if c.isalnum()) or "resumed"  # 20261123T110000
@@ -163,9 +162,15 @@ class ResultsStore:
         atomic_write_json(self.repeat_dir(run, repeat) / SUMMARY_FILE, summary)
 
 
+def repeat_dirs(run_dir: Path) -> Iterator[tuple[int, Path]]:
+    """(repeat, folder) of every ``r<k>`` folder of a run, in sorted order."""
+    for rep in sorted(run_dir.glob(f"{REPEAT_PREFIX}[0-9]*")):
+        if rep.is_dir() and rep.name[len(REPEAT_PREFIX):].isdigit():
+            yield int(rep.name[len(REPEAT_PREFIX):]), rep
+
+
 def iter_repeat_dirs(suite_dir: Path) -> Iterator[tuple[str, int, Path]]:
     """(run, repeat, folder) of every repeat folder under a suite folder, in sorted order."""
     for run_dir in sorted(p for p in suite_dir.iterdir() if p.is_dir()):
-        for rep in sorted(run_dir.glob(f"{REPEAT_PREFIX}[0-9]*")):
-            if rep.is_dir() and rep.name[len(REPEAT_PREFIX):].isdigit():
-                yield run_dir.name, int(rep.name[len(REPEAT_PREFIX):]), rep
+        for repeat, rep in repeat_dirs(run_dir):
+            yield run_dir.name, repeat, rep

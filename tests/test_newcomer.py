@@ -29,7 +29,8 @@ def one_line_error(result, exit_code: int) -> str:
     """The command failed with ``exit_code`` and said why in exactly one 'Error:' line,
     without a traceback."""
     assert result.exit_code == exit_code, result.output
-    assert "Traceback" not in result.output and result.exception is None or isinstance(result.exception, SystemExit)
+    assert "Traceback" not in result.output
+    assert result.exception is None or isinstance(result.exception, SystemExit), repr(result.exception)
     errors = [line for line in result.output.splitlines() if line.startswith("Error")]
     assert len(errors) == 1, result.output
     return errors[0]

@@ -90,22 +90,16 @@ def test_event_loop_lag_is_seen():
     """A blocking call inside the client's loop shows up as lag."""
     import time
 
+    from attnbench.runner.loadgen import _watch_loop
+
     stats = ClientStats()
 
     async def main():
-        async def block():
-            await asyncio.sleep(0.03)
-            time.sleep(0.05)  # the loop can run nothing else meanwhile
-
-        async def fake_request():  # run_load needs a server; drive the watcher directly
-            from attnbench.runner.loadgen import _watch_loop
-
-            watch = asyncio.create_task(_watch_loop(stats))
-            await block()
-            await asyncio.sleep(0.02)
-            watch.cancel()
-
-        await fake_request()
+        watch = asyncio.create_task(_watch_loop(stats))
+        await asyncio.sleep(0.03)
+        time.sleep(0.05)  # the loop can run nothing else meanwhile
+        await asyncio.sleep(0.02)
+        watch.cancel()
 
     asyncio.run(main())
     assert max(stats.loop_lag_ms) > 30
