@@ -10,8 +10,8 @@ at once; under ``/pace/<ms>/v1/completions`` it waits ``ms`` between chunks. Two
   measured TTFT, and ITL minus the pace, are what the client (plus loopback) adds.
   Request lengths vary (uniformly from half to 1.5x ``tokens``), so streams end and new
   ones start spread over time instead of in synchronized waves of ``concurrency``
-  (a wave is a burst, not a steady state). TTFT percentiles skip the first wave of
-  ``concurrency`` requests (connection set-up, all at once).
+  (a wave is a burst, not a steady state). TTFT percentiles skip the first wave: the
+  requests sent before any request finished (connection set-up, all at once).
 * throughput: unpaced streams; chunks/s is the most this client ingests on one core (or
   on ``client_processes`` processes, which then share every CPU but the stub's).
 """
@@ -137,7 +137,7 @@ class Calibration:
     requests: int
     tokens_per_request: int  # the mean; each request draws from half to 1.5x this
     pace_ms: float
-    added_ttft_ms: dict  # p50/p90/p99 over steady-state requests (after the first wave)
+    added_ttft_ms: dict  # p50/p90/p99 over steady-state requests (sent after the first one finished)
     added_ttft_all_ms: dict  # over every request, first wave included (as vllm bench serve reports)
     added_itl_ms: dict   # p50/p90/p99 of |ITL - pace|
     schedule_lag_ms: dict
@@ -194,7 +194,10 @@ def calibrate(concurrency: int = 256, requests: int = 2048, tokens: int = 64, pa
 
     def measure(base_url: str) -> Calibration:
         paced = load(f"{base_url}/pace/{pace_ms:g}")
-        steady = paced[concurrency:] or paced
+        # the first wave: requests sent before any request finished (all opening connections
+        # at t = 0); told apart by time, since several client processes interleave indices
+        first_done = min(r.end_s for r in paced)
+        steady = [r for r in paced if r.sent_s >= first_done] or paced
         ttft = [(r.chunk_s[0] - r.sent_s) * 1e3 for r in steady]
         ttft_all = [(r.chunk_s[0] - r.sent_s) * 1e3 for r in paced]
         itl = [abs((b - a) * 1e3 - pace_ms) for r in paced for a, b in zip(r.chunk_s, r.chunk_s[1:])]

@@ -252,12 +252,8 @@ async def run_load(cfg: LoadConfig, requests: list[BenchRequest], offsets: Itera
         t0 = time.perf_counter() if start is None else start()
 
         async def one(req: BenchRequest, rec: RequestRecord):
-            # the event loop may wake a timer up to a millisecond early: sleep again until due
-            while (delay := rec.scheduled_s - (time.perf_counter() - t0)) > 0:
-                await asyncio.sleep(delay)
-            rec.dispatch_s = time.perf_counter() - t0
             if gate is not None:
-                await gate.acquire()
+                await gate.acquire()  # FIFO: requests released together are sent in order
             try:
                 await _stream_one(session, cfg, req, rec, t0)
             finally:
@@ -267,12 +263,29 @@ async def run_load(cfg: LoadConfig, requests: list[BenchRequest], offsets: Itera
                 if on_done:
                     on_done(rec)
 
-        tasks = [asyncio.create_task(one(r, rec)) for r, rec in zip(requests, records)]
+        tasks: list[asyncio.Task] = []
+
+        async def dispatch():
+            # One releaser walks the schedule in order, as `vllm bench serve`'s request
+            # generator does. (A timer per request woke in arbitrary order when all were due
+            # at once, e.g. at a start shared by several client processes, so the
+            # concurrency gate admitted them out of order.)
+            for i in sorted(range(len(records)), key=lambda i: records[i].scheduled_s):
+                rec = records[i]
+                # the event loop may wake a timer up to a millisecond early: sleep again until due
+                while (delay := rec.scheduled_s - (time.perf_counter() - t0)) > 0:
+                    await asyncio.sleep(delay)
+                rec.dispatch_s = time.perf_counter() - t0
+                tasks.append(asyncio.create_task(one(requests[i], rec)))
+
+        releaser = asyncio.create_task(dispatch())
         watch = asyncio.create_task(_watch_loop(stats)) if stats is not None else None
         try:
+            await releaser
             await asyncio.gather(*tasks)
         finally:
-            for t in tasks + ([watch] if watch else []):
+            pending = [releaser, *tasks, *([watch] if watch else [])]
+            for t in pending:
                 t.cancel()
-            await asyncio.gather(*tasks, *([watch] if watch else []), return_exceptions=True)
+            await asyncio.gather(*pending, return_exceptions=True)
     return records

@@ -306,6 +306,24 @@ def test_client_processes_share_one_schedule_and_one_sink():
     assert max(behind) - min(behind) < 0.05, behind
 
 
+@pytest.mark.parametrize("processes", [1, 3])
+def test_a_burst_is_admitted_in_request_order(processes):
+    """All requests due at one (shared, future) start and a concurrency limit: the first
+    wave is the first ``limit`` requests, as with `vllm bench serve`. (Timers woken in
+    arbitrary order used to let later requests overtake earlier ones.)"""
+    from attnbench.runner.loadpool import run_load_processes
+
+    requests = [BenchRequest("slow", 3, 2) for _ in range(300)]
+    with ThreadedFakeServer() as srv:
+        records = run_load_processes(LoadConfig(srv.url, "m", max_concurrency=60), requests, [0.0] * 300,
+                                     lambda r: None, processes=processes)
+    first_done = min(r.end_s for r in records)
+    assert sorted(r.index for r in records if r.sent_s < first_done) == list(range(60))
+    for w in range(processes):  # and each client process sends its share in order
+        share = records[w::processes]
+        assert [r.sent_s for r in share] == sorted(r.sent_s for r in share)
+
+
 def test_client_processes_ctrl_c_keeps_what_was_measured():
     import os
     import signal
