@@ -33,7 +33,8 @@ class CollectError(ValueError):
 class Collected:
     runs: pd.DataFrame  # one row per (suite, run, repeat)
     requests: pd.DataFrame  # one row per measured, successful request
-    itl: pd.DataFrame  # one row per inter-token gap (ms)
+    itl: pd.DataFrame  # one row per inter-token gap: itl_ms, and where it lies in its request
+    #                    (position: 1 for the gap after the first chunk; gaps: the request's count)
     sources: list[str] = field(default_factory=list)
 
     @classmethod
@@ -99,7 +100,8 @@ def _request_rows(records, key: dict) -> tuple[list[dict], list[dict]]:
         rows.append({**key, "request": r.index, "ttft_ms": lat["ttft"], "tpot_ms": lat["tpot"],
                      "e2el_ms": lat["e2el"], "output_tokens": r.completion_tokens,
                      "input_tokens": r.prompt_tokens})
-        itl_rows += [{**key, "itl_ms": float(v)} for v in lat["itl"]]
+        gaps = len(lat["itl"])
+        itl_rows += [{**key, "itl_ms": float(v), "position": i, "gaps": gaps} for i, v in enumerate(lat["itl"], 1)]
     return rows, itl_rows
 
 
@@ -178,7 +180,8 @@ def collect_vllm_bench(path: str | Path, run: str | None = None, suite: str = "v
                  "output_tokens": o, "input_tokens": n}
                 for i, (t, o, n) in enumerate(zip(data.get("ttfts", []), data.get("output_lens", []),
                                                   data.get("input_lens", []))) if t]
-    itl = [{**key, "itl_ms": v * 1e3} for gaps in data.get("itls", []) for v in gaps]
+    itl = [{**key, "itl_ms": v * 1e3, "position": i, "gaps": len(gaps)}
+           for gaps in data.get("itls", []) for i, v in enumerate(gaps, 1)]
     return Collected(pd.DataFrame([row]), pd.DataFrame(requests), pd.DataFrame(itl), [str(path)])
 
 

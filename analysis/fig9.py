@@ -8,6 +8,8 @@ FlashAttention 3 (vLLM's FLASH_ATTN on Hopper) as the reference.
 * `percent_of_reference`: "% of FA3 performance" = FA3's latency / the line's latency x 100
   (above 100: faster than FA3), per line and length;
 * `claims`: the paper's H100 numbers (sec. 7.4) beside ours, with a mechanical verdict;
+* `decode_steps`: per line, the decode step (ITL) early and late in its longest request:
+  whether the step is bound by the GPU (grows with the context) or by the host (flat);
 * `figure`: log-log latency with min-max error bars, and the % of FA3 panel.
 """
 
@@ -23,6 +25,7 @@ REFERENCE = "FLASH_ATTN"
 STEP = {name: f"CUSTOM ({name})" for name in ("naive", "qblock", "parallel_tiled", "static_grid", "auto")}
 LINE_ORDER = [REFERENCE, "TRITON_ATTN", *STEP.values()]
 PAPER = "paper (H100)"
+PAPER_LENGTH = 12800  # the paper's longest output length, where its claims are made
 
 
 def _line(row) -> str:
@@ -34,7 +37,9 @@ def sweep_table(agg: pd.DataFrame) -> pd.DataFrame:
     df = agg[agg["output_len"].notna()].copy()
     df["line"] = df.apply(_line, axis=1)
     cols = {"e2el": "e2el_ms", "e2el_repeat_min": "e2el_min_ms", "e2el_repeat_max": "e2el_max_ms"}
-    out = df.rename(columns=cols)[["line", "output_len", *cols.values(), "repeats", "cuda_graphs", "jit_compiles"]]
+    steps = [c for c in ("itl", "itl_lo", "itl_hi", "itl_first_tenth", "itl_last_tenth") if c in df]
+    out = df.rename(columns=cols)[["line", "output_len", *cols.values(), "repeats", "cuda_graphs", "jit_compiles",
+                                   *steps]]
     out["output_len"] = out["output_len"].astype(int)
     order = {name: i for i, name in enumerate(LINE_ORDER)}
     return (out.assign(_o=out["line"].map(lambda x: order.get(x, len(order))))
@@ -56,29 +61,49 @@ def _at(wide: pd.DataFrame, line: str, length) -> float:
         return math.nan
 
 
+def _longest_common(wide: pd.DataFrame, *lines: str, prefer: int = PAPER_LENGTH) -> int | None:
+    """``prefer`` if every line has a value there, else the longest length where all do."""
+    if any(line not in wide.index for line in lines):
+        return None
+    both = wide.loc[list(lines)].dropna(axis=1)
+    if both.empty:
+        return None
+    return prefer if prefer in both.columns else int(max(both.columns))
+
+
+def _where(length: int | None) -> str:
+    if length is None:
+        return f"{PAPER_LENGTH:,} output tokens"
+    note = "" if length == PAPER_LENGTH else f" ({PAPER_LENGTH:,} not measured for both)"
+    return f"{length:,} output tokens{note}"
+
+
 def claims(table: pd.DataFrame) -> pd.DataFrame | None:
-    """The paper's Fig. 9 (H100) statements beside ours. Percentages are of FA3 at the
-    longest output length measured for the step (the paper's 12,800 where we have it);
-    verdicts: within 5 points (percentages), within 15% (speed-ups), or on the stated side
-    of the bound ("more than 2x")."""
+    """The paper's Fig. 9 (H100) statements beside ours, each at 12,800 output tokens (the
+    paper's) where both lines it compares were measured there, else at the longest length
+    where they were (the ``where`` column says which). Verdicts: within 5 points
+    (percentages), within 15% (speed-ups), or on the stated side of the bound ("more than 2x")."""
     pct = percent_of_reference(table)
     if pct is None:
         return None
     lat = table.pivot_table(index="line", columns="output_len", values="e2el_ms", sort=False)
-    longest = max(lat.columns)
     naive, qblock, tiled, static = (STEP[s] for s in ("naive", "qblock", "parallel_tiled", "static_grid"))
     rows = []
 
-    def add(claim: str, paper: str, ours: float, ok, fmt: str, where: str) -> None:
+    def add(claim: str, paper: str, a: str, b: str, value, ok, fmt: str) -> None:
+        """A claim about lines ``a`` and ``b``; ``value(length)`` is ours at a length."""
+        length = _longest_common(lat, a, b)
+        ours = value(length) if length is not None else math.nan
         verdict = "not measured" if math.isnan(ours) else ("agrees" if ok(ours) else "differs")
         rows.append({"claim": claim, PAPER: paper, "attnbench": "-" if math.isnan(ours) else fmt.format(ours),
-                     "where": where, "verdict": verdict})
+                     "where": _where(length), "verdict": verdict})
 
-    at = f"{longest:,} output tokens"
-    add("naive, % of FA3", "19.7%", _at(pct, naive, longest), lambda v: abs(v - 19.7) <= 5, "{:.1f}%", at)
-    add("Q-block, % of FA3", "49%", _at(pct, qblock, longest), lambda v: abs(v - 49) <= 5, "{:.1f}%", at)
-    add("Q-block over naive", "2.1x", _at(lat, naive, longest) / _at(lat, qblock, longest),
-        lambda v: abs(v / 2.1 - 1) <= 0.15, "{:.2f}x", at)
+    add("naive, % of FA3", "19.7%", naive, REFERENCE, lambda n: _at(pct, naive, n),
+        lambda v: abs(v - 19.7) <= 5, "{:.1f}%")
+    add("Q-block, % of FA3", "49%", qblock, REFERENCE, lambda n: _at(pct, qblock, n),
+        lambda v: abs(v - 49) <= 5, "{:.1f}%")
+    add("Q-block over naive", "2.1x", naive, qblock, lambda n: _at(lat, naive, n) / _at(lat, qblock, n),
+        lambda v: abs(v / 2.1 - 1) <= 0.15, "{:.2f}x")
     if static in pct.index:
         row = pct.loc[static].dropna()
         lo, hi = (float(row.min()), float(row.max())) if len(row) else (math.nan, math.nan)
@@ -88,17 +113,34 @@ def claims(table: pd.DataFrame) -> pd.DataFrame | None:
                  "attnbench": "-" if math.isnan(lo) else f"{lo:.1f}-{hi:.1f}%", "where": "all output lengths",
                  "verdict": "not measured" if math.isnan(lo) else
                  ("agrees" if lo >= 98.6 - 5 and hi <= 105.9 + 5 else "differs")})
-    at12 = "12,800 output tokens"
-    add("parallel tiled over Q-block", "more than 2x", _at(lat, qblock, 12800) / _at(lat, tiled, 12800),
-        lambda v: v > 2.0, "{:.2f}x", at12)
-    add("static grid (full graphs) over parallel tiled", "~6%",
-        (_at(lat, tiled, 12800) / _at(lat, static, 12800) - 1) * 100, lambda v: 2 <= v <= 10, "{:+.1f}%", at12)
+    add("parallel tiled over Q-block", "more than 2x", qblock, tiled,
+        lambda n: _at(lat, qblock, n) / _at(lat, tiled, n), lambda v: v > 2.0, "{:.2f}x")
+    add("static grid (full graphs) over parallel tiled", "~6%", tiled, static,
+        lambda n: (_at(lat, tiled, n) / _at(lat, static, n) - 1) * 100, lambda v: 2 <= v <= 10, "{:+.1f}%")
+    return pd.DataFrame(rows)
+
+
+def decode_steps(table: pd.DataFrame) -> pd.DataFrame:
+    """Per line, at its longest output length: the decode step (ITL, ms) over the first and
+    the last tenth of the request, and its p20-p80 over all steps. At batch 1 a step bound by
+    the GPU grows as the context it attends to grows (from 500 to 500 + n tokens); a step
+    bound by the host, which launches the kernels of an eager attention one by one, stays
+    near the host's floor whatever the context, and carries the host's jitter (a wide p20-p80)."""
+    rows = []
+    for line, g in table.groupby("line", sort=False):
+        last = g.loc[g["output_len"].idxmax()]
+        first_tenth, last_tenth = last.get("itl_first_tenth", math.nan), last.get("itl_last_tenth", math.nan)
+        rows.append({"line": line, "output tokens": int(last["output_len"]),
+                     "CUDA graphs": last.get("cuda_graphs") or "-",
+                     "ITL first tenth": first_tenth, "ITL last tenth": last_tenth,
+                     "growth ms": last_tenth - first_tenth,
+                     "ITL p20-p80": f"{last.get('itl_lo', math.nan):.2f}-{last.get('itl_hi', math.nan):.2f}"})
     return pd.DataFrame(rows)
 
 
 def figure(table: pd.DataFrame, out_dir: Path, name: str, note: str) -> list[Path]:
     """Latency (s, log-log, min-max over repeats) and % of FA3 per output length."""
-    from .figures import OKABE_ITO, _save, plt
+    from .figures import OKABE_ITO, _save, add_footnote, plt
 
     pct = percent_of_reference(table)
     fig, axes = plt.subplots(1, 2 if pct is not None else 1, figsize=(13 if pct is not None else 7, 4.6),
@@ -129,6 +171,6 @@ def figure(table: pd.DataFrame, out_dir: Path, name: str, note: str) -> list[Pat
         p.grid(alpha=0.3, which="both")
         p.set_title("relative to FlashAttention 3 (higher is better)", fontsize=10)
     fig.suptitle(f"{name}: paper Fig. 9")
-    fig.text(0.01, -0.04, note + "\npoints: mean over repeats of each repeat's median request; "
-             "error bars: min/max over repeats", fontsize=8, ha="left", va="top")
+    add_footnote(fig, note + "\npoints: mean over repeats of each repeat's median request; "
+                 "error bars: min/max over repeats")
     return _save(fig, table, out_dir, f"{name}-latency-vs-output")

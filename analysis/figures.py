@@ -53,6 +53,15 @@ def micro_footnote(mb: pd.DataFrame) -> str:
             f"{values('vllm') or 'no vLLM'} | q/kv heads/head size {heads}, {values('dtype')}")
 
 
+def add_footnote(fig, text: str) -> None:
+    """``text`` under everything the axes draw (tick labels of any height included)."""
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    to_fig = fig.transFigure.inverted()
+    bottom = min(ax.get_tightbbox(renderer).transformed(to_fig).y0 for ax in fig.axes)
+    fig.text(0.01, bottom - 0.02, text, fontsize=8, ha="left", va="top")
+
+
 def _save(fig, data: pd.DataFrame, out_dir: Path, name: str) -> list[Path]:
     out_dir.mkdir(parents=True, exist_ok=True)
     paths = [out_dir / f"{name}.png", out_dir / f"{name}.svg", out_dir / f"{name}.csv"]
@@ -80,7 +89,8 @@ def _bar_panel(ax, df: pd.DataFrame, col: str, scale: float, ylabel: str):
     err = np.vstack([np.clip(vals - lo, 0, None), np.clip(hi - vals, 0, None)])
     colors = [OKABE_ITO[i % len(OKABE_ITO)] for i in range(len(df))]
     ax.bar(x, vals, color=colors, yerr=np.nan_to_num(err), capsize=4, edgecolor="black", linewidth=0.5)
-    ax.set_xticks(x, [run_label(row) for _, row in df.iterrows()], rotation=20, ha="right")
+    ax.set_xticks(x, [run_label(row) for _, row in df.iterrows()], rotation=30, ha="right",
+                  rotation_mode="anchor", fontsize=8)
     ax.set_ylabel(ylabel)
     ax.grid(axis="y", alpha=0.3)
 
@@ -98,7 +108,7 @@ def fig_serving_bars(agg: pd.DataFrame, out_dir: Path, suite: str) -> list[Path]
         _bar_panel(axes[1], g, "ttft", 1e-3, "TTFT (s)")
         _bar_panel(axes[2], g, "itl", 1.0, "ITL (ms)")
         fig.suptitle(f"{suite}: throughput and latency per configuration")
-        fig.text(0.01, -0.04, f"{footnote(g)}\n{CONVENTION}", fontsize=8, ha="left", va="top")
+        add_footnote(fig, f"{footnote(g)}\n{CONVENTION}")
         cols = ["gpu", "run", "repeats"] + [c for m in needed for c in (m, f"{m}_lo", f"{m}_hi") if c in g]
         return _save(fig, g[cols], out_dir, name)  # one GPU per suite run
     return []
@@ -135,7 +145,7 @@ def fig_normalized_bars(norm: pd.DataFrame, out_dir: Path, suite: str, baseline:
         ax.grid(axis="y", alpha=0.3)
     axes[0][-1].legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))
     fig.suptitle(f"{suite}: normalized to {baseline} (throughput: higher is better; latency: lower)")
-    fig.text(0.01, -0.04, f"{footnote(df)}\n{CONVENTION}", fontsize=8, ha="left", va="top")
+    add_footnote(fig, f"{footnote(df)}\n{CONVENTION}")
     cols = ["gpu", "run"] + [c for m, _ in metrics for c in (m, f"{m}_lo", f"{m}_hi") if c in df]
     return _save(fig, df[cols], out_dir, name)
 
@@ -199,7 +209,7 @@ def _micro_panels(ok: pd.DataFrame, panel_col: str, x_col: str, baseline: str, n
     note = "median of do_bench runs (L2 flushed)"
     if not normalized:
         note += "; dashed: roofline floor max(bytes / copy bandwidth, FLOPs / matmul rate)"
-    fig.text(0.01, -0.05, f"{micro_footnote(ok)}\n{note}", fontsize=8, ha="left", va="top")
+    add_footnote(fig, f"{micro_footnote(ok)}\n{note}")
     data = pd.concat(plotted)[["panel", x_col, "implementation", "median_us", "y", "floor_us"]]
     return _save(fig, data, out_dir, name)
 

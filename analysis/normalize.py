@@ -5,7 +5,11 @@ For each (GPU, suite, run):
   min and max over repeats;
 * latency (TTFT, TPOT, ITL, E2EL, ms): the mean over repeats of each repeat's median, error
   bars at the 20th and 80th percentile over all requests (ITL: over all chunk gaps) of
-  all repeats.
+  all repeats;
+* ITL across a request (ms): ``itl_first_tenth`` / ``itl_last_tenth``, the median gap over
+  the first and the last tenth of each request's gaps, all repeats pooled. At batch 1 a
+  decode step bound by the GPU grows with the context it attends to; one bound by the
+  host (kernels launched one by one from Python) stays flat.
 `normalize` divides values and error bars by the baseline run's value on the same GPU.
 """
 
@@ -52,6 +56,7 @@ def aggregate(data: Collected) -> pd.DataFrame:
             pooled = _pooled(data, suite, run, name, col)
             row[f"{name}_lo"], row[f"{name}_hi"] = (np.percentile(pooled, 20), np.percentile(pooled, 80)) \
                 if len(pooled) else (np.nan, np.nan)
+        row["itl_first_tenth"], row["itl_last_tenth"] = _itl_first_last_tenth(data, suite, run)
         rows.append(row)
     return pd.DataFrame(rows)
 
@@ -81,6 +86,17 @@ def _pooled(data: Collected, suite: str, run: str, name: str, col: str) -> np.nd
         return np.array([])
     sel = frame[(frame["suite"] == suite) & (frame["run"] == run)][col].dropna()
     return sel.to_numpy(dtype=float)
+
+
+def _itl_first_last_tenth(data: Collected, suite: str, run: str) -> tuple[float, float]:
+    """Median ITL (ms) over the first and over the last tenth of every request's gaps."""
+    frame = data.itl
+    if frame.empty or "position" not in frame:
+        return np.nan, np.nan
+    sel = frame[(frame["suite"] == suite) & (frame["run"] == run)]
+    where = (sel["position"] - 1) / sel["gaps"]  # 0 for the first gap, < 1 for the last
+    first, last = sel["itl_ms"][where < 0.1], sel["itl_ms"][where >= 0.9]
+    return (float(first.median()) if len(first) else np.nan, float(last.median()) if len(last) else np.nan)
 
 
 def metric_columns(agg: pd.DataFrame) -> list[str]:

@@ -171,9 +171,9 @@ def _warnings(s: pd.DataFrame) -> list[str]:
     lines = []
     sessions = sorted({x for v in s.get("sessions", []) if isinstance(v, list) for x in v})
     if len(sessions) > 1:
-        lines.append(f"- **note**: these results come from {len(sessions)} sessions of `attnbench run` "
-                     f"({', '.join(sessions)}); runs: " + "; ".join(
-                         f"`{r['run']}` {' & '.join(r['sessions'])}" for _, r in s.iterrows() if r.get("sessions")))
+        by_session = {x: [r["run"] for _, r in s.iterrows() if x in (r.get("sessions") or [])] for x in sessions}
+        lines.append(f"- **note**: these results come from {len(sessions)} sessions of `attnbench run`: " + "; ".join(
+            f"{x}: {', '.join(f'`{run}`' for run in runs)}" for x, runs in by_session.items()))
     for _, row in s.iterrows():
         if row.get("failed", 0):
             lines.append(f"- **warning**: `{row['run']}`: {int(row['failed'])} requests failed over its "
@@ -192,12 +192,19 @@ def _fig9_tables(s: pd.DataFrame) -> list[str]:
     pct = fig9.percent_of_reference(table)
     if pct is None:
         return []
-    pct.columns = [f"{c:,}" for c in pct.columns]
-    lines = ["% of FA3 performance (FA3's latency / the line's latency x 100; output tokens across):", "",
-             pct.reset_index().to_markdown(index=False, floatfmt=".1f"), ""]
+    cells = pct.apply(lambda col: col.map(lambda v: "-" if pd.isna(v) else f"{v:.1f}"))
+    cells.columns = [f"{c:,}" for c in pct.columns]
+    lines = ["% of FA3 performance (FA3's latency / the line's latency x 100; output tokens across; "
+             "-: not measured):", "", cells.reset_index().to_markdown(index=False, disable_numparse=True), ""]
     claim_rows = fig9.claims(table)
     lines += ["The paper's Fig. 9 claims (H100) beside this run:", "",
               claim_rows.to_markdown(index=False), ""]
+    steps = fig9.decode_steps(table)
+    lines += ["Decode steps (ITL, ms) in each line's longest request: the median over its first and "
+              "its last tenth, and p20-p80 over all of it. A step bound by the GPU grows with the "
+              "context it attends to; one bound by the host (an eager attention's kernels launched one "
+              "by one) stays near the host's floor and carries the host's jitter.", "",
+              steps.to_markdown(index=False, floatfmt=".2f"), ""]
     return lines
 
 

@@ -317,3 +317,50 @@ def test_a_platform_suite_is_split_into_its_experiments(tmp_path, captured):
     assert v1["ttft"] == pytest.approx(150 / 300) and v1["itl"] == pytest.approx(30 / 20)
     assert "h100-fig9" not in out.normalized and "h100-fig9-latency-vs-output" in captured
     assert "h100-blog-serving" in captured and "h100-serving" not in captured
+
+
+def test_fig9_claims_fall_back_to_the_longest_length_both_lines_have():
+    """FA3 without its 12,800-token point: the %-of-FA3 claims are made at the longest
+    length both lines were measured at, and say so; a line that was not run is not measured."""
+    from attnbench.analysis import fig9
+
+    lat = {("FLASH_ATTN", 1000): 100.0, ("FLASH_ATTN", 4000): 400.0,
+           ("CUSTOM (qblock)", 1000): 200.0, ("CUSTOM (qblock)", 4000): 800.0, ("CUSTOM (qblock)", 12800): 3000.0,
+           ("CUSTOM (parallel_tiled)", 12800): 1000.0}
+    rows = [{"line": line, "output_len": n, "e2el_ms": v, "e2el_min_ms": v, "e2el_max_ms": v, "repeats": 2,
+             "cuda_graphs": "", "jit_compiles": 0} for (line, n), v in lat.items()]
+    got = fig9.claims(pd.DataFrame(rows)).set_index("claim")
+    assert got.loc["Q-block, % of FA3", "attnbench"] == "50.0%"
+    assert got.loc["Q-block, % of FA3", "where"] == "4,000 output tokens (12,800 not measured for both)"
+    assert got.loc["parallel tiled over Q-block", "attnbench"] == "3.00x"
+    assert got.loc["parallel tiled over Q-block", "where"] == "12,800 output tokens"
+    assert got.loc["naive, % of FA3", "verdict"] == "not measured"
+
+
+def test_decode_steps_show_whether_a_step_grows_with_the_context(tmp_path):
+    """ITL over the first and last tenth of each request, from the per-chunk records: a
+    step that grows with the context (gap k = 5 + 0.1 k ms) against a flat one (5 ms)."""
+    from attnbench.analysis import fig9
+
+    def growing(n):
+        t, chunks = 0.02, []
+        for k in range(n):
+            chunks.append(t)
+            t += (5 + 0.1 * (k + 1)) / 1e3  # gap k+1
+        return [RequestRecord(0, "measure", 10, n, 0.0, chunk_s=chunks, chunk_tokens=[1] * n, end_s=chunks[-1],
+                              prompt_tokens=10, completion_tokens=n)]
+
+    store = ResultsStore(tmp_path / "res", "fig9")
+    for n in (10, 100):
+        write_run(store, "fig9", f"flash-{n}", [make_records([20], 5, tokens=n)] * 2, backend="FLASH_ATTN",
+                  output_len=n)
+        write_run(store, "fig9", f"qblock-{n}", [growing(n)] * 2, backend="CUSTOM", output_len=n,
+                  env={"ATTNBENCH_VARIANT": "qblock"})
+    analysis = analyze([tmp_path / "res"], tmp_path / "figs")
+    steps = fig9.decode_steps(fig9.sweep_table(analysis.agg)).set_index("line")
+    # 99 gaps: the first tenth are gaps 1-10 (median 5.55 ms), the last tenth gaps 91-99 (median 14.5 ms)
+    assert steps.loc["CUSTOM (qblock)", "output tokens"] == 100
+    assert steps.loc["CUSTOM (qblock)", "ITL first tenth"] == pytest.approx(5.55)
+    assert steps.loc["CUSTOM (qblock)", "ITL last tenth"] == pytest.approx(14.5)
+    assert steps.loc["FLASH_ATTN", "growth ms"] == pytest.approx(0.0, abs=1e-9)
+    assert "Decode steps (ITL, ms)" in write_report(analysis, tmp_path / "report.md").read_text()

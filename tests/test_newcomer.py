@@ -216,4 +216,4 @@ def test_report_says_when_a_suite_mixes_sessions(tmp_path):
         path = store.repeat_dir(run, 1) / "summary.json"
         path.write_text(json.dumps({**json.loads(path.read_text()), "session": session}))
     report = write_report(analyze([tmp_path / "res"], tmp_path / "figs"), tmp_path / "r.md").read_text()
-    assert "these results come from 2 sessions" in report and "`triton` 2026-11-23T09:00:00+00:00" in report
+    assert "these results come from 2 sessions" in report and "2026-11-23T09:00:00+00:00: `triton`" in report
