@@ -102,15 +102,15 @@ demo: $(STAMP) ## the embedded default (a real vLLM CPU server, tiny local model
 	  out=$(DEMO_ROOT)/$$(date -u +%Y%m%d-%H%M%S); flag=; mkdir -p $$out; ln -sfn $$(basename $$out) $(DEMO_ROOT)/latest; \
 	fi; \
 	echo "results: $$out (also $(DEMO_ROOT)/latest)"; \
-	$(VPY) -m attnbench.runner.cli run recipes/cpu-demo.yaml --out $$out $$flag; \
-	$(VPY) -m attnbench.runner.cli report $$out/cpu-demo; \
+	$(VPY) -m attnbench.cli run recipes/cpu-demo.yaml --out $$out $$flag; \
+	$(VPY) -m attnbench.cli report $$out/cpu-demo; \
 	echo "figures: $(DEMO_ROOT)/latest/cpu-demo/figures/   report: $(DEMO_ROOT)/latest/cpu-demo/report.md"
 
 CSV ?= $(RESULTS)/*.csv  # microbenchmark CSVs for `make plots` (globs allowed)
 
 .PHONY: plots
 plots: $(STAMP) ## figures + report for RESULTS=<results dir> and its microbenchmark CSVs (CSV=...)
-	$(VPY) -m attnbench.runner.cli report $(RESULTS) $(foreach f,$(wildcard $(CSV)),--microbench $(f))
+	$(VPY) -m attnbench.cli report $(RESULTS) $(foreach f,$(wildcard $(CSV)),--microbench $(f))
 
 .PHONY: image-cuda
 image-cuda: ## build the CUDA images: VLLM_TAG (v0.26.0) and VLLM_V0_TAG (v0.10.1.1, for V0 runs)
@@ -159,8 +159,8 @@ bench-mi300x: ## the MI300X suite + kernel microbenchmarks (same switches as ben
 .PHONY: microbench-gpu
 microbench-gpu: ## kernel microbenchmarks on this machine's GPU into RESULTS (GPU_PYTHON)
 	$(need_gpu_python)
-	$(call strip,$(GPU_PYTHON)) -m attnbench.runner.cli microbench recipes/microbench/llama3-8b-roofline.yaml --out $(RESULTS)/roofline.csv
-	$(call strip,$(GPU_PYTHON)) -m attnbench.runner.cli microbench recipes/microbench/paper-fig6.yaml --out $(RESULTS)/paper-fig6.csv
+	$(call strip,$(GPU_PYTHON)) -m attnbench.cli microbench recipes/microbench/llama3-8b-roofline.yaml --out $(RESULTS)/roofline.csv
+	$(call strip,$(GPU_PYTHON)) -m attnbench.cli microbench recipes/microbench/paper-fig6.yaml --out $(RESULTS)/paper-fig6.csv
 
 .PHONY: clean
 clean: ## remove the virtualenv and caches (results are kept)

@@ -16,13 +16,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pandas as pd
-import yaml
+from pydantic import ValidationError
 
-from attnbench.kernels.schema import MICROBENCH_FIELDS, MICROBENCH_REQUIRED, VARIANT_ENV, VLLM_BACKEND_NAME
+from attnbench.kernels.schema import MICROBENCH_FIELDS, MICROBENCH_REQUIRED, VLLM_BACKEND_NAME
+from attnbench.kernels.variants import AUTO
+from attnbench.runner.catalogue import ITL, LATENCIES, TTFT
 from attnbench.runner.metrics import request_latencies
 from attnbench.runner.recipe import Recipe, ServeSettings
+from attnbench.runner.summary import RepeatSummary
+from attnbench.validation import read_yaml, validation_lines
 from attnbench.runner.store import (PROVENANCE_FILE, RECIPE_FILE, SUMMARY_FILE, iter_repeat_dirs,
                                     read_records, requests_path)
+
+
+PER_REQUEST = [m for m in LATENCIES if m.per == "request"]  # columns of `Collected.requests`
 
 
 class CollectError(ValueError):
@@ -48,9 +55,10 @@ class Collected:
 
 
 def _backend_label(serve: ServeSettings) -> str:
-    """vLLM's backend name; for attnbench's own kernels (CUSTOM) also the step that ran."""
+    """vLLM's backend name; for attnbench's own kernels (CUSTOM) also the step that ran
+    (``serve.kernel_variant``; a recipe of the older ``env`` spelling validates into it)."""
     if serve.attention_backend == VLLM_BACKEND_NAME:
-        return f"{VLLM_BACKEND_NAME} ({serve.env.get(VARIANT_ENV, 'auto')})"
+        return f"{VLLM_BACKEND_NAME} ({serve.kernel_variant or AUTO})"
     return serve.attention_backend or "default"
 
 
@@ -58,7 +66,11 @@ def _serve_settings(recipe: dict) -> dict:
     """Serve settings of a run's resolved recipe.yaml (engine presets applied by `Recipe`), and
     its workload: the load without its lengths and sample size (the points of one latency
     sweep share it, whatever number of requests each point measures)."""
-    serve = Recipe.model_validate(recipe).serve if recipe else ServeSettings()
+    try:
+        serve = Recipe.model_validate(recipe).serve if recipe else ServeSettings()
+    except ValidationError as e:
+        raise CollectError(f"run {recipe.get('name')!r}: its recipe.yaml does not validate: "
+                           + "; ".join(validation_lines(e))) from None
     bench = recipe.get("benchmark", {}) if recipe else {}
     dataset = bench.get("dataset", {})
     return {"workload": f"{dataset.get('kind', '?')}, rate {bench.get('request_rate', '?')}, "
@@ -97,12 +109,21 @@ def _request_rows(records, key: dict) -> tuple[list[dict], list[dict]]:
         if r.phase != "measure" or r.status != "ok" or not r.chunk_s:
             continue
         lat = request_latencies(r)
-        rows.append({**key, "request": r.index, "ttft_ms": lat["ttft"], "tpot_ms": lat["tpot"],
-                     "e2el_ms": lat["e2el"], "output_tokens": r.completion_tokens,
-                     "input_tokens": r.prompt_tokens})
-        gaps = len(lat["itl"])
-        itl_rows += [{**key, "itl_ms": float(v), "position": i, "gaps": gaps} for i, v in enumerate(lat["itl"], 1)]
+        rows.append({**key, "request": r.index, **{m.column: lat[m.name] for m in PER_REQUEST},
+                     "output_tokens": r.completion_tokens, "input_tokens": r.prompt_tokens})
+        gaps = len(lat[ITL.name])
+        itl_rows += [{**key, ITL.column: float(v), "position": i, "gaps": gaps}
+                     for i, v in enumerate(lat[ITL.name], 1)]
     return rows, itl_rows
+
+
+def _read_summary(path: Path) -> RepeatSummary:
+    try:
+        return RepeatSummary.model_validate(json.loads(path.read_text()))
+    except json.JSONDecodeError as e:
+        raise CollectError(f"{path}: not JSON ({e})") from None
+    except ValidationError as e:
+        raise CollectError(f"{path}: not an attnbench summary: " + "; ".join(validation_lines(e))) from None
 
 
 def _suite_dirs(root: Path) -> list[Path]:
@@ -129,24 +150,23 @@ def collect_results(root: str | Path) -> Collected:
             summary_path = rep_dir / SUMMARY_FILE
             if not summary_path.exists():
                 continue
-            try:
-                summary = json.loads(summary_path.read_text())
-            except json.JSONDecodeError as e:
-                raise CollectError(f"{summary_path}: not JSON ({e})") from None
-            if summary.get("run", run) != run:
-                raise CollectError(f"{summary_path}: says run {summary.get('run')!r} but lies under {run!r}: "
+            summary = _read_summary(summary_path)
+            if (summary.run or run) != run:
+                raise CollectError(f"{summary_path}: says run {summary.run!r} but lies under {run!r}: "
                                    "mixed-up results directory")
             run_dir = rep_dir.parent
-            recipe = yaml.safe_load((run_dir / RECIPE_FILE).read_text()) if (run_dir / RECIPE_FILE).exists() else {}
+            recipe = read_yaml(run_dir / RECIPE_FILE, "run recipe", CollectError) \
+                if (run_dir / RECIPE_FILE).exists() else {}
             prov = json.loads((run_dir / PROVENANCE_FILE).read_text()) if (run_dir / PROVENANCE_FILE).exists() else {}
-            key = {"suite": summary.get("suite", suite_dir.name), "run": run, "repeat": repeat}
-            metrics = {k: v for k, v in summary.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
-            runs.append({**key, "status": summary.get("status", ""), **_serve_settings(recipe),
+            key = {"suite": summary.suite or suite_dir.name, "run": run, "repeat": repeat}
+            metrics = {k: v for k, v in summary.as_json().items()
+                       if isinstance(v, (int, float)) and not isinstance(v, bool)}
+            runs.append({**key, "status": summary.status, **_serve_settings(recipe),
                          **_provenance_columns(prov, recipe), **metrics,
-                         "jit_compiles": len(summary.get("jit_compiles") or []), "session": summary.get("session", ""),
-                         "first_error": summary.get("first_error", ""), "source": str(rep_dir)})
+                         "jit_compiles": len(summary.jit_compiles or []), "session": summary.session or "",
+                         "first_error": summary.first_error, "source": str(rep_dir)})
             records_file = requests_path(rep_dir)
-            if summary.get("status") == "ok" and records_file is not None:
+            if summary.status == "ok" and records_file is not None:
                 rows, itl_rows = _request_rows(read_records(records_file), key)
                 requests += rows
                 itl += itl_rows
@@ -176,11 +196,11 @@ def collect_vllm_bench(path: str | Path, run: str | None = None, suite: str = "v
            "weights": "", "vllm_version": "", "date": str(data.get("date", ""))[:8], "engine": "",
            "attention_backend": data.get("attention_backend", "default"), "graph_mode": "default",
            "max_num_seqs": None, "chunked_prefill": None, "output_len": None, **metrics, "source": str(path)}
-    requests = [{**key, "request": i, "ttft_ms": t * 1e3, "tpot_ms": None, "e2el_ms": None,
+    requests = [{**key, "request": i, **{m.column: None for m in PER_REQUEST}, TTFT.column: t * 1e3,
                  "output_tokens": o, "input_tokens": n}
                 for i, (t, o, n) in enumerate(zip(data.get("ttfts", []), data.get("output_lens", []),
                                                   data.get("input_lens", []))) if t]
-    itl = [{**key, "itl_ms": v * 1e3, "position": i, "gaps": len(gaps)}
+    itl = [{**key, ITL.column: v * 1e3, "position": i, "gaps": len(gaps)}
            for gaps in data.get("itls", []) for i, v in enumerate(gaps, 1)]
     return Collected(pd.DataFrame([row]), pd.DataFrame(requests), pd.DataFrame(itl), [str(path)])
 

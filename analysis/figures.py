@@ -17,6 +17,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
+from attnbench.runner.catalogue import ITL, TOTAL_TOKEN_THROUGHPUT, TTFT  # noqa: E402
+
 from .normalize import CONVENTION  # noqa: E402
 
 OKABE_ITO = ["#0072B2", "#E69F00", "#009E73", "#D55E00", "#CC79A7", "#56B4E9", "#F0E442", "#000000"]
@@ -99,14 +101,14 @@ def fig_serving_bars(agg: pd.DataFrame, out_dir: Path, suite: str) -> list[Path]
     """Blog Fig. 8-10: total token throughput (tok/s), TTFT (s), ITL (ms) per configuration."""
     name = f"{suite}-serving"
     df = agg[agg["suite"] == suite]
-    needed = ["total_token_throughput", "ttft", "itl"]
+    panels = [(TOTAL_TOKEN_THROUGHPUT, 1.0, None), (TTFT, 1e-3, "s"), (ITL, 1.0, None)]  # (metric, scale, unit)
+    needed = [m.name for m, _, _ in panels]
     if df.empty or any(c not in df or df[c].isna().all() for c in needed):
         return _skip(name, f"needs {needed} for suite {suite!r}")
     for gpu, g in df.groupby("gpu", sort=False):
         fig, axes = plt.subplots(1, 3, figsize=(13, 4.2))
-        _bar_panel(axes[0], g, "total_token_throughput", 1.0, "total token throughput (tok/s)")
-        _bar_panel(axes[1], g, "ttft", 1e-3, "TTFT (s)")
-        _bar_panel(axes[2], g, "itl", 1.0, "ITL (ms)")
+        for ax, (metric, scale, unit) in zip(axes, panels):
+            _bar_panel(ax, g, metric.name, scale, metric.axis(unit))
         fig.suptitle(f"{suite}: throughput and latency per configuration")
         add_footnote(fig, f"{footnote(g)}\n{CONVENTION}")
         cols = ["gpu", "run", "repeats"] + [c for m in needed for c in (m, f"{m}_lo", f"{m}_hi") if c in g]
@@ -118,7 +120,7 @@ def fig_normalized_bars(norm: pd.DataFrame, out_dir: Path, suite: str, baseline:
     """Talk: end-to-end bars normalized to a baseline backend, one panel per GPU."""
     name = f"{suite}-normalized"
     df = norm[norm["suite"] == suite]
-    metrics = [("total_token_throughput", "total tok/s"), ("ttft", "TTFT"), ("itl", "ITL")]
+    metrics = [(m.name, m.ratio_label) for m in (TOTAL_TOKEN_THROUGHPUT, TTFT, ITL)]
     metrics = [(m, label) for m, label in metrics if m in df and not df[m].isna().all()]
     if df.empty or not metrics:
         return _skip(name, f"no normalized data for suite {suite!r}")

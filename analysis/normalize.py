@@ -18,10 +18,9 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from .collect import Collected, CollectError
+from attnbench.runner.catalogue import ITL, METRICS, REPORTED, Metric
 
-THROUGHPUT = {"request_throughput": "req/s", "output_throughput": "tok/s", "total_token_throughput": "tok/s"}
-LATENCY = {"ttft": "ttft_ms", "tpot": "tpot_ms", "e2el": "e2el_ms", "itl": "itl_ms"}
+from .collect import Collected, CollectError
 CONVENTION = ("bars: mean of repeats; error bars: min/max over repeats (throughput), "
               "p20/p80 over requests (latency)")
 KEYS = ["gpu", "suite", "run"]
@@ -43,17 +42,17 @@ def aggregate(data: Collected) -> pd.DataFrame:
         for col in ("failed", "jit_compiles"):  # summed over repeats: shown, never averaged away
             row[col] = int(g[col].fillna(0).sum()) if col in g else 0
         row["sessions"] = sorted({str(v) for v in g.get("session", pd.Series(dtype=str)).dropna() if str(v)})
-        for metric in THROUGHPUT:
-            if metric in g:
-                row[metric], row[f"{metric}_lo"], row[f"{metric}_hi"] = g[metric].mean(), g[metric].min(), g[metric].max()
         suite, run = key[1], key[2]
-        for name, col in LATENCY.items():
-            median_col = f"median_{name}_ms"
-            if median_col not in g:
+        for metric in REPORTED:
+            name, per_repeat = metric.name, metric.key("median")
+            if per_repeat not in g:
                 continue
-            row[name] = g[median_col].mean()
-            row[f"{name}_repeat_min"], row[f"{name}_repeat_max"] = g[median_col].min(), g[median_col].max()
-            pooled = _pooled(data, suite, run, name, col)
+            if not metric.is_latency:
+                row[name], row[f"{name}_lo"], row[f"{name}_hi"] = g[name].mean(), g[name].min(), g[name].max()
+                continue
+            row[name] = g[per_repeat].mean()
+            row[f"{name}_repeat_min"], row[f"{name}_repeat_max"] = g[per_repeat].min(), g[per_repeat].max()
+            pooled = _pooled(data, suite, run, metric)
             row[f"{name}_lo"], row[f"{name}_hi"] = (np.percentile(pooled, 20), np.percentile(pooled, 80)) \
                 if len(pooled) else (np.nan, np.nan)
         row["itl_first_tenth"], row["itl_last_tenth"] = _itl_first_last_tenth(data, suite, run)
@@ -80,11 +79,12 @@ def split_experiments(agg: pd.DataFrame) -> pd.DataFrame:
     return agg
 
 
-def _pooled(data: Collected, suite: str, run: str, name: str, col: str) -> np.ndarray:
-    frame = data.itl if name == "itl" else data.requests
-    if frame.empty or col not in frame:
+def _pooled(data: Collected, suite: str, run: str, metric: Metric) -> np.ndarray:
+    """Every sample of a latency over a run's repeats: its requests, or its chunk gaps."""
+    frame = data.itl if metric.per == "gap" else data.requests
+    if frame.empty or metric.column not in frame:
         return np.array([])
-    sel = frame[(frame["suite"] == suite) & (frame["run"] == run)][col].dropna()
+    sel = frame[(frame["suite"] == suite) & (frame["run"] == run)][metric.column].dropna()
     return sel.to_numpy(dtype=float)
 
 
@@ -95,18 +95,19 @@ def _itl_first_last_tenth(data: Collected, suite: str, run: str) -> tuple[float,
         return np.nan, np.nan
     sel = frame[(frame["suite"] == suite) & (frame["run"] == run)]
     where = (sel["position"] - 1) / sel["gaps"]  # 0 for the first gap, < 1 for the last
-    first, last = sel["itl_ms"][where < 0.1], sel["itl_ms"][where >= 0.9]
+    first, last = sel[ITL.column][where < 0.1], sel[ITL.column][where >= 0.9]
     return (float(first.median()) if len(first) else np.nan, float(last.median()) if len(last) else np.nan)
 
 
 def metric_columns(agg: pd.DataFrame) -> list[str]:
-    return [m for m in [*THROUGHPUT, *LATENCY] if m in agg]
+    """The reported metrics (`catalogue.REPORTED`) this table has, in catalogue order."""
+    return [m.name for m in REPORTED if m.name in agg]
 
 
 def repeat_range(row, metric: str) -> tuple[float, float]:
     """(min, max) over a run's repeats: of the throughput itself, of each repeat's median
     for a latency."""
-    if metric in THROUGHPUT:
+    if not METRICS[metric].is_latency:
         return row.get(f"{metric}_lo", float("nan")), row.get(f"{metric}_hi", float("nan"))
     return row.get(f"{metric}_repeat_min", float("nan")), row.get(f"{metric}_repeat_max", float("nan"))
 

@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from attnbench.runner.catalogue import REPORTED
+
 from . import figures
 from .collect import Collected, CollectError, collect_results, collect_vllm_bench, load_microbench
 from .normalize import CONVENTION, aggregate, metric_columns, normalize, split_experiments
@@ -104,9 +106,7 @@ def _figure_links(paths: list[Path], report: Path) -> list[str]:
     return lines
 
 
-UNITS = {"request_throughput": "req/s", "output_throughput": "output tok/s",
-         "total_token_throughput": "total tok/s", "ttft": "TTFT ms", "tpot": "TPOT ms", "e2el": "E2EL ms",
-         "itl": "ITL ms"}
+HEADINGS = {m.name: m.heading for m in REPORTED}  # table headings: "TTFT ms", "output tok/s"
 
 
 def format_value(value, metric: str = "", ratio: bool = False) -> str:
@@ -129,9 +129,9 @@ def format_value(value, metric: str = "", ratio: bool = False) -> str:
 def _fmt_table(df: pd.DataFrame, ratio: bool = False) -> str:
     from attnbench.runner.recipe import ENGINE_LABELS
 
-    cells = {c: [ENGINE_LABELS.get(v, v) if c == "engine" else format_value(v, c, ratio and c in UNITS)
+    cells = {c: [ENGINE_LABELS.get(v, v) if c == "engine" else format_value(v, c, ratio and c in HEADINGS)
                  for v in df[c]] for c in df.columns}
-    return pd.DataFrame(cells).rename(columns=UNITS).to_markdown(index=False, disable_numparse=True)
+    return pd.DataFrame(cells).rename(columns=HEADINGS).to_markdown(index=False, disable_numparse=True)
 
 
 def noise_lines(norm: pd.DataFrame, base: str) -> list[str]:
@@ -158,7 +158,7 @@ def noise_lines(norm: pd.DataFrame, base: str) -> list[str]:
                 verdict = "outside the spread"
             else:
                 verdict = "inside the spread: not a measured difference"
-            parts.append(f"{UNITS[m]} {row[m]:.2f} [{lo:.2f}-{hi:.2f} vs {blo:.2f}-{bhi:.2f}], {verdict}")
+            parts.append(f"{HEADINGS[m]} {row[m]:.2f} [{lo:.2f}-{hi:.2f} vs {blo:.2f}-{bhi:.2f}], {verdict}")
         if parts:
             lines.append(f"- `{row['run']}` vs `{base}` (ratio [its min-max over repeats vs the baseline's]): "
                          + "; ".join(parts) + ".")

@@ -7,9 +7,13 @@ Times are microseconds, bandwidth GB/s (1e9 bytes/s), compute TFLOP/s (1e12 FLOP
 
 from __future__ import annotations
 
-# vLLM plugin (vllm_plugin / vllm_backend): `--attention-backend CUSTOM`, the step from this env var
+# vLLM plugin (plugin/register, plugin/backend): `--attention-backend CUSTOM`, the step from
+# this env var (set by the runner from a recipe's `serve.kernel_variant`)
 VLLM_BACKEND_NAME = "CUSTOM"
 VARIANT_ENV = "ATTNBENCH_VARIANT"
+
+# the microbenchmark's implementations besides our own variants (bench/implementations.py)
+COMPARATORS = ("sdpa", "vllm_unified")
 
 # (column, meaning)
 MICROBENCH_COLUMNS: tuple[tuple[str, str], ...] = (

@@ -108,7 +108,7 @@ class StubServer:
                 os.sched_setaffinity(0, {cpu})
 
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "attnbench.runner.cli", "stub-server", "--port", str(self.port)],
+            [sys.executable, "-m", "attnbench.cli", "stub-server", "--port", str(self.port)],
             preexec_fn=pin, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline and self.proc.poll() is None:

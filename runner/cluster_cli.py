@@ -137,7 +137,7 @@ def submit_slurm(suite_file, out, only, partition, gpus_per_task, cpus_per_task,
         job_name=f"attnbench-{suite.name}", array=todo, log_dir=str(log_dir), vendor=vendor, partition=partition,
         gpus_per_task=gpus_per_task if vendor != "none" else 0, cpus_per_task=cpus_per_task, mem=mem,
         time=time_limit, max_parallel=max_parallel,
-        attnbench=attnbench_cmd or f"{sys.executable} -m attnbench.runner.cli",
+        attnbench=attnbench_cmd or f"{sys.executable} -m attnbench.cli",
         container_image=container_image, apptainer_image=apptainer_image,
         mounts=shared_paths(out, suite_file.resolve().parent, models_dir.resolve()))
     log_dir.mkdir(parents=True, exist_ok=True)

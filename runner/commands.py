@@ -173,7 +173,9 @@ def _requests_or_fail(dataset, dataset_path, input_len, output_len, num_prompts,
     from pydantic import ValidationError
 
     from .datasets import DatasetError, build_requests
-    from .recipe import DatasetSpec, validation_lines
+    from attnbench.validation import validation_lines
+
+    from .recipe import DatasetSpec
 
     options = {"path": "--dataset-path", "input_len": "--input-len", "output_len": "--output-len"}
     try:
@@ -234,19 +236,18 @@ def load_cmd(url, model, tokenizer_dir, dataset, dataset_path, input_len, output
         except KeyboardInterrupt:
             click.echo(f"interrupted; records so far in {writer.path}", err=True)
             sys.exit(130)
-    summary = measured.summary
-    summary.update(status="ok" if summary["completed"] else "failed", backend="vllm", endpoint_type="openai",
-                   base_url=cfg.base_url, model_id=model, num_prompts=num_prompts, request_rate=request_rate,
-                   max_concurrency=max_concurrency)
-    atomic_write_json(out_dir / SUMMARY_FILE, summary)
-    if not summary["completed"]:
-        raise click.ClickException(f"all {summary['failed']} requests to {cfg.base_url} failed; "
-                                   f"first error: {summary['first_error']}")
-    click.echo(json.dumps({k: summary[k] for k in ("completed", "failed", "request_throughput",
-                                                   "output_throughput", "median_ttft_ms", "median_itl_ms")}))
-    if summary["failed"]:
-        click.echo(f"warning: {summary['failed']} of {num_prompts} requests failed (the metrics cover the "
-                   f"{summary['completed']} that completed); first error: {summary['first_error']}", err=True)
+    summary = measured.summary.model_copy(update=dict(
+        base_url=cfg.base_url, model_id=model, num_prompts=num_prompts, request_rate=request_rate,
+        max_concurrency=max_concurrency))
+    atomic_write_json(out_dir / SUMMARY_FILE, summary.as_json())
+    if summary.status != "ok":
+        raise click.ClickException(f"all {summary.failed} requests to {cfg.base_url} failed; "
+                                   f"first error: {summary.first_error}")
+    click.echo(json.dumps({k: getattr(summary, k) for k in ("completed", "failed", "request_throughput",
+                                                            "output_throughput", "median_ttft_ms", "median_itl_ms")}))
+    if summary.failed:
+        click.echo(f"warning: {summary.failed} of {num_prompts} requests failed (the metrics cover the "
+                   f"{summary.completed} that completed); first error: {summary.first_error}", err=True)
 
 
 @click.command("calibrate")

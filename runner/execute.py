@@ -23,6 +23,7 @@ from rich.console import Console
 from rich.table import Table
 
 from . import provenance
+from .catalogue import ITL, OUTPUT_THROUGHPUT, REQUEST_THROUGHPUT, TOTAL_TOKEN_THROUGHPUT, TTFT
 from .datasets import build_requests
 from .loadgen import LoadConfig, arrival_offsets
 from .metrics import summarize
@@ -32,6 +33,7 @@ from .server import ServerError, ServerProcess, build_launch, log_tail
 from .repeat import measure_repeat
 from .serverlog import cuda_graph_modes, engine_mismatch
 from .store import ResultsStore, atomic_write_json, read_records
+from .summary import RepeatSummary
 from .tasks import RunLock, launch_key
 
 
@@ -52,7 +54,7 @@ def _summary_header(suite: Suite, recipe: Recipe, repeat: int, session: str = ""
     b = recipe.benchmark
     return {
         "suite": suite.name, "run": recipe.name, "repeat": repeat, "date": _now(), "session": session,
-        "backend": "vllm", "endpoint_type": "openai", "model_id": recipe.model.name,
+        "model_id": recipe.model.name,
         "tokenizer_id": recipe.model.tokenizer_path, "num_prompts": b.num_prompts,
         "request_rate": b.request_rate, "burstiness": b.burstiness,
         "max_concurrency": b.max_concurrency, "recipe_hash": recipe.digest(),
@@ -61,11 +63,10 @@ def _summary_header(suite: Suite, recipe: Recipe, repeat: int, session: str = ""
 
 def _failed(store: ResultsStore, suite: Suite, recipe: Recipe, repeat: int, status: str, error: str,
             records=None, session: str = "") -> RepeatOutcome:
-    summary = {**_summary_header(suite, recipe, repeat, session), "status": status, "error": error}
-    if records:
-        summary.update(summarize(records, recipe.benchmark.goodput_slo_ms))
+    metrics = summarize(records, recipe.benchmark.goodput_slo_ms) if records else {}
+    summary = RepeatSummary(**metrics, **_summary_header(suite, recipe, repeat, session), status=status, error=error)
     store.write_summary(recipe.name, repeat, summary)
-    return RepeatOutcome(recipe.name, repeat, status, summary, error)
+    return RepeatOutcome(recipe.name, repeat, status, summary.as_json(), error)
 
 
 class SharedServer:
@@ -131,7 +132,7 @@ def run_recipe(suite: Suite, recipe: Recipe, store: ResultsStore, repeats: list[
         with store.warmup_writer(recipe.name) as w:
             warmup = measure_repeat(cfg, warm, [0.0] * len(warm), w, desc=f"{recipe.name} warm-up",
                                     phase="warmup", server_log=server.log_path)
-        prov["jit_compiles_in_warmup"] = warmup.summary["jit_compiles"]
+        prov["jit_compiles_in_warmup"] = warmup.summary.jit_compiles
         atomic_write_json(store.run_dir(recipe.name) / prov_file, prov)
     for i, repeat in enumerate(repeats):
         if not server.alive():
@@ -156,20 +157,18 @@ def run_recipe(suite: Suite, recipe: Recipe, store: ResultsStore, repeats: list[
             outcomes.append(_failed(store, suite, recipe, repeat, "failed", error, records, session=session))
             console.print(f"[red]{recipe.name} r{repeat}: server died[/]")
             continue
-        summary = {**_summary_header(suite, recipe, repeat, session), "provenance_file": prov_file,
-                   "started_at": started, "finished_at": _now(), **measured.summary}
-        summary["status"] = "ok" if summary["completed"] else "failed"
-        summary["error"] = "" if summary["completed"] else \
-            f"all {summary['failed']} requests failed; first error: {summary['first_error']}"
-        if summary["failed"] and summary["completed"]:
-            console.print(f"[yellow]warning: {recipe.name} r{repeat}: {summary['failed']} of "
-                          f"{summary['failed'] + summary['completed']} requests failed (metrics cover the "
-                          f"{summary['completed']} that completed); first error: {summary['first_error']}[/]")
-        if summary["jit_compiles"]:
+        summary = measured.summary.model_copy(update={
+            **_summary_header(suite, recipe, repeat, session), "provenance_file": prov_file,
+            "started_at": started, "finished_at": _now()})
+        if summary.failed and summary.completed:
+            console.print(f"[yellow]warning: {recipe.name} r{repeat}: {summary.failed} of "
+                          f"{summary.failed + summary.completed} requests failed (metrics cover the "
+                          f"{summary.completed} that completed); first error: {summary.first_error}[/]")
+        if summary.jit_compiles:
             console.print(f"[yellow]warning: {recipe.name} r{repeat}: the server compiled kernels during "
-                          f"the measurement (a latency spike): {summary['jit_compiles'][0]}[/]")
+                          f"the measurement (a latency spike): {summary.jit_compiles[0]}[/]")
         store.write_summary(recipe.name, repeat, summary)
-        outcomes.append(RepeatOutcome(recipe.name, repeat, summary["status"], summary, summary["error"]))
+        outcomes.append(RepeatOutcome(recipe.name, repeat, summary.status, summary.as_json(), summary.error))
     return outcomes
 
 
@@ -209,18 +208,19 @@ def run_suite(suite: Suite, out_root: str | Path, *, only: list[str] | None = No
 
 def summary_table(suite: str, outcomes: list[RepeatOutcome]) -> Table:
     table = Table(title=f"attnbench: {suite}")
-    for col in ("run", "repeat", "status", "req/s", "output tok/s", "total tok/s",
-                "median TTFT ms", "median ITL ms", "failed", "JIT compiles"):
+    shown = [(REQUEST_THROUGHPUT, "{:.2f}"), (OUTPUT_THROUGHPUT, "{:.1f}"), (TOTAL_TOKEN_THROUGHPUT, "{:.1f}"),
+             (TTFT, "{:.1f}"), (ITL, "{:.2f}")]
+    columns = ["run", "repeat", "status", *(("median " if m.is_latency else "") + m.heading for m, _ in shown),
+               "failed", "JIT compiles"]
+    for col in columns:
         table.add_column(col, justify="right" if col not in ("run", "status") else "left")
 
-    def f(v, fmt="{:.1f}"):
+    def f(v, fmt):
         return "-" if v is None else fmt.format(v)
 
     for o in outcomes:
         s = o.summary
         table.add_row(o.run, str(o.repeat), o.status + (" (kept)" if o.error == "kept (resume)" else ""),
-                      f(s.get("request_throughput"), "{:.2f}"), f(s.get("output_throughput")),
-                      f(s.get("total_token_throughput")), f(s.get("median_ttft_ms")),
-                      f(s.get("median_itl_ms"), "{:.2f}"), str(s.get("failed", "-")),
-                      str(len(s["jit_compiles"])) if "jit_compiles" in s else "-")
+                      *(f(s.get(m.key("median")), fmt) for m, fmt in shown), str(s.get("failed", "-")),
+                      str(len(s["jit_compiles"])) if s.get("jit_compiles") is not None else "-")
     return table

@@ -1,4 +1,5 @@
-"""Serving metrics from request records, with the definitions of `vllm bench serve`.
+"""Serving metrics from request records, with the definitions of `vllm bench serve` (each
+metric's name, unit and one-line definition are in `catalogue`).
 
 Per request (ms), over successful measured requests:
   TTFT   time to first token: first streamed chunk carrying ``choices`` minus the time the
@@ -32,10 +33,8 @@ from typing import Iterable
 
 import numpy as np
 
+from .catalogue import LATENCIES, STATS, Metric
 from .loadgen import ClientStats, RequestRecord
-
-PERCENTILES = (20, 50, 80, 90, 99)
-LATENCY_METRICS = ("ttft", "tpot", "itl", "itl_per_token", "e2el")
 
 
 def request_latencies(r: RequestRecord) -> dict:
@@ -62,15 +61,23 @@ def input_tokens(r: RequestRecord) -> int:
     return r.prompt_tokens if r.prompt_tokens is not None else r.prompt_len
 
 
-def _stats(name: str, values) -> dict:
+def _stat(stat: str, v: np.ndarray) -> float:
+    if stat == "mean":
+        return float(v.mean())
+    if stat == "median":
+        return float(np.median(v))
+    if stat == "std":
+        return float(v.std())
+    return float(np.percentile(v, int(stat[1:])))  # "p99" -> 99th percentile
+
+
+def latency_stats(metric: Metric | str, values) -> dict:
+    """Every statistic of `catalogue.STATS` over ``values`` (ms), under its summary key
+    (``mean_ttft_ms``, ...); None each when there are no values. ``metric`` may also be a
+    bare name for a quantity outside the catalogue (``schedule_lag``)."""
     v = np.asarray(values, dtype=float)
-    if v.size == 0:
-        return {f"mean_{name}_ms": None, f"median_{name}_ms": None, f"std_{name}_ms": None,
-                **{f"p{p}_{name}_ms": None for p in PERCENTILES}}
-    out = {f"mean_{name}_ms": float(v.mean()), f"median_{name}_ms": float(np.median(v)),
-           f"std_{name}_ms": float(v.std())}
-    out.update({f"p{p}_{name}_ms": float(np.percentile(v, p)) for p in PERCENTILES})
-    return out
+    key = metric.key if isinstance(metric, Metric) else (lambda stat: f"{stat}_{metric}_ms")
+    return {key(stat): (_stat(stat, v) if v.size else None) for stat in STATS}
 
 
 def first_error(records: Iterable[RequestRecord]) -> str:
@@ -99,15 +106,16 @@ def summarize(records: Iterable[RequestRecord], slo_ms: dict[str, float] | None 
         "output_throughput": n_out / duration if duration else 0.0,
         "total_token_throughput": (n_in + n_out) / duration if duration else 0.0,
     }
-    for name in ("ttft", "tpot", "e2el"):
-        summary.update(_stats(name, [p[name] for p in per if p[name] is not None]))
-    for name in ("itl", "itl_per_token"):
-        summary.update(_stats(name, np.concatenate([p[name] for p in per]) if per else []))
+    for metric in LATENCIES:
+        if metric.per == "request":
+            summary.update(latency_stats(metric, [p[metric.name] for p in per if p[metric.name] is not None]))
+        else:  # one sample per chunk gap
+            summary.update(latency_stats(metric, np.concatenate([p[metric.name] for p in per]) if per else []))
     if slo_ms:
         good = sum(all(p[k] is not None and p[k] <= limit for k, limit in slo_ms.items()) for p in per)
         summary["request_goodput"] = good / duration if duration else 0.0
         summary["goodput_slo_ms"] = dict(slo_ms)
-    summary.update(_stats("schedule_lag", [(r.dispatch_s - r.scheduled_s) * 1e3 for r in recs]))
+    summary.update(latency_stats("schedule_lag", [(r.dispatch_s - r.scheduled_s) * 1e3 for r in recs]))
     if stats is not None:
         lag = np.asarray(stats.loop_lag_ms or [0.0])
         summary["client_loop_lag_ms"] = {"p50": float(np.median(lag)), "p99": float(np.percentile(lag, 99)),

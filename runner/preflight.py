@@ -15,7 +15,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-import yaml
+from attnbench.validation import validate_yaml
 
 from .datasets import DatasetError, check_dataset
 from .provenance import gpu_facts
@@ -75,7 +75,7 @@ def check_results_folder(store: ResultsStore, runs: list[Recipe], *, resume: boo
         stored = store.run_dir(recipe.name) / RECIPE_FILE
         if not stored.exists():
             continue
-        before = Recipe.model_validate(yaml.safe_load(stored.read_text())).digest()
+        before = validate_yaml(Recipe, stored, "stored recipe", PreflightError).digest()
         if before != recipe.digest():
             raise PreflightError(
                 f"{stored}: run {recipe.name!r} was measured with another recipe (hash {before[:12]}, now "

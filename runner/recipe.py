@@ -18,12 +18,13 @@ import re
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-GRAPH_MODES = ("eager", "piecewise", "full", "full_decode_only", "full_and_piecewise")
-_CUDAGRAPH_MODE = {"piecewise": "PIECEWISE", "full": "FULL", "full_decode_only": "FULL_DECODE_ONLY",
-                   "full_and_piecewise": "FULL_AND_PIECEWISE"}
+from attnbench.kernels.schema import VARIANT_ENV, VLLM_BACKEND_NAME
+from attnbench.kernels.variants import CHOICES as KERNEL_VARIANTS
+from attnbench.validation import read_yaml, validation_lines
+
+GRAPH_MODES = ("eager", "piecewise", "full", "full_decode_only", "full_and_piecewise")  # server.graph_mode_args
 
 # Scheduler defaults of the engine presets (blog: V0 default vs V1 default). ``v0`` is vLLM's
 # real V0 engine (vLLM <= 0.10, started with VLLM_USE_V1=0); ``v0-style`` only V0's
@@ -44,6 +45,13 @@ class RecipeError(ValueError):
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
+
+
+def one_of(value, choices):
+    """``value`` if it is None or one of ``choices``; else the error pydantic reports for the field."""
+    if value is not None and value not in choices:
+        raise ValueError(f"expected one of {list(choices)}")
+    return value
 
 
 class ModelSpec(_Strict):
@@ -68,9 +76,7 @@ class ModelSpec(_Strict):
     def _arch(cls, v):
         from .models import ARCHS
 
-        if v is not None and v not in ARCHS:
-            raise ValueError(f"expected one of {sorted(ARCHS)}")
-        return v
+        return one_of(v, sorted(ARCHS))
 
     @field_validator("build")
     @classmethod
@@ -99,6 +105,12 @@ class ServeSettings(_Strict):
     image or venv) with V0's scheduler defaults; the runner checks that the server really
     runs V0 before measuring. V0 has no ``--attention-backend`` flag (the backend goes in
     ``VLLM_ATTENTION_BACKEND``) and no CUDA-graph modes (``graph_mode``: eager or unset).
+
+    ``kernel_variant`` picks the step of attnbench's own kernels that computes attention
+    (``auto``, ``naive``, ``qblock``, ``parallel_tiled``, ``static_grid``;
+    `attnbench.kernels.variants`); they serve through attnbench's vLLM plugin, so it needs
+    ``attention_backend: CUSTOM``. The server gets it as ``ATTNBENCH_VARIANT``. The older
+    spelling ``env: {ATTNBENCH_VARIANT: ...}`` is read into this field and checked the same way.
     """
 
     engine: Literal["v1", "v0", "v0-style"] = "v1"
@@ -107,6 +119,7 @@ class ServeSettings(_Strict):
     max_num_batched_tokens: int | None = Field(None, ge=1)
     enable_prefix_caching: bool = False
     attention_backend: str | None = None
+    kernel_variant: str | None = None
     graph_mode: Literal[GRAPH_MODES] | None = None  # type: ignore[valid-type]
     tensor_parallel_size: int = Field(1, ge=1)
     dtype: str | None = None
@@ -121,6 +134,28 @@ class ServeSettings(_Strict):
     startup_timeout_s: float = Field(900, gt=0)
     extra_args: list[str] = []
     env: dict[str, str] = {}
+
+    @field_validator("kernel_variant")
+    @classmethod
+    def _known_variant(cls, v):
+        return one_of(v, KERNEL_VARIANTS)
+
+    @model_validator(mode="after")
+    def _variant_needs_custom_backend(self):
+        named = self.env.get(VARIANT_ENV)
+        if named is not None:  # the older spelling: into kernel_variant, checked the same way
+            if named not in KERNEL_VARIANTS:
+                raise ValueError(f"env.{VARIANT_ENV}: expected one of {list(KERNEL_VARIANTS)}, got {named!r}")
+            if self.kernel_variant not in (None, named):
+                raise ValueError(f"kernel_variant {self.kernel_variant!r} and env.{VARIANT_ENV} {named!r} "
+                                 "disagree; keep kernel_variant")
+            self.kernel_variant = named
+            self.env = {k: v for k, v in self.env.items() if k != VARIANT_ENV}
+        if self.kernel_variant is not None and self.attention_backend != VLLM_BACKEND_NAME:
+            raise ValueError(f"kernel_variant {self.kernel_variant!r} picks a step of attnbench's kernels, which "
+                             f"serve only as attention_backend {VLLM_BACKEND_NAME!r} (got "
+                             f"{self.attention_backend!r})")
+        return self
 
     @model_validator(mode="after")
     def _docker_needs_image(self):
@@ -304,19 +339,6 @@ def _expand_matrix(run: dict, where: str) -> list[dict]:
     return out
 
 
-def validation_lines(err: ValidationError, prefix: str = "") -> list[str]:
-    """One line per problem of a pydantic error: ``<prefix><field>: <message> (got <value>)``,
-    without pydantic's "Value error," prefix and documentation URL."""
-    lines = []
-    for e in err.errors():
-        loc = ".".join(str(p) for p in e["loc"])
-        where = prefix + loc if loc else (prefix.strip() or "(top level)")
-        msg = e["msg"].removeprefix("Value error, ")
-        got = f" (got {e['input']!r})" if e["type"] != "value_error" or e.get("loc") else ""
-        lines.append(f"{where}: {msg}{got}"[:400])
-    return lines
-
-
 def _format_errors(source: str, run_name: str, err: ValidationError) -> str:
     lines = [f"{source}: run {run_name!r} is invalid:"] + ["  " + line for line in validation_lines(err)]
     return "\n".join(lines)
@@ -336,10 +358,9 @@ def _included_runs(parent: Path, inc, platform_defaults: dict, where: str) -> li
     if unknown:
         raise RecipeError(f"{where}: unknown keys {sorted(unknown)}; expected file, prefix, defaults, only, overrides")
     child = (parent.parent / inc["file"]).resolve()
-    try:
-        data = yaml.safe_load(child.read_text())
-    except FileNotFoundError:
-        raise RecipeError(f"{where}.file: no such suite file {child}") from None
+    if not child.exists():
+        raise RecipeError(f"{where}.file: no such suite file {child}")
+    data = read_yaml(child, "suite file", RecipeError)
     if not isinstance(data, dict) or "include" in data:
         raise RecipeError(f"{where}.file: {child} must be a suite with runs and no includes of its own")
     base = deep_merge(deep_merge(platform_defaults, data.get("defaults") or {}), inc.get("defaults") or {})
@@ -365,12 +386,7 @@ def load_suite(path: str | Path) -> Suite:
     """Read a suite file; raises `RecipeError` naming file, field and value on any problem."""
     path = Path(path)
     source = str(path)
-    try:
-        data = yaml.safe_load(path.read_text())
-    except FileNotFoundError:
-        raise RecipeError(f"{source}: no such suite file") from None
-    except yaml.YAMLError as e:
-        raise RecipeError(f"{source}: not valid YAML: {e}") from None
+    data = read_yaml(path, "suite file", RecipeError)
     if not isinstance(data, dict):
         raise RecipeError(f"{source}: expected a mapping with 'name' and 'runs', got {type(data).__name__}")
     unknown = set(data) - {"name", "description", "defaults", "runs", "include"}
@@ -401,12 +417,3 @@ def load_suite(path: str | Path) -> Suite:
     if dup:
         raise RecipeError(f"{source}: run names must be unique, repeated: {dup}")
     return Suite(name=data["name"], description=data.get("description", ""), source=source, runs=recipes)
-
-
-def graph_mode_args(mode: str | None) -> list[str]:
-    """vLLM flags for a graph mode: eager -> --enforce-eager, else a compilation config."""
-    if mode is None:
-        return []
-    if mode == "eager":
-        return ["--enforce-eager"]
-    return ["--compilation-config", json.dumps({"cudagraph_mode": _CUDAGRAPH_MODE[mode]})]

@@ -20,13 +20,14 @@ from .loadgen import ClientStats, LoadConfig, RequestRecord
 from .loadpool import run_load_processes
 from .metrics import summarize
 from .serverlog import LogWindow, jit_compiles
+from .summary import RepeatSummary
 from .witness import between, scrape
 
 
 @dataclass
 class Repeat:
     records: list[RequestRecord]
-    summary: dict  # metrics (vllm bench serve key names) + server_metrics, jit_compiles, client lag
+    summary: RepeatSummary  # metrics and witnesses; the caller adds what was measured (run or URL)
 
 
 def measure_repeat(cfg: LoadConfig, requests: list[BenchRequest], offsets: list[float],
@@ -34,8 +35,8 @@ def measure_repeat(cfg: LoadConfig, requests: list[BenchRequest], offsets: list[
                    processes: int = 1, slo_ms: dict[str, float] | None = None,
                    server_log: Path | None = None) -> Repeat:
     """Send ``requests`` at ``offsets`` to ``cfg.base_url`` (every finished record to
-    ``sink``, as it finishes) and summarize them. Ctrl-C propagates after the sink has
-    every record measured so far."""
+    ``sink``, as it finishes) and summarize them, status included (failed when no request
+    completed). Ctrl-C propagates after the sink has every record measured so far."""
     window = LogWindow(server_log) if server_log is not None else None
     before = scrape(cfg.base_url)
     stats = ClientStats()
@@ -51,4 +52,4 @@ def measure_repeat(cfg: LoadConfig, requests: list[BenchRequest], offsets: list[
         summary["server_metrics"] = between(before, after)
     if window is not None:
         summary["jit_compiles"] = jit_compiles(window.lines())
-    return Repeat(records, summary)
+    return Repeat(records, RepeatSummary(**summary).settled())

@@ -24,7 +24,9 @@ import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .recipe import Recipe, graph_mode_args
+from attnbench.kernels.schema import VARIANT_ENV
+
+from .recipe import Recipe
 from .serverlog import root_cause
 
 VLLM_SERVER_MODULE = "vllm.entrypoints.openai.api_server"
@@ -102,11 +104,28 @@ def vllm_args(recipe: Recipe, host: str, port: int) -> list[str]:
     return args + list(s.extra_args)
 
 
+_CUDAGRAPH_MODE = {"piecewise": "PIECEWISE", "full": "FULL", "full_decode_only": "FULL_DECODE_ONLY",
+                   "full_and_piecewise": "FULL_AND_PIECEWISE"}
+
+
+def graph_mode_args(mode: str | None) -> list[str]:
+    """vLLM flags for a recipe's ``graph_mode``: eager -> --enforce-eager, else a compilation
+    config naming the CUDA-graph mode (recipe.GRAPH_MODES)."""
+    if mode is None:
+        return []
+    if mode == "eager":
+        return ["--enforce-eager"]
+    return ["--compilation-config", json.dumps({"cudagraph_mode": _CUDAGRAPH_MODE[mode]})]
+
+
 def server_env(recipe: Recipe) -> dict[str, str]:
-    """The server's environment: the recipe's ``serve.env``, plus for ``engine: v0`` the
+    """The server's environment: the recipe's ``serve.env``, attnbench's kernel step for the
+    CUSTOM backend (``kernel_variant`` as ATTNBENCH_VARIANT), and for ``engine: v0`` the
     switches of vLLM's V0 engine (VLLM_USE_V1=0, the backend in VLLM_ATTENTION_BACKEND)."""
     s = recipe.serve
     env = dict(s.env)
+    if s.kernel_variant is not None:
+        env[VARIANT_ENV] = s.kernel_variant
     if s.engine == "v0":
         env["VLLM_USE_V1"] = "0"
         if s.attention_backend:

@@ -23,6 +23,7 @@ from typing import IO, Iterator
 import yaml
 
 from .loadgen import RequestRecord
+from .summary import RepeatSummary
 
 RECIPE_FILE = "recipe.yaml"
 PROVENANCE_FILE = "provenance.json"
@@ -31,7 +32,6 @@ WARMUP_FILE = "warmup.jsonl"
 REQUESTS_FILE = "requests.jsonl"
 SUMMARY_FILE = "summary.json"
 REPEAT_PREFIX = "r"
-STATUSES = ("ok", "failed", "interrupted")
 
 
 def _umask() -> int:
@@ -156,10 +156,11 @@ class ResultsStore:
     def requests_writer(self, run: str, repeat: int) -> RecordWriter:
         return RecordWriter(self.repeat_dir(run, repeat) / REQUESTS_FILE)
 
-    def write_summary(self, run: str, repeat: int, summary: dict) -> None:
-        if summary.get("status") not in STATUSES:
-            raise ValueError(f"summary status: expected one of {STATUSES}, got {summary.get('status')!r}")
-        atomic_write_json(self.repeat_dir(run, repeat) / SUMMARY_FILE, summary)
+    def write_summary(self, run: str, repeat: int, summary: RepeatSummary | dict) -> None:
+        """summary.json of a repeat (a dict is validated as a `RepeatSummary` first)."""
+        if isinstance(summary, dict):
+            summary = RepeatSummary.model_validate(summary)
+        atomic_write_json(self.repeat_dir(run, repeat) / SUMMARY_FILE, summary.as_json())
 
 
 def repeat_dirs(run_dir: Path) -> Iterator[tuple[int, Path]]:

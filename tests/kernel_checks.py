@@ -1,5 +1,5 @@
 """How kernel outputs are judged against the fp32 reference: the tolerances of
-`attnbench.kernels.reference.TOLERANCES` on every written row, with a message that points
+`attnbench.kernels.bench.reference.TOLERANCES` on every written row, with a message that points
 at the worst element (see test_tolerance_catches_* for proof that they can fail)."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import random
 
 import torch
 
-from attnbench.kernels.reference import TOLERANCES, within_tolerance
+from attnbench.kernels.bench.reference import TOLERANCES, within_tolerance
 
 DEVICE = "cpu" if os.environ.get("TRITON_INTERPRET") == "1" else "cuda"
 

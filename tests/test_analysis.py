@@ -214,7 +214,7 @@ def test_vllm_bench_json_plots_beside_ours(tree, tmp_path):
 
 def micro_csv(path: Path, rows: list[dict]) -> Path:
     """A microbenchmark CSV with the schema's columns, written through the bench's own sink."""
-    from attnbench.kernels.bench import CsvSink
+    from attnbench.kernels.bench.microbench import CsvSink
 
     sink = CsvSink(path)
     sink.write([{k: r.get(k, "") for k in MICROBENCH_FIELDS} for r in rows])
@@ -364,3 +364,12 @@ def test_decode_steps_show_whether_a_step_grows_with_the_context(tmp_path):
     assert steps.loc["CUSTOM (qblock)", "ITL last tenth"] == pytest.approx(14.5)
     assert steps.loc["FLASH_ATTN", "growth ms"] == pytest.approx(0.0, abs=1e-9)
     assert "Decode steps (ITL, ms)" in write_report(analysis, tmp_path / "report.md").read_text()
+
+
+def test_a_summary_that_is_not_ours_is_named(tmp_path):
+    store = ResultsStore(tmp_path / "res", "talk")
+    write_run(store, "talk", "flex", [make_records([100, 120], 10)], backend="FLEX_ATTENTION")
+    path = store.repeat_dir("flex", 1) / "summary.json"
+    path.write_text(json.dumps({**json.loads(path.read_text()), "status": "finished", "completed": "many"}))
+    with pytest.raises(CollectError, match=r"flex/r1/summary\.json: not an attnbench summary: .*status.*completed"):
+        collect_results(tmp_path / "res")

@@ -10,13 +10,13 @@ import pytest
 import torch
 import yaml
 
-from attnbench.kernels import implementations
-from attnbench.kernels.bench import run_suite
-from attnbench.kernels.bench_spec import SpecError, load_suite
-from attnbench.kernels.heuristics import BatchShape, KernelConfig, Platform
-from attnbench.kernels.reference import TOLERANCES
+from attnbench.kernels.bench import implementations
+from attnbench.kernels.bench.microbench import run_microbench
+from attnbench.kernels.bench.spec import SpecError, load_microbench_spec
+from attnbench.kernels.config import BatchShape, KernelConfig, Platform
+from attnbench.kernels.bench.reference import TOLERANCES
 from attnbench.kernels.schema import MICROBENCH_FIELDS
-from attnbench.kernels.tune import SearchSpace, emit_python, fit_tree, sweep
+from attnbench.kernels.bench.tune import SearchSpace, emit_python, fit_tree, sweep
 from kernel_checks import DEVICE
 
 SUITE = {
@@ -49,12 +49,12 @@ def broken_impls(monkeypatch):
 
 
 def test_microbench_checks_then_times_and_writes_the_schema(tmp_path, broken_impls, monkeypatch):
-    import attnbench.kernels.bench_spec as spec
+    import attnbench.kernels.bench.spec as spec
 
     monkeypatch.setattr(spec, "IMPLEMENTATIONS", spec.IMPLEMENTATIONS + ("broken", "crashing"))
-    suite = load_suite(suite_file(tmp_path, SUITE))
+    suite = load_microbench_spec(suite_file(tmp_path, SUITE))
     out = tmp_path / "mb.csv"
-    rows = run_suite(suite, out, device=DEVICE)
+    rows = run_microbench(suite, out, device=DEVICE)
     with out.open() as fh:
         reader = csv.DictReader(fh)
         assert tuple(reader.fieldnames) == MICROBENCH_FIELDS
@@ -77,14 +77,14 @@ def test_microbench_checks_then_times_and_writes_the_schema(tmp_path, broken_imp
 def test_microbench_spec_errors_name_file_and_field(tmp_path):
     bad = dict(SUITE, implementations=["qblock", "flashy"])
     with pytest.raises(SpecError, match=r"(?s)suite.yaml.*implementations: unknown \['flashy'\]"):
-        load_suite(suite_file(tmp_path, bad))
+        load_microbench_spec(suite_file(tmp_path, bad))
     bad = dict(SUITE, heads={"num_q_heads": 6, "num_kv_heads": 4, "head_size": 32})
     with pytest.raises(SpecError, match="(?s)heads.*must divide"):
-        load_suite(suite_file(tmp_path, bad))
+        load_microbench_spec(suite_file(tmp_path, bad))
 
 
 def test_tuner_sweeps_fits_and_emits_working_heuristics(tmp_path):
-    suite = load_suite(suite_file(tmp_path, dict(SUITE, implementations=["qblock"], configs={})))
+    suite = load_microbench_spec(suite_file(tmp_path, dict(SUITE, implementations=["qblock"], configs={})))
     space = SearchSpace(variants={"qblock": {"tile_size": [16, 32], "num_warps": [4]},
                                   "static_grid": {"tile_size": [16], "num_segments": [1, 2]}})
     rows = sweep(suite, space, tmp_path / "tune.csv", device=DEVICE)

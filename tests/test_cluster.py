@@ -15,7 +15,7 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from attnbench.runner.cli import main
+from attnbench.cli import main
 from attnbench.runner.recipe import load_suite
 from attnbench.runner.store import ResultsStore, atomic_write_json
 from attnbench.runner.submit import K8sOptions, SlurmOptions, TaskWork, k8s_job, slurm_script

@@ -150,7 +150,7 @@ def test_exported_sharegpt_sends_the_same_prompts(tmp_path, tiny):
     come back (vLLM's filter keeps them all), with the intended output lengths."""
     from click.testing import CliRunner
 
-    from attnbench.runner.cli import main
+    from attnbench.cli import main
     from attnbench.runner.datasets import LocalTokenizer, build_requests, load_sharegpt
     from attnbench.runner.recipe import DatasetSpec
 

@@ -147,7 +147,7 @@ def test_sigint_stops_the_server_and_keeps_partial_results(tmp_path, model_dir):
     path = suite_file(tmp_path, model_dir, [{"name": "long"}], num_prompts=400, max_concurrency=2,
                       repeats=1, dataset={"kind": "random", "input_len": 32, "output_len": 64})
     results = tmp_path / "results"
-    proc = subprocess.Popen([sys.executable, "-m", "attnbench.runner.cli", "run", str(path), "--out", str(results)],
+    proc = subprocess.Popen([sys.executable, "-m", "attnbench.cli", "run", str(path), "--out", str(results)],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     requests = results / "it" / "long" / "r1" / "requests.jsonl"
     deadline = time.monotonic() + 400

@@ -12,9 +12,9 @@ import pytest
 import torch
 
 from attnbench.kernels import PagedBatch, paged_attention
-from attnbench.kernels.aot import captured_launches
-from attnbench.kernels.batch import StaticBatchBuffers
-from attnbench.kernels.heuristics import KernelConfig
+from attnbench.kernels.bench.aot import captured_launches
+from attnbench.kernels.bench.batch import StaticBatchBuffers
+from attnbench.kernels.config import KernelConfig
 from kernel_checks import DEVICE, fresh_seed, mismatch
 
 
@@ -134,7 +134,7 @@ def test_static_grid_replays_one_launch_for_any_batch_up_to_capacity():
 def aot_builds():
     """Build every kernel for an H100 and an MI300X (a subprocess: real JIT, no interpreter)."""
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    proc = subprocess.run([sys.executable, "-m", "attnbench.kernels.aot", "sm_90", "gfx942"],
+    proc = subprocess.run([sys.executable, "-m", "attnbench.kernels.bench.aot", "sm_90", "gfx942"],
                           capture_output=True, text=True, env=env, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return [json.loads(line) for line in proc.stdout.splitlines()]

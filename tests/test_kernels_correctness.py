@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from attnbench.kernels import PagedBatch, paged_attention
-from attnbench.kernels.heuristics import KernelConfig
+from attnbench.kernels.config import KernelConfig
 from kernel_checks import DEVICE, fresh_seed, mismatch, poisoned_like
 
 # (q heads, kv heads, head size, KV block size, dtype, extras)
@@ -115,7 +115,7 @@ def test_explicit_scale_is_used():
     seed = fresh_seed()
     batch = build_case("gqa4-h64-bf16-bs16", "mixed", seed)
     out = paged_attention(**batch.attention_kwargs(), scale=0.3, variant="qblock")
-    from attnbench.kernels.reference import paged_attention_reference
+    from attnbench.kernels.bench.reference import paged_attention_reference
 
     ref = paged_attention_reference(batch.q, batch.k_cache, batch.v_cache, batch.block_table,
                                     batch.cu_seqlens_q, batch.seq_lens, scale=0.3)

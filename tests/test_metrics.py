@@ -65,3 +65,19 @@ def test_schedule_lag():
 def test_empty_run_has_no_nan_metrics():
     s = summarize([rec(0, 0.0, [], [], status="error")])
     assert s["completed"] == 0 and s["median_ttft_ms"] is None and s["request_throughput"] == 0.0
+
+
+def test_the_catalogue_names_every_summary_key():
+    """Every latency statistic of a summary is a catalogue key and the other way round, and
+    the headings and axes the analysis shows come from the catalogue."""
+    from attnbench.runner.catalogue import LATENCIES, METRICS, STATS, THROUGHPUTS, TTFT
+    from attnbench.runner.summary import RepeatSummary
+
+    s = summarize([rec(0, 0.0, [0.1, 0.2, 0.4], [1, 1, 1])])
+    latency_keys = {k for k in s if k.endswith("_ms") and not k.endswith("schedule_lag_ms")}
+    assert latency_keys == {m.key(stat) for m in LATENCIES for stat in STATS}
+    assert all(m.key() in s for m in THROUGHPUTS)
+    assert set(RepeatSummary.model_fields) >= set(s)
+    assert TTFT.heading == "TTFT ms" and TTFT.axis("s") == "TTFT (s)" and TTFT.column == "ttft_ms"
+    assert METRICS["output_throughput"].heading == "output tok/s" and METRICS["request_throughput"].heading == "req/s"
+    assert METRICS["tpot"].better == "lower" and METRICS["total_token_throughput"].better == "higher"

@@ -13,7 +13,7 @@ import yaml
 from click.testing import CliRunner
 
 from attnbench.analysis.report import format_value, noise_lines
-from attnbench.runner.cli import main
+from attnbench.cli import main
 from attnbench.runner.preflight import PreflightError, check_accelerator, check_results_folder
 from attnbench.runner.recipe import load_suite
 from attnbench.runner.store import ResultsStore

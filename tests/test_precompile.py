@@ -12,10 +12,11 @@ import random
 
 import pytest
 import torch
-from attnbench.kernels.aot import captured_launches
-from attnbench.kernels.api import _same_binary
-from attnbench.kernels.batch import PagedBatch
-from attnbench.kernels.heuristics import BatchShape, Platform, choose_config, reachable_configs
+from attnbench.kernels.bench.aot import captured_launches
+from attnbench.kernels.dispatch.api import _same_binary
+from attnbench.kernels.bench.batch import PagedBatch
+from attnbench.kernels.config import BatchShape, Platform
+from attnbench.kernels.dispatch.heuristics import choose_config, reachable_configs
 from kernel_checks import DEVICE, fresh_seed
 
 H100 = Platform("cuda", 132, "NVIDIA H100 80GB HBM3")
@@ -47,7 +48,7 @@ def test_reachable_configs_cover_random_batches(variant, platform):
 
 
 def _qblock_keys_for_16_and_17_sequences() -> list[tuple]:
-    from attnbench.kernels import qblock
+    from attnbench.kernels.steps import qblock
 
     keys = []
     for n in (16, 17):
@@ -64,7 +65,7 @@ def _qblock_keys_for_16_and_17_sequences() -> list[tuple]:
 def test_a_specialized_batch_integer_would_be_caught(monkeypatch):
     """The check above can fail: without ``do_not_specialize``, 16 and 17 sequences need
     different binaries (divisibility of ``num_seqs`` by 16)."""
-    from attnbench.kernels import qblock
+    from attnbench.kernels.steps import qblock
 
     kernel = qblock.qblock_attention_kernel
     first, second = _qblock_keys_for_16_and_17_sequences()
@@ -82,8 +83,8 @@ def test_a_specialized_batch_integer_would_be_caught(monkeypatch):
 def test_no_compilation_after_precompile_on_the_gpu(variant):
     """On a GPU, with Triton's own compile hook: after `precompile` for a server's limits and
     layout, random batches of that server compile nothing."""
-    from attnbench.kernels import naive, parallel_tiled, qblock, static_grid
-    from attnbench.kernels.api import paged_attention, precompile
+    from attnbench.kernels.steps import naive, parallel_tiled, qblock, static_grid
+    from attnbench.kernels.dispatch.api import paged_attention, precompile
     from triton import knobs
 
     for module in (naive, parallel_tiled, qblock, static_grid):  # forget earlier tests' binaries

@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from attnbench.runner.recipe import ENGINE_PRESETS, RecipeError, graph_mode_args, load_suite
+from attnbench.runner.recipe import ENGINE_PRESETS, RecipeError, load_suite
+from attnbench.runner.server import graph_mode_args
 
 RECIPES = Path(__file__).resolve().parents[1] / "recipes"
 
@@ -139,3 +140,39 @@ def test_dummy_models_and_sharegpt_switches(tmp_path):
 def test_unknown_arch_is_rejected(tmp_path):
     with pytest.raises(RecipeError, match="model.arch.*'gpt-9'"):
         load_suite(write(tmp_path, {**BASE, "runs": [{"name": "a", "model": {"path": "/m", "arch": "gpt-9"}}]}))
+
+
+def _custom(serve: dict) -> dict:
+    return {**BASE, "runs": [{"name": "a", "serve": {"attention_backend": "CUSTOM", **serve}}]}
+
+
+def test_kernel_variant_is_checked_when_the_recipe_loads(tmp_path):
+    """A typo in the kernel step fails at load time, naming the field and the choices,
+    not inside a server two minutes into its start."""
+    assert load_suite(write(tmp_path, _custom({"kernel_variant": "static_grid"}))).runs[0].serve.kernel_variant \
+        == "static_grid"
+    with pytest.raises(RecipeError, match=r"(?s)suite\.yaml.*serve\.kernel_variant: expected one of \['auto', "
+                                          r"'naive', 'qblock', 'parallel_tiled', 'static_grid'\] \(got 'static-grid'\)"):
+        load_suite(write(tmp_path, _custom({"kernel_variant": "static-grid"})))
+    with pytest.raises(RecipeError, match="(?s)kernel_variant 'qblock' picks a step of attnbench's kernels, which "
+                                          "serve only as attention_backend 'CUSTOM'"):
+        load_suite(write(tmp_path, {**BASE, "runs": [{"name": "a", "serve": {"attention_backend": "FLASH_ATTN",
+                                                                             "kernel_variant": "qblock"}}]}))
+
+
+def test_the_older_env_spelling_is_read_and_checked_the_same(tmp_path):
+    """``env: {ATTNBENCH_VARIANT: ...}`` becomes kernel_variant (same run, same recipe hash);
+    a typo there fails the same way; the server gets the variable either way."""
+    from attnbench.runner.server import server_env
+
+    old = load_suite(write(tmp_path, _custom({"env": {"ATTNBENCH_VARIANT": "naive", "X": "1"}}))).runs[0]
+    new = load_suite(write(tmp_path, _custom({"kernel_variant": "naive", "env": {"X": "1"}}))).runs[0]
+    assert old.serve.kernel_variant == "naive" and old.serve.env == {"X": "1"}
+    assert old.digest() == new.digest()
+    assert server_env(old) == server_env(new) == {"X": "1", "ATTNBENCH_VARIANT": "naive"}
+    with pytest.raises(RecipeError, match=r"env\.ATTNBENCH_VARIANT: expected one of \['auto', .*got 'flash'"):
+        load_suite(write(tmp_path, _custom({"env": {"ATTNBENCH_VARIANT": "flash"}})))
+    with pytest.raises(RecipeError, match="kernel_variant 'qblock' and env.ATTNBENCH_VARIANT 'naive' disagree"):
+        load_suite(write(tmp_path, _custom({"kernel_variant": "qblock", "env": {"ATTNBENCH_VARIANT": "naive"}})))
+    plain = load_suite(write(tmp_path, _custom({}))).runs[0]
+    assert plain.serve.kernel_variant is None and "ATTNBENCH_VARIANT" not in server_env(plain)  # the plugin: auto

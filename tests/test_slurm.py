@@ -31,7 +31,7 @@ def slurm(tmp_path_factory):
 
 
 def attnbench(*args: str, env=None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "attnbench.runner.cli", *args], cwd=ROOT, env=env,
+    return subprocess.run([sys.executable, "-m", "attnbench.cli", *args], cwd=ROOT, env=env,
                           capture_output=True, text=True)
 
 

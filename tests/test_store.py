@@ -56,3 +56,26 @@ def test_archived_gzip_records_read_the_same(tmp_path):
     plain.unlink()
     assert requests_path(store.repeat_dir("r", 1)) == archived
     assert read_records(archived) == recs
+
+
+def test_a_summary_is_typed_on_the_way_in_and_out(tmp_path):
+    """write_summary takes a RepeatSummary (or a dict it validates): a bad status is refused,
+    keys of other versions survive, and what was never set is not written."""
+    import json
+
+    import pytest
+    from pydantic import ValidationError
+
+    from attnbench.runner.summary import RepeatSummary
+
+    store = ResultsStore(tmp_path, "s")
+    store.write_summary("run", 1, RepeatSummary(completed=2, failed=0, median_ttft_ms=12.5, run="run"))
+    on_disk = json.loads((store.repeat_dir("run", 1) / "summary.json").read_text())
+    assert on_disk == {"backend": "vllm", "endpoint_type": "openai", "completed": 2, "failed": 0,
+                       "median_ttft_ms": 12.5, "run": "run"}
+    store.write_summary("run", 2, {**on_disk, "status": "ok", "from_a_newer_version": [1]})
+    assert store.summary("run", 2)["from_a_newer_version"] == [1] and store.is_complete("run", 2)
+    with pytest.raises(ValidationError, match="status"):
+        store.write_summary("run", 3, {"status": "done"})
+    failed = RepeatSummary(completed=0, failed=4, first_error="ConnectionRefusedError").settled()
+    assert failed.status == "failed" and failed.error == "all 4 requests failed; first error: ConnectionRefusedError"

@@ -15,10 +15,10 @@ from importlib import metadata
 
 import pytest
 import torch
-from attnbench.kernels import vllm_backend  # needs vLLM: part of the test venv
-from attnbench.kernels.batch import PagedBatch
-from attnbench.kernels.aot import captured_launches
-from attnbench.kernels.heuristics import Platform
+from attnbench.kernels.plugin import backend as vllm_backend  # needs vLLM: part of the test venv
+from attnbench.kernels.bench.batch import PagedBatch
+from attnbench.kernels.bench.aot import captured_launches
+from attnbench.kernels.config import Platform
 from kernel_checks import DEVICE, fresh_seed, mismatch
 
 
@@ -27,7 +27,7 @@ def test_plugin_registers_the_custom_backend_through_vllms_loader():
     from vllm.v1.attention.backends.registry import AttentionBackendEnum
 
     names = {ep.name: ep.value for ep in metadata.entry_points(group="vllm.general_plugins")}
-    assert names.get("attnbench_kernels") == "attnbench.kernels.vllm_plugin:register", names
+    assert names.get("attnbench_kernels") == "attnbench.kernels.plugin.register:register", names
     load_general_plugins()
     backend = AttentionBackendEnum.CUSTOM.get_class()
     assert backend is vllm_backend.AttnbenchBackend

@@ -112,7 +112,7 @@ def _closed_port() -> int:
 
 
 def test_load_against_nothing_fails_in_one_line(tmp_path):
-    from attnbench.runner.cli import main
+    from attnbench.cli import main
     from attnbench.runner.models import write_tiny_model
 
     tiny = write_tiny_model(tmp_path / "tiny")

@@ -7,7 +7,7 @@ from typing import Sequence
 
 import torch
 
-from .heuristics import BatchShape
+from ..config import BatchShape
 from .reference import paged_attention_reference
 
 

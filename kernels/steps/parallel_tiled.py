@@ -18,8 +18,8 @@ import torch
 import triton
 import triton.language as tl
 
-from .common import attend_qblock, launch_or_compile, locate_qblock
-from .heuristics import KernelConfig
+from ..config import BatchShape, KernelConfig, Platform, Step
+from .blocks import Geometry, attend_qblock, base2_scale, cache_strides, launch_or_compile, locate_qblock
 
 
 @triton.jit(do_not_specialize=["num_seqs"])
@@ -98,38 +98,44 @@ def launch(out, q, k_cache, v_cache, block_table, cu_seqlens_q, seq_lens, *,
     the segment axis. Reduction grid: (query tokens, query heads), one program per output
     row. Partial results live in fp32 scratch ``[tokens, q_heads, NUM_SEGMENTS, HEAD_PAD]``.
     """
-    num_tokens, num_q_heads, head_size = q.shape
-    block_size, num_kv_heads = k_cache.shape[1], k_cache.shape[2]
-    qpk = num_q_heads // num_kv_heads
-    block_m = config.block_m_for(qpk)
-    block_q = block_m // qpk
-    head_pad = triton.next_power_of_2(head_size)
-    num_seqs = seq_lens.shape[0]
+    g = Geometry.of(q, k_cache, seq_lens)
+    block_m, block_q = g.q_block(config)
     nseg = config.num_segments
-    rows = 1 if compile_only else num_tokens  # compiling needs the scratch's dtype, not its size
-    segm_out = torch.empty(rows, num_q_heads, nseg, head_pad, dtype=torch.float32, device=q.device)
-    segm_max = torch.empty(rows, num_q_heads, nseg, dtype=torch.float32, device=q.device)
+    rows = 1 if compile_only else g.num_tokens  # compiling needs the scratch's dtype, not its size
+    segm_out = torch.empty(rows, g.num_q_heads, nseg, g.head_pad, dtype=torch.float32, device=q.device)
+    segm_max = torch.empty(rows, g.num_q_heads, nseg, dtype=torch.float32, device=q.device)
     segm_sum = torch.empty_like(segm_max)
 
-    grid = (num_tokens // block_q + num_seqs, num_kv_heads, nseg)
+    grid = (g.q_blocks_bound(block_q), g.num_kv_heads, nseg)
     launch_or_compile(
         segmented_attention_kernel, grid, compile_only,
         segm_out, segm_max, segm_sum, q, k_cache, v_cache, block_table, cu_seqlens_q, seq_lens,
-        num_seqs, num_q_heads, scale * 1.4426950408889634, softcap, sliding_window or 0,
-        q.stride(0), q.stride(1),
-        k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
-        v_cache.stride(0), v_cache.stride(1), v_cache.stride(2),
-        block_table.stride(0),
-        QPK=qpk, HEAD_SIZE=head_size, HEAD_PAD=head_pad,
-        BLOCK_SIZE=block_size, TILE_SIZE=config.tile_size,
+        g.num_seqs, g.num_q_heads, base2_scale(scale), softcap, sliding_window or 0,
+        q.stride(0), q.stride(1), *cache_strides(k_cache, v_cache), block_table.stride(0),
+        QPK=g.qpk, HEAD_SIZE=g.head_size, HEAD_PAD=g.head_pad,
+        BLOCK_SIZE=g.block_size, TILE_SIZE=config.tile_size,
         BLOCK_M=block_m, BLOCK_Q=block_q, NUM_SEGMENTS=nseg,
         USE_SOFTCAP=softcap > 0, USE_WINDOW=sliding_window is not None,
         num_warps=config.num_warps, num_stages=config.num_stages,
     )
     launch_or_compile(
-        reduce_segments_kernel, (num_tokens, num_q_heads), compile_only,
-        out, segm_out, segm_max, segm_sum, num_q_heads, out.stride(0), out.stride(1),
-        HEAD_SIZE=head_size, HEAD_PAD=head_pad,
+        reduce_segments_kernel, (g.num_tokens, g.num_q_heads), compile_only,
+        out, segm_out, segm_max, segm_sum, g.num_q_heads, out.stride(0), out.stride(1),
+        HEAD_SIZE=g.head_size, HEAD_PAD=g.head_pad,
         NUM_SEGMENTS=nseg, SEGMENTS_PAD=triton.next_power_of_2(nseg),
         num_warps=config.reduce_num_warps,
     )
+
+
+def default_config(shape: BatchShape, p: Platform) -> KernelConfig:
+    if p.vendor == "hip":
+        # talk appendix: NUM_WARPS_DECODE_3D 4 on ROCm; 16 segments as in vLLM
+        return KernelConfig("parallel_tiled", tile_size=16, block_m=16, num_warps=4,
+                            num_stages=1, num_segments=16)
+    # H100: 32 segments when there are very few (sequence, KV head) pairs, else 16
+    segments = 32 if shape.num_seqs * shape.num_kv_heads <= 8 else 16
+    return KernelConfig("parallel_tiled", tile_size=64, block_m=16, num_warps=4,
+                        num_stages=3, num_segments=segments)
+
+
+STEP = Step("parallel_tiled", "sec. 4.5, Listing 5", launch, default_config)

@@ -7,15 +7,9 @@ from dataclasses import replace
 
 import torch
 
-from . import naive, parallel_tiled, qblock, static_grid
-from .heuristics import BatchShape, KernelConfig, Platform, choose_config, reachable_configs
-
-_LAUNCHERS = {
-    "naive": naive.launch,
-    "qblock": qblock.launch,
-    "parallel_tiled": parallel_tiled.launch,
-    "static_grid": static_grid.launch,
-}
+from ..config import BatchShape, KernelConfig, Platform
+from ..variants import step
+from .heuristics import choose_config, reachable_configs
 
 SUPPORTED_DTYPES = (torch.float16, torch.bfloat16)
 MIN_HEAD_SIZE, MAX_HEAD_SIZE = 16, 256
@@ -143,7 +137,7 @@ def paged_attention(
     if out is None:
         out = torch.empty_like(q)
     scale = q.shape[2] ** -0.5 if scale is None else float(scale)
-    _LAUNCHERS[config.variant](
+    step(config.variant).launch(
         out, q, k_cache, v_cache, block_table, cu_seqlens_q, seq_lens,
         scale=scale, sliding_window=sliding_window, softcap=float(softcap),
         config=config, max_seqlen_q=max_seqlen_q,
@@ -180,7 +174,7 @@ def precompile(
     binaries = list(dict.fromkeys(_same_binary(c) for c in configs))
     scale = q.shape[2] ** -0.5 if scale is None else float(scale)
     for config in binaries:
-        _LAUNCHERS[config.variant](
+        step(config.variant).launch(
             out, q, k_cache, v_cache, block_table, cu_seqlens_q, seq_lens,
             scale=scale, sliding_window=sliding_window, softcap=float(softcap),
             config=config, max_seqlen_q=1, compile_only=True,

@@ -9,7 +9,7 @@ at launch (and are compatible with CUDA graphs). Here:
 2. ``fit``: label each case with its fastest config and fit a shallow
    ``sklearn.tree.DecisionTreeClassifier`` on batch features the launcher knows on the host.
 3. ``emit``: print the tree as a Python function ``choose(shape, platform) -> dict``, written
-   to ``kernels/tuned_<device>.py``; `heuristics.choose_config` uses it for that device.
+   to ``kernels/dispatch/tuned_<device>.py``; `heuristics.choose_config` uses it for that device.
 """
 
 from __future__ import annotations
@@ -19,8 +19,9 @@ import itertools
 import json
 from pathlib import Path
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field
+
+from attnbench.validation import validate_yaml
 
 FEATURES = ("decode_only", "max_seqlen_q", "avg_seqlen_q", "max_seqlen_k", "num_seqs",
             "queries_per_kv", "kv_programs")
@@ -33,7 +34,7 @@ class SearchSpace(BaseModel):
     variants: dict[str, dict[str, list]] = Field(min_length=1)
 
     def configs(self):
-        from .heuristics import KernelConfig
+        from ..config import KernelConfig
 
         for variant, axes in self.variants.items():
             names = sorted(axes)
@@ -45,7 +46,9 @@ class SearchSpace(BaseModel):
 
 
 def load_space(path: str | Path) -> SearchSpace:
-    return SearchSpace.model_validate(yaml.safe_load(Path(path).read_text()))
+    """A tuner search space (recipes/microbench/tune-space.yaml); ValueError names the file
+    and every invalid field."""
+    return validate_yaml(SearchSpace, path, "tuner search space")
 
 
 def features(shape) -> dict:
@@ -65,7 +68,7 @@ def sweep(suite, space: SearchSpace, out_csv: Path, device: str = "cuda", only=N
     """Time every config of ``space`` on every case; rows go to ``out_csv`` as measured."""
     import torch
 
-    from .bench import _time_us, build_batch
+    from .microbench import _time_us, build_batch
     from .implementations import prepare
     from .reference import within_tolerance
 
@@ -135,7 +138,7 @@ def emit_python(tree, labels: list[str], device_name: str, source: str) -> str:
         f"Source measurements: {source}. Regenerate rather than edit by hand.",
         '"""',
         "",
-        "from attnbench.kernels.tune import features",
+        "from attnbench.kernels.bench.tune import features",
         "",
         "",
         "def choose(shape, platform) -> dict:",

@@ -12,8 +12,9 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from .common import apply_softcap, find_seq_idx, kv_tile_slots, launch_or_compile
-from .heuristics import KernelConfig
+from ..config import BatchShape, KernelConfig, Platform, Step
+from .blocks import LOG2E, Geometry, apply_softcap, base2_scale, cache_strides, find_seq_idx, kv_tile_slots, \
+    launch_or_compile
 
 
 @triton.jit(do_not_specialize=["num_seqs"])
@@ -72,7 +73,7 @@ def naive_attention_kernel(
         # scores of this page: q . k for each key, in base 2
         s = tl.sum(q[None, :] * k.to(tl.float32), axis=1)
         if USE_SOFTCAP:
-            s = apply_softcap(s * (qk_scale / 1.4426950408889634), softcap) * 1.4426950408889634
+            s = apply_softcap(s * (qk_scale / LOG2E), softcap) * LOG2E
         else:
             s = s * qk_scale
         s = tl.where(visible, s, float("-inf"))
@@ -97,20 +98,24 @@ def launch(out, q, k_cache, v_cache, block_table, cu_seqlens_q, seq_lens, *,
     For a decode-only batch this is (num_seqs, num_q_heads), the grid the paper found best
     for decode; for prefill it is (total query tokens, num_q_heads).
     """
-    num_tokens, num_q_heads, head_size = q.shape
-    block_size, num_kv_heads = k_cache.shape[1], k_cache.shape[2]
-    grid = (num_tokens, num_q_heads)
+    g = Geometry.of(q, k_cache, seq_lens)
+    grid = (g.num_tokens, g.num_q_heads)
     launch_or_compile(
         naive_attention_kernel, grid, compile_only,
         out, q, k_cache, v_cache, block_table, cu_seqlens_q, seq_lens,
-        seq_lens.shape[0], scale * 1.4426950408889634, softcap, sliding_window or 0,
+        g.num_seqs, base2_scale(scale), softcap, sliding_window or 0,
         q.stride(0), q.stride(1), out.stride(0), out.stride(1),
-        k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
-        v_cache.stride(0), v_cache.stride(1), v_cache.stride(2),
-        block_table.stride(0),
-        QPK=num_q_heads // num_kv_heads,
-        HEAD_SIZE=head_size, HEAD_PAD=triton.next_power_of_2(head_size),
-        BLOCK_SIZE=block_size, BLOCK_SIZE_PAD=triton.next_power_of_2(block_size),
+        *cache_strides(k_cache, v_cache), block_table.stride(0),
+        QPK=g.qpk, HEAD_SIZE=g.head_size, HEAD_PAD=g.head_pad,
+        BLOCK_SIZE=g.block_size, BLOCK_SIZE_PAD=triton.next_power_of_2(g.block_size),
         USE_SOFTCAP=softcap > 0, USE_WINDOW=sliding_window is not None,
         num_warps=config.num_warps, num_stages=config.num_stages,
     )
+
+
+def default_config(shape: BatchShape, platform: Platform) -> KernelConfig:
+    """One page per iteration (the tile is the page); nothing else to choose."""
+    return KernelConfig("naive", tile_size=16, num_warps=4, num_stages=1)
+
+
+STEP = Step("naive", "sec. 4.3, Listing 3", launch, default_config)

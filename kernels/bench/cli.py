@@ -31,11 +31,11 @@ def require_device(device: str) -> None:
 def microbench(suite_file: Path, out_csv: Path, only: tuple[str, ...], impls: tuple[str, ...], device: str):
     """Check every implementation against the fp32 reference, then time it (median, p20/p80,
     CUDA-graph replay, % of the roofline measured in the same run)."""
-    from .bench import run_suite
-    from .bench_spec import SpecError, load_suite
+    from .microbench import run_microbench
+    from .spec import SpecError, load_microbench_spec
 
     try:
-        suite = load_suite(suite_file)
+        suite = load_microbench_spec(suite_file)
     except SpecError as e:
         raise click.UsageError(str(e)) from None
     require_device(device)
@@ -56,7 +56,7 @@ def microbench(suite_file: Path, out_csv: Path, only: tuple[str, ...], impls: tu
                 click.echo(f"{r['case']:<28} {r['implementation']:<16} {r['status']}: {r['message']}")
 
     try:
-        run_suite(suite, out_csv, device=device, implementations=list(impls) or None,
+        run_microbench(suite, out_csv, device=device, implementations=list(impls) or None,
                   only=list(only) or None, on_rows=show)
     except ValueError as e:
         raise click.UsageError(str(e)) from None
@@ -89,7 +89,7 @@ def compile_cmd(targets: tuple[str, ...]):
 @click.option("--sweep/--no-sweep", default=True, show_default=True,
               help="Measure now, or fit from an earlier sweep's CSV.")
 @click.option("--emit", "emit_file", type=click.Path(dir_okay=False, path_type=Path),
-              help="Write the fitted tree as Python here (e.g. kernels/tuned_nvidia_h100_80gb_hbm3.py).")
+              help="Write the fitted tree as Python here (e.g. kernels/dispatch/tuned_nvidia_h100_80gb_hbm3.py).")
 @click.option("--device-name", default=None, help="Device named in the emitted module (default: this GPU).")
 @click.option("--only", multiple=True, help="Case or sweep name to tune on (repeatable).")
 @click.option("--max-depth", default=3, show_default=True, help="Depth of the decision tree.")
@@ -98,12 +98,12 @@ def tune(suite_file, space_file, rows_csv, sweep, emit_file, device_name, only, 
     """Sweep kernel configs per case, fit a decision tree, emit it as heuristics code."""
     import csv as _csv
 
-    from .bench_spec import SpecError, load_suite
+    from .spec import SpecError, load_microbench_spec
     from .tune import best_per_case, emit_python, fit_tree, load_space
     from .tune import sweep as run_sweep
 
     try:
-        suite = load_suite(suite_file)
+        suite = load_microbench_spec(suite_file)
     except SpecError as e:
         raise click.UsageError(str(e)) from None
     if sweep:

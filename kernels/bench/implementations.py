@@ -20,9 +20,11 @@ from typing import Callable
 
 import torch
 
-from .api import paged_attention
+from ..config import KernelConfig, Platform
+from ..dispatch.api import paged_attention
+from ..dispatch.heuristics import choose_config
+from ..variants import AUTO, VARIANTS
 from .batch import PagedBatch
-from .heuristics import KernelConfig, Platform, choose_config
 from .reference import gather_kv
 
 
@@ -129,15 +131,9 @@ def _vllm_unified(batch: PagedBatch, config=None) -> Prepared:
     return Prepared(run)
 
 
+COMPARATORS: dict[str, Callable[..., Prepared]] = {"sdpa": _sdpa, "vllm_unified": _vllm_unified}
 REGISTRY: dict[str, Callable[..., Prepared]] = {
-    "naive": _ours("naive"),
-    "qblock": _ours("qblock"),
-    "parallel_tiled": _ours("parallel_tiled"),
-    "static_grid": _ours("static_grid"),
-    "auto": _ours("auto"),
-    "sdpa": _sdpa,
-    "vllm_unified": _vllm_unified,
-}
+    **{variant: _ours(variant) for variant in (*VARIANTS, AUTO)}, **COMPARATORS}
 
 
 def prepare(name: str, batch: PagedBatch, config: KernelConfig | None = None) -> Prepared:

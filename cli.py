@@ -1,5 +1,5 @@
-"""The `attnbench` command. Subcommands load their modules only when invoked, so
-`attnbench load` on a client host never imports torch (kernel commands do)."""
+"""The `attnbench` command, for all three towers. Subcommands load their modules only when
+invoked, so `attnbench load` on a client host never imports torch (kernel commands do)."""
 
 from __future__ import annotations
 
@@ -22,9 +22,9 @@ COMMANDS = {
     "submit": "runner.cluster_cli:submit_group",
     "plot": "analysis.cli:plot_cmd",
     "report": "analysis.cli:report_cmd",
-    "microbench": "kernels.cli:microbench",
-    "tune": "kernels.cli:tune",
-    "kernels": "kernels.cli:kernels_group",
+    "microbench": "kernels.bench.cli:microbench",
+    "tune": "kernels.bench.cli:tune",
+    "kernels": "kernels.bench.cli:kernels_group",
 }
 
 

@@ -1,8 +1,8 @@
 """attnbench's paged-attention kernels as a vLLM attention backend (vLLM 0.26 and later).
 
 Serve with ``--attention-backend CUSTOM`` (recipe: ``attention_backend: CUSTOM``) once the
-plugin in `vllm_plugin` has registered this class; ``ATTNBENCH_VARIANT`` picks the
-step of the paper that runs: ``auto`` (default, the heuristics), ``naive``, ``qblock``,
+plugin in `register` has registered this class; ``ATTNBENCH_VARIANT`` (recipe:
+``kernel_variant``) picks the step of the paper that runs: ``auto`` (default, the heuristics), ``naive``, ``qblock``,
 ``parallel_tiled`` or ``static_grid``. End-to-end runs can then compare the paper's
 steps under the same server, scheduler and load.
 
@@ -45,20 +45,18 @@ from vllm.v1.attention.backends.triton_attn import (
     TritonAttentionMetadataBuilder,
 )
 
-from .api import MAX_HEAD_SIZE, MIN_HEAD_SIZE, paged_attention, precompile
-from .heuristics import VARIANTS
-from .schema import VARIANT_ENV, VLLM_BACKEND_NAME
+from ..dispatch.api import MAX_HEAD_SIZE, MIN_HEAD_SIZE, paged_attention, precompile
+from ..schema import VARIANT_ENV, VLLM_BACKEND_NAME
+from ..variants import AUTO, check_variant
 
 # under vLLM's logger namespace, so that vLLM's log configuration prints our messages
 logger = init_logger(f"vllm.{__name__}")
 
 
 def variant_from_env() -> str:
-    """The kernel variant named by ``ATTNBENCH_VARIANT`` ("auto" when unset)."""
-    variant = os.environ.get(VARIANT_ENV, "auto").strip() or "auto"
-    if variant != "auto" and variant not in VARIANTS:
-        raise ValueError(f"{VARIANT_ENV}: expected 'auto' or one of {list(VARIANTS)}, got {variant!r}")
-    return variant
+    """The kernel variant named by ``ATTNBENCH_VARIANT`` ("auto" when unset); the runner
+    sets it from the recipe's ``serve.kernel_variant``."""
+    return check_variant(os.environ.get(VARIANT_ENV, AUTO).strip() or AUTO, VARIANT_ENV)
 
 
 # Limits assumed when the server's own are not known (a layer built outside vLLM's config)

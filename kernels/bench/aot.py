@@ -161,25 +161,27 @@ def matrix_instructions(compiled) -> set[str]:
 
 
 def representative_launches() -> dict[str, list[Launch]]:
-    """Launches of every variant on Llama-3-8B heads (32/8/128, bf16, page 16): a mixed
-    batch for the per-step kernels and a decode batch for the static grid (whose segment
-    reduction only runs on decode batches)."""
-    from .api import paged_attention
+    """Launches of every step on Llama-3-8B heads (32/8/128, bf16, page 16): of a mixed
+    batch, or of a decode batch where that launches more kernels (the static grid's segment
+    reduction runs only on decode batches)."""
+    from ..config import Platform
+    from ..dispatch.api import paged_attention
+    from ..dispatch.heuristics import choose_config
+    from ..variants import VARIANTS
     from .batch import PagedBatch
-    from .heuristics import Platform, choose_config
 
     llama3 = dict(num_q_heads=32, num_kv_heads=8, head_size=128, block_size=16,
                   dtype=torch.bfloat16, device="cpu", seed=0)
     mixed = PagedBatch.build([(1, 40), (6, 30), (20, 0)], **llama3)
     decode = PagedBatch.build([(1, 300)] * 2, **llama3)
-    launches = {}
     h100 = Platform("cuda", 132, "aot")  # configs as the heuristics pick them for a GPU
-    for variant in ("naive", "qblock", "parallel_tiled", "static_grid"):
-        batch = decode if variant in ("static_grid", "parallel_tiled") else mixed
-        with captured_launches() as recorded:
+
+    def recorded(variant: str, batch: PagedBatch) -> list[Launch]:
+        with captured_launches() as launches:
             paged_attention(**batch.attention_kwargs(), config=choose_config(batch.shape, h100, variant))
-        launches[variant] = recorded
-    return launches
+        return launches
+
+    return {variant: max(recorded(variant, mixed), recorded(variant, decode), key=len) for variant in VARIANTS}
 
 
 def main(argv: list[str] | None = None) -> int:

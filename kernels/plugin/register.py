@@ -2,10 +2,10 @@
 
 vLLM calls `register` in every process it starts (entry point group
 ``vllm.general_plugins`` in pyproject.toml), so it only records a class path; the kernels
-and torch load when a server picks ``--attention-backend CUSTOM`` (see `vllm_backend`).
+and torch load when a server picks ``--attention-backend CUSTOM`` (see `backend`).
 """
 
-BACKEND_CLASS = "attnbench.kernels.vllm_backend.AttnbenchBackend"
+BACKEND_CLASS = "attnbench.kernels.plugin.backend.AttnbenchBackend"
 
 
 def register() -> None:

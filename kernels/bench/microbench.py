@@ -24,12 +24,13 @@ import torch
 import triton
 from triton.testing import do_bench
 
+from ..config import Platform
+from ..dispatch.heuristics import choose_config, with_overrides
+from ..schema import MICROBENCH_FIELDS
 from .batch import PagedBatch
-from .bench_spec import Case, MicrobenchSuite
-from .heuristics import Platform, choose_config, with_overrides
 from .implementations import Unsupported, prepare
 from .reference import within_tolerance
-from .schema import MICROBENCH_FIELDS
+from .spec import Case, MicrobenchSuite
 
 DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -201,7 +202,7 @@ class CsvSink:
         self._fh.close()
 
 
-def run_suite(suite: MicrobenchSuite, out_csv: Path, *, device: str = "cuda",
+def run_microbench(suite: MicrobenchSuite, out_csv: Path, *, device: str = "cuda",
               implementations: list[str] | None = None, only: list[str] | None = None,
               on_rows: Callable[[list[dict]], None] | None = None) -> list[dict]:
     """Run (a subset of) ``suite`` and append its rows to ``out_csv``; returns the rows."""

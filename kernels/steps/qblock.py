@@ -15,8 +15,8 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from .common import attend_qblock, launch_or_compile, locate_qblock, store_rows
-from .heuristics import KernelConfig
+from ..config import BatchShape, KernelConfig, Platform, Step
+from .blocks import Geometry, attend_qblock, base2_scale, cache_strides, launch_or_compile, locate_qblock, store_rows
 
 
 @triton.jit(do_not_specialize=["num_seqs"])
@@ -62,24 +62,39 @@ def launch(out, q, k_cache, v_cache, block_table, cu_seqlens_q, seq_lens, *,
     and sequence counts (see `find_seq_idx`); surplus programs return at once. For a
     decode-only batch that is about one Q-block per sequence.
     """
-    num_tokens, num_q_heads, head_size = q.shape
-    block_size, num_kv_heads = k_cache.shape[1], k_cache.shape[2]
-    qpk = num_q_heads // num_kv_heads
-    block_m = config.block_m_for(qpk)
-    block_q = block_m // qpk
-    num_seqs = seq_lens.shape[0]
-    grid = (num_tokens // block_q + num_seqs, num_kv_heads)
+    g = Geometry.of(q, k_cache, seq_lens)
+    block_m, block_q = g.q_block(config)
+    grid = (g.q_blocks_bound(block_q), g.num_kv_heads)
     launch_or_compile(
         qblock_attention_kernel, grid, compile_only,
         out, q, k_cache, v_cache, block_table, cu_seqlens_q, seq_lens,
-        num_seqs, scale * 1.4426950408889634, softcap, sliding_window or 0,
+        g.num_seqs, base2_scale(scale), softcap, sliding_window or 0,
         q.stride(0), q.stride(1), out.stride(0), out.stride(1),
-        k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
-        v_cache.stride(0), v_cache.stride(1), v_cache.stride(2),
-        block_table.stride(0),
-        QPK=qpk, HEAD_SIZE=head_size, HEAD_PAD=triton.next_power_of_2(head_size),
-        BLOCK_SIZE=block_size, TILE_SIZE=config.tile_size,
+        *cache_strides(k_cache, v_cache), block_table.stride(0),
+        QPK=g.qpk, HEAD_SIZE=g.head_size, HEAD_PAD=g.head_pad,
+        BLOCK_SIZE=g.block_size, TILE_SIZE=config.tile_size,
         BLOCK_M=block_m, BLOCK_Q=block_q,
         USE_SOFTCAP=softcap > 0, USE_WINDOW=sliding_window is not None,
         num_warps=config.num_warps, num_stages=config.num_stages,
     )
+
+
+def default_config(shape: BatchShape, p: Platform) -> KernelConfig:
+    """H100 values measured (docs/perf/kernels-h100.md); ROCm values from the paper's
+    Listing 2 and the talk's platform table, not yet measured here."""
+    if p.vendor == "hip":
+        # Listing 2: BLOCK_M 16 and tile 32 on AMD; talk: TILE_SIZE_PREFILL 64, 1 stage
+        tile = 64 if shape.max_seqlen_q > 1 else 32
+        return KernelConfig("qblock", tile_size=tile, block_m=16, num_warps=4, num_stages=1)
+    if shape.decode_only:
+        # memory bound: large KV tiles keep enough bytes in flight (H100: 90-98% of copy BW)
+        return KernelConfig("qblock", tile_size=128, block_m=16, num_warps=8, num_stages=2)
+    if shape.max_seqlen_q <= 16:
+        # speculative decodes and tiny chunks: a 16-row Q-block wastes no rows
+        return KernelConfig("qblock", tile_size=64, block_m=16, num_warps=4, num_stages=3)
+    # prefill and mixed batches: 128-row Q-blocks cut K/V re-reads 8x versus 16 rows and
+    # feed the tensor cores (wgmma) with 8 warps
+    return KernelConfig("qblock", tile_size=128, block_m=128, num_warps=8, num_stages=2)
+
+
+STEP = Step("qblock", "sec. 4.4, Listing 4, with the decoupled tile size of sec. 4.6", launch, default_config)

@@ -1,15 +1,67 @@
-"""Triton building blocks shared by the kernels: sequence lookup, masking, one softmax tile.
+"""Building blocks shared by the steps: on the device, sequence lookup, masking and one
+softmax tile in Triton; on the host, the sizes and strides every launcher passes.
 
-Every kernel in this package computes the same function (see `reference.py`); these
-helpers are the pieces that do not change from one step of the paper to the next.
+Every step computes the same function (see `bench/reference.py`); these are the pieces
+that do not change from one step of the paper to the next.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import triton
 import triton.language as tl
 
-LOG2E = 1.4426950408889634
+from .. import config
+from ..config import KernelConfig
+
+# log2(e) inside the kernels (a constexpr: Triton kernels read no other globals)
+LOG2E = tl.constexpr(config.LOG2E)
+
+
+@dataclass(frozen=True)
+class Geometry:
+    """The sizes of one call, read from the tensors' shapes on the host (no sync)."""
+
+    num_tokens: int
+    num_q_heads: int
+    head_size: int
+    num_kv_heads: int
+    block_size: int  # KV-cache page size
+    num_seqs: int
+
+    @classmethod
+    def of(cls, q, k_cache, seq_lens) -> "Geometry":
+        num_tokens, num_q_heads, head_size = q.shape
+        return cls(num_tokens, num_q_heads, head_size, k_cache.shape[2], k_cache.shape[1], seq_lens.shape[0])
+
+    @property
+    def qpk(self) -> int:
+        """Query heads per KV head (the GQA group)."""
+        return self.num_q_heads // self.num_kv_heads
+
+    @property
+    def head_pad(self) -> int:
+        return triton.next_power_of_2(self.head_size)
+
+    def q_block(self, cfg: KernelConfig) -> tuple[int, int]:
+        """(BLOCK_M rows, BLOCK_Q query tokens) of a Q-block: all QPK heads of a token share it."""
+        block_m = cfg.block_m_for(self.qpk)
+        return block_m, block_m // self.qpk
+
+    def q_blocks_bound(self, block_q: int) -> int:
+        """Q-blocks of any batch with these token and sequence counts, at most (`find_seq_idx`)."""
+        return self.num_tokens // block_q + self.num_seqs
+
+
+def cache_strides(k_cache, v_cache) -> tuple[int, ...]:
+    """(page, slot, head) strides of K, then of V: the ``stride_k*`` / ``stride_v*`` arguments."""
+    return (*k_cache.stride()[:3], *v_cache.stride()[:3])
+
+
+def base2_scale(scale: float) -> float:
+    """The softmax scale folded with log2(e): scores come out in base 2, for exp2."""
+    return scale * config.LOG2E
 
 
 def launch_or_compile(kernel, grid, compile_only: bool, *args, **kwargs) -> None:
@@ -106,7 +158,7 @@ def attend_tiles(
         s = tl.dot(q, k_t)
         if USE_SOFTCAP:
             # softcap acts on natural-scale scores: scale, squash, then move to base 2
-            s = apply_softcap(s * (qk_scale / 1.4426950408889634), softcap) * 1.4426950408889634
+            s = apply_softcap(s * (qk_scale / LOG2E), softcap) * LOG2E
         else:
             s = s * qk_scale
         if MASKED:

@@ -11,8 +11,12 @@ import random
 from pathlib import Path
 from typing import Literal
 
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from attnbench.validation import validate_yaml
+
+from ..schema import COMPARATORS
+from ..variants import AUTO, VARIANTS
 
 
 class _Strict(BaseModel):
@@ -100,19 +104,26 @@ class Timing(_Strict):
     cuda_graph: bool = True
 
 
-IMPLEMENTATIONS = ("naive", "qblock", "parallel_tiled", "static_grid", "auto", "sdpa", "vllm_unified")
+IMPLEMENTATIONS = (*VARIANTS, AUTO, *COMPARATORS)
 
 
 class NamedConfig(_Strict):
     """A fixed launch config timed as its own implementation (e.g. Fig. 7's tile sizes)."""
 
-    variant: Literal["naive", "qblock", "parallel_tiled", "static_grid"]
+    variant: str
     tile_size: int | None = None
     block_m: int | None = None
     num_warps: int | None = None
     num_stages: int | None = None
     num_segments: int | None = None
     programs_per_sm: float | None = None
+
+    @field_validator("variant")
+    @classmethod
+    def _a_step(cls, v):
+        if v not in VARIANTS:
+            raise ValueError(f"expected one of {list(VARIANTS)}")
+        return v
 
     def overrides(self) -> dict:
         return {k: v for k, v in self.model_dump().items() if v is not None and k != "variant"}
@@ -162,19 +173,6 @@ class SpecError(ValueError):
     """A microbenchmark YAML that does not validate; the message names file and field."""
 
 
-def load_suite(path: str | Path) -> MicrobenchSuite:
-    path = Path(path)
-    try:
-        data = yaml.safe_load(path.read_text())
-    except FileNotFoundError:
-        raise SpecError(f"{path}: no such microbenchmark file") from None
-    except yaml.YAMLError as e:
-        raise SpecError(f"{path}: not valid YAML: {e}") from None
-    try:
-        return MicrobenchSuite.model_validate(data)
-    except ValidationError as e:
-        lines = [f"{path}: invalid microbenchmark suite"]
-        for err in e.errors():
-            where = ".".join(str(p) for p in err["loc"]) or "(top level)"
-            lines.append(f"  {where}: {err['msg']} (got {err.get('input')!r})"[:300])
-        raise SpecError("\n".join(lines)) from None
+def load_microbench_spec(path: str | Path) -> MicrobenchSuite:
+    """A microbenchmark suite file; `SpecError` names the file and every invalid field."""
+    return validate_yaml(MicrobenchSuite, path, "microbenchmark suite", SpecError)

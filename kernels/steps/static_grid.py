@@ -21,8 +21,8 @@ import torch
 import triton
 import triton.language as tl
 
-from .common import attend_qblock, launch_or_compile, locate_qblock, store_rows
-from .heuristics import KernelConfig
+from ..config import BatchShape, KernelConfig, Platform, Step
+from .blocks import Geometry, attend_qblock, base2_scale, cache_strides, launch_or_compile, locate_qblock, store_rows
 
 
 @triton.jit(do_not_specialize=["num_seqs", "num_work_items", "num_segments"])
@@ -123,13 +123,9 @@ def num_programs(device: torch.device, config: KernelConfig) -> int:
     """The static grid: ``programs_per_sm`` programs per SM/CU of ``device``.
 
     Depends on the device and the config only, never on a batch. Under the CPU interpreter
-    (no SM count) a small fixed grid keeps every program looping over several items.
+    the platform's small SM count keeps every program looping over several items.
     """
-    if device.type == "cuda":
-        sms = torch.cuda.get_device_properties(device).multi_processor_count
-    else:
-        sms = 4
-    return max(1, int(sms * config.programs_per_sm))
+    return max(1, int(Platform.detect(device).num_sms * config.programs_per_sm))
 
 
 def launch(out, q, k_cache, v_cache, block_table, cu_seqlens_q, seq_lens, *,
@@ -142,43 +138,52 @@ def launch(out, q, k_cache, v_cache, block_table, cu_seqlens_q, seq_lens, *,
     ``compile_only`` compiles both kernels of the config (the reduction too, whatever this
     batch would need) and launches nothing.
     """
-    num_tokens, num_q_heads, head_size = q.shape
-    block_size, num_kv_heads = k_cache.shape[1], k_cache.shape[2]
-    qpk = num_q_heads // num_kv_heads
-    block_m = config.block_m_for(qpk)
-    block_q = block_m // qpk
-    head_pad = triton.next_power_of_2(head_size)
-    num_seqs = seq_lens.shape[0]
+    g = Geometry.of(q, k_cache, seq_lens)
+    block_m, block_q = g.q_block(config)
     programs = num_programs(q.device, config)
     if config.num_segments > MAX_SEGMENTS:
         raise ValueError(f"config.num_segments: expected <= {MAX_SEGMENTS} for static_grid, got {config.num_segments}")
     nseg = config.num_segments if max_seqlen_q <= block_q or compile_only else 1
-    work_items = (num_tokens // block_q + num_seqs) * num_kv_heads * nseg
-    slots = num_seqs * num_kv_heads * nseg if nseg > 1 and not compile_only else 1
-    part_out = torch.empty(slots, block_m, head_pad, dtype=torch.float32, device=q.device)
+    work_items = g.q_blocks_bound(block_q) * g.num_kv_heads * nseg
+    slots = g.num_seqs * g.num_kv_heads * nseg if nseg > 1 and not compile_only else 1
+    part_out = torch.empty(slots, block_m, g.head_pad, dtype=torch.float32, device=q.device)
     part_max = torch.empty(slots, block_m, dtype=torch.float32, device=q.device)
     part_sum = torch.empty_like(part_max)
 
-    common = dict(QPK=qpk, HEAD_SIZE=head_size, HEAD_PAD=head_pad, BLOCK_M=block_m,
+    common = dict(QPK=g.qpk, HEAD_SIZE=g.head_size, HEAD_PAD=g.head_pad, BLOCK_M=block_m,
                   BLOCK_Q=block_q, NUM_PROGRAMS=programs)
     launch_or_compile(
         static_grid_attention_kernel, (programs,), compile_only,
         out, part_out, part_max, part_sum, q, k_cache, v_cache,
         block_table, cu_seqlens_q, seq_lens,
-        num_seqs, num_kv_heads, work_items, nseg,
-        scale * 1.4426950408889634, softcap, sliding_window or 0,
+        g.num_seqs, g.num_kv_heads, work_items, nseg,
+        base2_scale(scale), softcap, sliding_window or 0,
         q.stride(0), q.stride(1), out.stride(0), out.stride(1),
-        k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
-        v_cache.stride(0), v_cache.stride(1), v_cache.stride(2),
-        block_table.stride(0),
-        BLOCK_SIZE=block_size, TILE_SIZE=config.tile_size,
+        *cache_strides(k_cache, v_cache), block_table.stride(0),
+        BLOCK_SIZE=g.block_size, TILE_SIZE=config.tile_size,
         USE_SOFTCAP=softcap > 0, USE_WINDOW=sliding_window is not None,
         num_warps=config.num_warps, num_stages=config.num_stages, **common,
     )
     if nseg > 1:
         launch_or_compile(
             static_grid_reduce_kernel, (programs,), compile_only,
-            out, part_out, part_max, part_sum, cu_seqlens_q, num_seqs, num_kv_heads, nseg,
+            out, part_out, part_max, part_sum, cu_seqlens_q, g.num_seqs, g.num_kv_heads, nseg,
             out.stride(0), out.stride(1), SEGMENTS_PAD=MAX_SEGMENTS,
             num_warps=config.reduce_num_warps, **common,
         )
+
+
+def default_config(shape: BatchShape, p: Platform) -> KernelConfig:
+    """Fixed grid of a few programs per SM; decode sequences split until ~2 items per program."""
+    stages = 1 if p.vendor == "hip" else 2
+    if not shape.decode_only and shape.max_seqlen_q > 16:
+        return KernelConfig("static_grid", tile_size=64, block_m=128, num_warps=8,
+                            num_stages=stages, programs_per_sm=2)
+    programs_per_sm = 4
+    items = shape.num_seqs * shape.num_kv_heads
+    segments = min(32, max(1, -(-2 * programs_per_sm * p.num_sms // items)))
+    return KernelConfig("static_grid", tile_size=64, block_m=16, num_warps=4,
+                        num_stages=stages, num_segments=segments, programs_per_sm=programs_per_sm)
+
+
+STEP = Step("static_grid", "sec. 4.7", launch, default_config)

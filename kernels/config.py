@@ -1,0 +1,137 @@
+"""What a kernel launch is configured by: `KernelConfig` (the launch parameters), `Platform`
+(the device facts the choice may depend on), `BatchShape` (the batch facts known on the
+host without a sync), and `Step`, the record each step of the paper declares beside its code.
+
+The steps (`steps/`) import this module and the shared Triton blocks only. Importing it
+loads neither torch nor triton: `Platform.detect` imports torch when it is called.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Callable
+
+from .variants import VARIANTS
+
+# log2(e): the kernels keep scores in base 2 (exp2), so the softmax scale is folded with it
+LOG2E = 1.4426950408889634
+
+# the platform of the CPU interpreter (TRITON_INTERPRET=1): a small SM count keeps a static
+# grid's programs looping over several work items, as on a GPU
+CPU_SMS = 4
+
+
+def next_power_of_2(n: int) -> int:
+    return 1 if n <= 1 else 1 << (n - 1).bit_length()
+
+
+@dataclass(frozen=True)
+class KernelConfig:
+    """Launch parameters of one kernel variant.
+
+    tile_size        KV tokens per softmax tile (power of two, independent of the page size)
+    block_m          rows of a Q-block (query tokens x query heads of one KV head); grows to
+                     the next power of two of the group size when that is larger
+    num_warps        warps per program
+    num_stages       software-pipelining depth of the KV loop
+    num_segments     parallel_tiled: segments per Q-block (third grid axis);
+                     static_grid: segments per decode sequence (1 = no split)
+    programs_per_sm  static_grid: programs per SM/CU in the fixed grid
+    reduce_num_warps warps of the segment-reduction kernels
+    """
+
+    variant: str
+    tile_size: int = 32
+    block_m: int = 16
+    num_warps: int = 4
+    num_stages: int = 2
+    num_segments: int = 1
+    programs_per_sm: float = 1.0
+    reduce_num_warps: int = 4
+
+    def __post_init__(self):
+        if self.variant not in VARIANTS:
+            raise ValueError(f"KernelConfig.variant: expected one of {VARIANTS}, got {self.variant!r}")
+        for name in ("tile_size", "block_m"):
+            v = getattr(self, name)
+            if v < 1 or v & (v - 1):
+                raise ValueError(f"KernelConfig.{name}: expected a power of two, got {v}")
+        if self.variant != "naive" and self.tile_size < 16:
+            raise ValueError(f"KernelConfig.tile_size: expected >= 16 for tl.dot, got {self.tile_size}")
+        if self.num_segments < 1:
+            raise ValueError(f"KernelConfig.num_segments: expected >= 1, got {self.num_segments}")
+
+    def block_m_for(self, queries_per_kv: int) -> int:
+        """BLOCK_M for a GQA group of ``queries_per_kv`` heads (all heads fit one Q-block)."""
+        return max(self.block_m, next_power_of_2(queries_per_kv))
+
+    def as_dict(self) -> dict:
+        return {k: getattr(self, k) for k in self.__dataclass_fields__}
+
+
+@dataclass(frozen=True)
+class Platform:
+    """What the heuristics may depend on besides the batch."""
+
+    vendor: str  # "cuda", "hip" or "cpu" (CPU: Triton interpreter)
+    num_sms: int  # SMs (NVIDIA) or CUs (AMD)
+    device_name: str = ""
+
+    @classmethod
+    def detect(cls, device) -> "Platform":
+        """The platform of a torch device (cached: called on every kernel launch)."""
+        return _detect_platform(device.type, device.index)
+
+
+@lru_cache(maxsize=None)
+def _detect_platform(device_type: str, index: int | None) -> Platform:
+    import torch
+
+    if device_type != "cuda":
+        return Platform("cpu", CPU_SMS, "cpu")
+    props = torch.cuda.get_device_properties(index if index is not None else torch.cuda.current_device())
+    vendor = "hip" if torch.version.hip else "cuda"
+    return Platform(vendor, props.multi_processor_count, props.name)
+
+
+@dataclass(frozen=True)
+class BatchShape:
+    """The batch facts a config may depend on (all known on the host without a sync)."""
+
+    num_seqs: int
+    num_tokens: int
+    max_seqlen_q: int
+    max_seqlen_k: int
+    num_q_heads: int
+    num_kv_heads: int
+    head_size: int
+
+    @property
+    def queries_per_kv(self) -> int:
+        return self.num_q_heads // self.num_kv_heads
+
+    @property
+    def avg_seqlen_q(self) -> float:
+        return self.num_tokens / max(1, self.num_seqs)
+
+    @property
+    def decode_only(self) -> bool:
+        return self.max_seqlen_q == 1
+
+
+@dataclass(frozen=True)
+class Step:
+    """One step of the paper, as its module declares it (``STEP = Step(...)``).
+
+    launch          ``launch(out, q, k_cache, v_cache, block_table, cu_seqlens_q, seq_lens, *,
+                    scale, sliding_window, softcap, config, max_seqlen_q, compile_only=False)``:
+                    computes the batch's attention into ``out`` (or, with ``compile_only``,
+                    compiles the binaries that launch would run and launches nothing)
+    default_config  the hand-written decision tree: ``(BatchShape, Platform) -> KernelConfig``
+    """
+
+    name: str
+    paper: str  # where the paper describes it
+    launch: Callable[..., None]
+    default_config: Callable[[BatchShape, Platform], KernelConfig]

@@ -1,0 +1,109 @@
+"""Kernel configuration per batch and platform, as small readable decision trees.
+
+Each step's own tree lives beside its kernels (``default_config`` in `steps/<step>.py`);
+here is the ``auto`` tree that picks the step. The trees start from the paper's Listing 2
+and the talk's platform table (``TILE_SIZE_PREFILL``, ``NUM_STAGES_PREFILL``,
+``NUM_WARPS_DECODE_3D`` for ROCm vs CUDA) and were then tuned on an H100 (docs/perf/).
+`attnbench tune` measures a config sweep and writes a fitted tree next to this file
+(``tuned_<device>.py``); when one exists for the current device it takes precedence over
+the hand-written ``auto`` tree.
+"""
+
+from __future__ import annotations
+
+import importlib
+import re
+from dataclasses import replace
+from functools import lru_cache
+
+from ..config import BatchShape, KernelConfig, Platform
+from ..variants import AUTO, check_variant, step
+
+
+def _auto(shape: BatchShape, p: Platform) -> KernelConfig:
+    """2D vs 3D as in the paper, the split-k lesson and vLLM's backend.
+
+    Split the tiles across programs only when the 2D grid cannot fill the GPU: a decode
+    batch with at most one (sequence, KV head) pair per SM, long enough that 16 segments
+    of 64-token tiles all have work.
+    """
+    few_programs = shape.num_seqs * shape.num_kv_heads <= p.num_sms
+    if shape.decode_only and few_programs and shape.max_seqlen_k >= 1024:
+        return step("parallel_tiled").default_config(shape, p)
+    return step("qblock").default_config(shape, p)
+
+
+def _slug(name: str) -> str:
+    return re.sub(r"[^a-z0-9]+", "_", name.lower()).strip("_")
+
+
+@lru_cache(maxsize=None)
+def _tuned_tree(device_name: str):
+    """The tree `attnbench tune` fitted for this device, if one ships with the package."""
+    if not device_name:
+        return None
+    try:
+        module = importlib.import_module(f"{__package__}.tuned_{_slug(device_name)}")
+    except ModuleNotFoundError:
+        return None
+    return module.choose
+
+
+def choose_config(shape: BatchShape, platform: Platform, variant: str = AUTO) -> KernelConfig:
+    """Config for ``variant`` ("auto" picks the variant too) on this batch and platform."""
+    if check_variant(variant) == AUTO:
+        tuned = _tuned_tree(platform.device_name)
+        if tuned is not None:
+            return KernelConfig(**tuned(shape, platform))
+        return _auto(shape, platform)
+    return step(variant).default_config(shape, platform)
+
+
+def _probe_values(limit: int) -> list[int]:
+    """1 .. ``limit``: every power of two, its neighbours and 1.5x, and the limit itself,
+    so that a threshold anywhere in a tree sits between two probes."""
+    values = {1, 2, 3, limit}
+    p = 2
+    while p <= limit:
+        values.update({p - 1, p, p + 1, p + p // 2})
+        p *= 2
+    return sorted(v for v in values if 1 <= v <= limit)
+
+
+@lru_cache(maxsize=None)
+def reachable_configs(variant: str, platform: Platform, num_q_heads: int, num_kv_heads: int,
+                      head_size: int, max_num_seqs: int, max_num_batched_tokens: int,
+                      max_model_len: int) -> tuple[KernelConfig, ...]:
+    """Every config `choose_config` can return for ``variant`` on batches within a
+    server's limits (sequences per batch, tokens per batch, tokens per sequence).
+
+    Found by probing the trees on a grid of batch shapes dense around every power of two
+    (decode-only batches, one long query among decodes, all queries equally long), so a
+    server can compile them all before it serves (`api.precompile`). The trees are plain
+    functions, so this is a search, not a proof; `tests/test_precompile.py` checks it
+    against random batches.
+    """
+    seqs = _probe_values(max_num_seqs)
+    query_lens = _probe_values(min(max_num_batched_tokens, max_model_len))
+    kv_lens = _probe_values(max_model_len)
+    found: dict[KernelConfig, None] = {}
+    for n in seqs:
+        for q_len in query_lens:
+            if q_len == 1:
+                token_counts = {n}
+            else:  # one long query among decodes, or every query as long
+                token_counts = {q_len + n - 1, n * q_len}
+            for tokens in token_counts:
+                if tokens > max_num_batched_tokens or tokens < n:
+                    continue
+                for kv_len in kv_lens:
+                    if kv_len < q_len:
+                        continue
+                    shape = BatchShape(n, tokens, q_len, kv_len, num_q_heads, num_kv_heads, head_size)
+                    found.setdefault(choose_config(shape, platform, variant))
+    return tuple(found)
+
+
+def with_overrides(config: KernelConfig, **overrides) -> KernelConfig:
+    """``config`` with some fields replaced (used by the microbenchmark and the tuner)."""
+    return replace(config, **overrides)
