@@ -13,10 +13,11 @@
 #   calibrate          `attnbench calibrate` at 256 and 1024 streams x 1/2/4/8 client processes
 #   micro:NAME         `attnbench microbench recipes/microbench/NAME.yaml` (CSV)
 #   xcheck[:RUN]       docs/results/h100/cross-check.sh on RUN (default backends-custom)
+#   overhead           docs/results/h100/client-overhead.sh: both clients against the stub (OUTPUT_LEN=256)
 #   run:RUN[,RUN...]   `attnbench run recipes/h100.yaml --only RUN ... --resume`
 #   runs:PREFIX        the same for every run of recipes/h100.yaml whose name starts with PREFIX
 # Results under $CAMPAIGN (default /tmp/campaign): results/ (the suite tree), micro/,
-# calibrate.jsonl, cross-check/, worker.log; `wait` packs them into $OUT/*.tgz.
+# calibrate.jsonl, cross-check/, client-overhead/, worker.log; `wait` packs them into $OUT/*.tgz.
 set -u
 CAMPAIGN=${CAMPAIGN:-/tmp/campaign}
 mkdir -p "$CAMPAIGN"
@@ -29,6 +30,8 @@ pack() {  # what the worker has so far, in pieces small enough for the trip back
   [ -d "$CAMPAIGN/micro" ] && tar czf "$OUT/micro.tgz" -C "$CAMPAIGN" micro
   [ -f "$CAMPAIGN/calibrate.jsonl" ] && cp "$CAMPAIGN/calibrate.jsonl" "$OUT/"
   [ -d "$CAMPAIGN/cross-check" ] && tar czf "$OUT/cross-check.tgz" -C "$CAMPAIGN" cross-check
+  [ -d "$CAMPAIGN/client-overhead" ] && tar czf "$OUT/client-overhead.tgz" -C "$CAMPAIGN" \
+    --exclude='*.jsonl' --exclude='r*.json' client-overhead
   ls -la "$OUT"
 }
 
@@ -62,6 +65,8 @@ job() {
       [ -s "$CAMPAIGN/micro/$arg.csv" ] || attnbench microbench "recipes/microbench/$arg.yaml" --out "$CAMPAIGN/micro/$arg.csv" ;;
     xcheck)
       XCHECK_DIR="$CAMPAIGN/cross-check" bash docs/results/h100/cross-check.sh ${arg:-backends-custom} ;;
+    overhead)
+      OVERHEAD_DIR="$CAMPAIGN/client-overhead" OUTPUT_LEN=${OUTPUT_LEN:-256} bash docs/results/h100/client-overhead.sh ;;
     run|runs)
       local only=() names=${arg//,/ }
       if [ "$name" = runs ]; then
