@@ -13,15 +13,16 @@ VLLM_BACKEND_NAME = "CUSTOM"
 VARIANT_ENV = "ATTNBENCH_VARIANT"
 
 # the microbenchmark's implementations besides our own variants (bench/implementations.py)
-COMPARATORS = ("sdpa", "vllm_unified")
+COMPARATORS = ("fa3", "sdpa", "vllm_unified")
 
 # (column, meaning)
 MICROBENCH_COLUMNS: tuple[tuple[str, str], ...] = (
     ("suite", "name of the microbenchmark case list (YAML)"),
     ("case", "case name within the suite"),
     ("group", "sweep or figure a case belongs to ('' for hand-written cases)"),
-    ("implementation", "what was timed: a kernel variant, 'auto', 'sdpa' or 'vllm_unified'"),
+    ("implementation", "what was timed: a kernel variant, 'auto', or a comparator ('fa3', 'sdpa', 'vllm_unified')"),
     ("config", "launch parameters as JSON ('' when not ours)"),
+    ("kernel", "what actually ran: attnbench's step, FlashAttention 3, SDPA and the backend it used, ..."),
     ("status", "ok | mismatch (wrong result, not timed) | error | unavailable | skipped"),
     ("message", "why a row is not ok"),
     ("num_seqs", "sequences in the batch"),

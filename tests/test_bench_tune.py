@@ -98,3 +98,26 @@ def test_tuner_sweeps_fits_and_emits_working_heuristics(tmp_path):
     for shape in (BatchShape(3, 3, 1, 41, 4, 2, 32), BatchShape(1, 12, 12, 12, 4, 2, 32)):
         config = KernelConfig(**tuned.choose(shape, Platform("cuda", 132, "Test GPU")))
         assert config.as_dict() in [__import__("json").loads(lbl) for lbl in labels]
+
+
+def test_rows_name_the_kernel_that_ran_and_comparators_say_why_not(tmp_path):
+    """SDPA names the backend it used (its fastest here), ours the step the heuristics
+    picked; FA3 without vLLM's FlashAttention (any CPU host) is unavailable, saying why."""
+    data = dict(SUITE, implementations=["auto", "sdpa", "fa3"], configs={},
+                cases=[{"name": "decode", "seqs": [{"count": 2, "query_len": 1, "context_len": 40}]}])
+    rows = {r["implementation"]: r for r in run_microbench(load_microbench_spec(suite_file(tmp_path, data)),
+                                                           tmp_path / "mb.csv", device=DEVICE)}
+    assert rows["auto"]["status"] == "ok" and rows["auto"]["kernel"].startswith("attnbench auto -> ")
+    assert rows["sdpa"]["status"] == "ok" and rows["sdpa"]["kernel"].startswith("SDPA ")
+    assert rows["sdpa"]["kernel"].split()[1] in implementations.SDPA_BACKENDS.values()
+    if DEVICE == "cpu":
+        assert rows["fa3"]["status"] == "unavailable" and "FlashAttention" in rows["fa3"]["message"]
+
+
+def test_an_older_csv_is_not_appended_to(tmp_path):
+    from attnbench.kernels.bench.microbench import CsvSink
+
+    old = tmp_path / "old.csv"
+    old.write_text(",".join(f for f in MICROBENCH_FIELDS if f != "kernel") + "\n")
+    with pytest.raises(ValueError, match="old.csv: its columns are another version's"):
+        CsvSink(old)

@@ -62,14 +62,39 @@ BAD_INPUTS = {
 }
 
 
+# what only a host read of the metadata's values can see: checked with check_metadata=True
+METADATA_CASES = {"block_table too short", "seq_lens shorter than query", "max_seqlen_q too small",
+                  "max_seqlen_k too small"}
+
+
 @pytest.mark.parametrize("case", sorted(BAD_INPUTS))
 def test_bad_input_names_the_argument(batch, case):
     make_kwargs, words = BAD_INPUTS[case]
     with pytest.raises(ValueError) as info:
-        paged_attention(**make_kwargs(batch))
+        paged_attention(**make_kwargs(batch), check_metadata=case in METADATA_CASES)
     message = str(info.value)
     for word in words:
         assert word in message, f"{case}: {word!r} not in {message!r}"
+
+
+def test_the_default_call_reads_no_tensor_value_on_the_host(batch, monkeypatch):
+    """No sync and nothing a CUDA-graph capture refuses: the default call of every variant
+    gets to its launch without reading a tensor's value; the metadata check is opt-in."""
+    from attnbench.kernels.variants import CHOICES
+
+    kwargs = batch.attention_kwargs()
+
+    def host_read(*args, **kwargs):
+        raise AssertionError("a tensor value was read on the host")
+
+    for name in ("tolist", "item", "__bool__", "__int__", "__float__", "__index__", "numpy", "cpu"):
+        monkeypatch.setattr(torch.Tensor, name, host_read)
+    for variant in CHOICES:
+        with captured_launches() as launches:
+            paged_attention(**kwargs, variant=variant)
+        assert launches, variant
+    with pytest.raises(AssertionError, match="read on the host"):
+        paged_attention(**kwargs, check_metadata=True)
 
 
 def test_bad_variant_and_config(batch):
@@ -118,7 +143,7 @@ def test_static_grid_replays_one_launch_for_any_batch_up_to_capacity():
     kwargs = buffers.attention_kwargs(max_seqlen_q=1, max_seqlen_k=128)
     buffers.load(_random_batch(rng, 8, True, fresh_seed()))
     with captured_launches() as launches:
-        paged_attention(**kwargs, config=config, check_metadata=False)
+        paged_attention(**kwargs, config=config)
     for num_seqs in (8, 5, 1, 3):
         batch = _random_batch(rng, num_seqs, True, fresh_seed())
         buffers.load(batch)
@@ -158,23 +183,51 @@ def test_kernels_compile_for_hopper_and_mi300(aot_builds):
         assert bool(b["matrix_instructions"]) == attends, b
 
 
-@pytest.mark.gpu
-def test_static_grid_cuda_graph_replays_any_batch_up_to_capacity():
-    """One captured CUDA graph, replayed for decode batches of 32 down to 1 sequences."""
+def _captured_decode_graph(variant: str, max_seqs: int, num_blocks: int):
+    """A CUDA graph of the default `paged_attention` call on static decode buffers for up to
+    ``max_seqs`` sequences; returns a function that replays it on a fresh random batch of
+    ``n`` sequences and returns the mismatch against the reference (None when it matches)."""
     rng = random.Random(fresh_seed())
-    template = _random_batch(rng, 1, True, 0)
-    buffers = StaticBatchBuffers(max_seqs=32, max_tokens=32, max_blocks_per_seq=8, num_blocks=300,
-                                 like=template)
+    buffers = StaticBatchBuffers(max_seqs=max_seqs, max_tokens=max_seqs, max_blocks_per_seq=8,
+                                 num_blocks=num_blocks, like=_random_batch(rng, 1, True, 0))
     kwargs = buffers.attention_kwargs(max_seqlen_q=1, max_seqlen_k=128)
-    buffers.load(_random_batch(rng, 32, True, fresh_seed()))
-    paged_attention(**kwargs, variant="static_grid")  # compile and validate outside the capture
+    buffers.load(_random_batch(rng, max_seqs, True, fresh_seed()))
+    paged_attention(**kwargs, variant=variant)  # compiles outside the capture
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
-        paged_attention(**kwargs, variant="static_grid", check_metadata=False)
-    for num_seqs in (32, 17, 4, 1):
-        batch = _random_batch(rng, num_seqs, True, fresh_seed())
+        paged_attention(**kwargs, variant=variant)
+
+    def replay(n: int):
+        batch = _random_batch(rng, n, True, fresh_seed())
         buffers.load(batch)
         buffers.out.fill_(float("nan"))
         graph.replay()
-        problem = mismatch(buffers.out, batch.reference(), batch.dtype, rows=batch.num_tokens)
+        return mismatch(buffers.out, batch.reference(), batch.dtype, rows=batch.num_tokens)
+
+    return replay
+
+
+@pytest.mark.gpu
+def test_static_grid_cuda_graph_replays_any_batch_up_to_capacity():
+    """One captured CUDA graph, replayed for decode batches of 32 down to 1 sequences."""
+    replay = _captured_decode_graph("static_grid", max_seqs=32, num_blocks=300)
+    for num_seqs in (32, 17, 4, 1):
+        problem = replay(num_seqs)
         assert problem is None, f"replay with {num_seqs} sequences: {problem}"
+
+
+def test_host_overhead_benchmark_runs_both_paths():
+    """The plumbing of `attnbench kernels overhead` (numbers only mean something on a GPU)."""
+    from attnbench.kernels.bench.overhead import measure
+
+    o = measure("mixed-b4", "static_grid", device=DEVICE, calls=1, rounds=1)
+    assert o.api_us > 0 and o.bare_us > 0 and o.as_dict()["added_us"] == o.api_us - o.bare_us
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("variant", ["auto", "naive", "qblock", "parallel_tiled", "static_grid"])
+def test_the_default_call_is_captured_in_a_cuda_graph_and_replayed(variant):
+    """The default call, no extra argument, inside torch.cuda.graph: captured and replayed
+    on new values of the same buffers, it matches the reference."""
+    problem = _captured_decode_graph(variant, max_seqs=16, num_blocks=200)(16)
+    assert problem is None, problem

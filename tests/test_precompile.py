@@ -113,7 +113,7 @@ def test_no_compilation_after_precompile_on_the_gpu(variant):
                            max_model_len=max_len)
                 compiled.clear()
             paged_attention(**kwargs, out=out, max_seqlen_q=batch.max_seqlen_q, max_seqlen_k=batch.max_seqlen_k,
-                            variant=variant, check_metadata=False)
+                            variant=variant)
         torch.cuda.synchronize()
     finally:
         knobs.runtime.jit_post_compile_hook = previous

@@ -65,7 +65,7 @@ def microbench(suite_file: Path, out_csv: Path, only: tuple[str, ...], impls: tu
 
 @click.group("kernels")
 def kernels_group():
-    """Kernel utilities that need no GPU."""
+    """Kernel utilities: ahead-of-time builds (no GPU), the API's host overhead."""
 
 
 @kernels_group.command("compile")
@@ -122,3 +122,28 @@ def tune(suite_file, space_file, rows_csv, sweep, emit_file, device_name, only, 
         tree, labels = fit_tree(rows, max_depth)
         Path(emit_file).write_text(emit_python(tree, labels, device_name, str(rows_csv)))
         click.echo(f"decision tree written to {emit_file}")
+
+
+@kernels_group.command("overhead")
+@click.option("--variant", "variants", multiple=True, help="Variant (repeatable); default auto and every step.")
+@click.option("--calls", type=click.IntRange(min=1), default=2000, show_default=True, help="Calls per timed round.")
+@click.option("--device", default="cuda", show_default=True)
+@click.option("--json", "as_json", is_flag=True, help="One JSON line per case and variant.")
+def overhead_cmd(variants: tuple[str, ...], calls: int, device: str, as_json: bool):
+    """Host time of the default `paged_attention` call vs the bare launch of the same config (us)."""
+    import json
+
+    from ..variants import CHOICES, check_variant
+    from .overhead import CASES, measure
+
+    require_device(device)
+    try:
+        chosen = [check_variant(v, "--variant") for v in variants] or list(CHOICES)
+    except ValueError as e:
+        raise click.BadParameter(str(e), param_hint="--variant") from None
+    for case in CASES:
+        for variant in chosen:
+            o = measure(case, variant, device=device, calls=calls)
+            click.echo(json.dumps(o.as_dict()) if as_json else
+                       f"{case:<16} {variant:<15} API {o.api_us:6.1f} us  bare launch {o.bare_us:6.1f} us  "
+                       f"added {o.added_us:5.1f} us   ({o.device})")

