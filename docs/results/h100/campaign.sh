@@ -16,6 +16,9 @@
 #   overhead           docs/results/h100/client-overhead.sh: both clients against the stub (OUTPUT_LEN=256)
 #   run:RUN[,RUN...]   `attnbench run recipes/h100.yaml --only RUN ... --resume`
 #   runs:PREFIX        the same for every run of recipes/h100.yaml whose name starts with PREFIX
+#   seed:PREFIX        copy the committed runs (docs/results/h100/h100/PREFIX*) whose recipe is
+#                      unchanged into the campaign's tree, so that later run(s) jobs measure only
+#                      what is missing (a fresh host starts with an empty tree)
 # Results under $CAMPAIGN (default /tmp/campaign): results/ (the suite tree), micro/,
 # calibrate.jsonl, cross-check/, client-overhead/, worker.log; `wait` packs them into $OUT/*.tgz.
 set -u
@@ -76,6 +79,23 @@ print(' '.join(r.name for r in load_suite('recipes/h100.yaml').runs if r.name.st
       for r in $names; do only+=(--only "$r"); done
       attnbench run recipes/h100.yaml --models dummy --models-dir /tmp/models --out "$CAMPAIGN/results" \
         --resume "${only[@]}" 2>&1 | grep -v "it/s]\|req/s]" ;;
+    seed)
+      python3 - "$arg" "$CAMPAIGN/results/h100" <<'PY'
+import shutil, sys
+from pathlib import Path
+from attnbench.runner.recipe import Recipe, load_suite
+from attnbench.validation import validate_yaml
+prefix, dest = sys.argv[1], Path(sys.argv[2])
+current = {r.name: r for r in load_suite("recipes/h100.yaml").with_dummy_models("/tmp/models").runs}
+for run_dir in sorted(Path("docs/results/h100/h100").glob(f"{prefix}*")):
+    recipe = current.get(run_dir.name)
+    if recipe is None or validate_yaml(Recipe, run_dir / "recipe.yaml", "recipe").digest() != recipe.digest():
+        print(f"seed: {run_dir.name} left out (not in the suite now, or its recipe changed)")
+    elif not (dest / run_dir.name).exists():
+        shutil.copytree(run_dir, dest / run_dir.name)
+        print(f"seed: {run_dir.name}")
+PY
+      ;;
     *) echo "unknown job $spec" ;;
   esac
 }
