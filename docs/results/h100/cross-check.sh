@@ -35,27 +35,41 @@ common=(--url $url --model $model --tokenizer $tok --dataset sharegpt --dataset-
         --num-prompts "$prompts" --seed 0)
 attnbench load "${common[@]}" --num-prompts 16 --out "$res/warmup" > /dev/null 2>&1
 
+measure_attnbench() {  # $1 load, $2 rate, $3 repeat
+  [ -s "$res/$1/attnbench/r$3/summary.json" ] && return
+  python3 $here/proc_cpu.py $server > "$res/$1/cpu/attnbench-r$3.before.json"
+  python3 $here/proc_cpu.py --run "$res/$1/cpu/attnbench-r$3.client.json" -- \
+    attnbench load "${common[@]}" --request-rate "$2" --arrival poisson --out "$res/$1/attnbench/r$3" 2>&1 | tail -2
+  python3 $here/proc_cpu.py $server > "$res/$1/cpu/attnbench-r$3.after.json"
+}
+measure_vllm_bench() {  # $1 load, $2 rate, $3 repeat
+  { [ -s "$res/$1/vllm-bench/r$3.json" ] || [ -s "$res/$1/vllm-bench/r$3.json.gz" ]; } && return
+  python3 $here/proc_cpu.py $server > "$res/$1/cpu/vllm-bench-r$3.before.json"
+  curl -s $url/metrics > "$res/$1/vllm-bench/r$3.before.prom"
+  python3 $here/proc_cpu.py --run "$res/$1/cpu/vllm-bench-r$3.client.json" -- \
+    python3 $here/vllm_bench_serve.py --backend vllm --base-url $url --model $model \
+    --tokenizer $tok --dataset-name sharegpt --dataset-path "$res/prompts.json" --num-prompts "$prompts" \
+    --ignore-eos --temperature 0 --request-rate "$2" --burstiness 1.0 --seed 0 \
+    --percentile-metrics ttft,tpot,itl,e2el --save-result --save-detailed \
+    --result-dir "$res/$1/vllm-bench" --result-filename "r$3.json" 2>&1 | grep -E "throughput|TTFT|ITL" | head -4
+  curl -s $url/metrics > "$res/$1/vllm-bench/r$3.after.prom"
+  python3 $here/proc_cpu.py $server > "$res/$1/cpu/vllm-bench-r$3.after.json"
+}
+
 for load in burst poisson; do
   if [ $load = burst ]; then r=inf; else r=$rate; fi
   mkdir -p "$res/$load/vllm-bench" "$res/$load/cpu"
+  # one unrecorded run of this load first: the server's first run after a change of load
+  # was the slowest of its kind in the 2026-11-23 runs, whichever client sent it
+  [ -e "$res/$load/warmed-up" ] || { attnbench load "${common[@]}" --request-rate $r --arrival poisson \
+    --out "$res/$load/warmup" > /dev/null 2>&1; touch "$res/$load/warmed-up"; }
+  # ABBA: attnbench goes first in odd pairs, vllm bench serve in even ones, so a drift of
+  # the server over the session weighs on both clients alike
   for i in $(seq "$pairs"); do
-    if [ ! -s "$res/$load/attnbench/r$i/summary.json" ]; then
-      python3 $here/proc_cpu.py $server > "$res/$load/cpu/attnbench-r$i.before.json"
-      python3 $here/proc_cpu.py --run "$res/$load/cpu/attnbench-r$i.client.json" -- \
-        attnbench load "${common[@]}" --request-rate $r --arrival poisson --out "$res/$load/attnbench/r$i" 2>&1 | tail -2
-      python3 $here/proc_cpu.py $server > "$res/$load/cpu/attnbench-r$i.after.json"
-    fi
-    if [ ! -s "$res/$load/vllm-bench/r$i.json" ] && [ ! -s "$res/$load/vllm-bench/r$i.json.gz" ]; then
-      python3 $here/proc_cpu.py $server > "$res/$load/cpu/vllm-bench-r$i.before.json"
-      curl -s $url/metrics > "$res/$load/vllm-bench/r$i.before.prom"
-      python3 $here/proc_cpu.py --run "$res/$load/cpu/vllm-bench-r$i.client.json" -- \
-        python3 -m vllm.entrypoints.cli.main bench serve --backend vllm --base-url $url --model $model \
-        --tokenizer $tok --dataset-name sharegpt --dataset-path "$res/prompts.json" --num-prompts "$prompts" \
-        --ignore-eos --temperature 0 --request-rate $r --burstiness 1.0 --seed 0 \
-        --percentile-metrics ttft,tpot,itl,e2el --save-result --save-detailed \
-        --result-dir "$res/$load/vllm-bench" --result-filename "r$i.json" 2>&1 | grep -E "throughput|TTFT|ITL" | head -4
-      curl -s $url/metrics > "$res/$load/vllm-bench/r$i.after.prom"
-      python3 $here/proc_cpu.py $server > "$res/$load/cpu/vllm-bench-r$i.after.json"
+    if [ $((i % 2)) = 1 ]; then
+      measure_attnbench $load $r $i; measure_vllm_bench $load $r $i
+    else
+      measure_vllm_bench $load $r $i; measure_attnbench $load $r $i
     fi
   done
 done
