@@ -9,6 +9,7 @@ without a GPU stack. A new step is one new file in `steps/` and one line below.
 from __future__ import annotations
 
 import importlib
+from functools import lru_cache
 
 # name -> module in attnbench.kernels.steps, in the paper's order
 STEP_MODULES = {
@@ -29,6 +30,7 @@ def check_variant(name: str, what: str = "variant") -> str:
     return name
 
 
+@lru_cache(maxsize=None)  # on every kernel call's path: a dict lookup, not an import
 def step(name: str):
     """The `config.Step` of a variant (imports its module, and with it torch and triton)."""
     if name not in STEP_MODULES:

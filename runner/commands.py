@@ -172,9 +172,9 @@ def dataset_options(f):
 def _requests_or_fail(dataset, dataset_path, input_len, output_len, num_prompts, tokenizer_dir, seed):
     from pydantic import ValidationError
 
-    from .datasets import DatasetError, build_requests
     from attnbench.validation import validation_lines
 
+    from .datasets import DatasetError, build_requests
     from .recipe import DatasetSpec
 
     options = {"path": "--dataset-path", "input_len": "--input-len", "output_len": "--output-len"}
