@@ -21,6 +21,7 @@ import pandas as pd
 from attnbench.runner.catalogue import ITL, METRICS, REPORTED, Metric
 
 from .collect import Collected, CollectError
+
 CONVENTION = ("bars: mean of repeats; error bars: min/max over repeats (throughput), "
               "p20/p80 over requests (latency)")
 KEYS = ["gpu", "suite", "run"]

@@ -57,7 +57,7 @@ def microbench(suite_file: Path, out_csv: Path, only: tuple[str, ...], impls: tu
 
     try:
         run_microbench(suite, out_csv, device=device, implementations=list(impls) or None,
-                  only=list(only) or None, on_rows=show)
+                       only=list(only) or None, on_rows=show)
     except ValueError as e:
         raise click.UsageError(str(e)) from None
     click.echo(f"rows appended to {out_csv}")

@@ -209,8 +209,8 @@ class CsvSink:
 
 
 def run_microbench(suite: MicrobenchSuite, out_csv: Path, *, device: str = "cuda",
-              implementations: list[str] | None = None, only: list[str] | None = None,
-              on_rows: Callable[[list[dict]], None] | None = None) -> list[dict]:
+                   implementations: list[str] | None = None, only: list[str] | None = None,
+                   on_rows: Callable[[list[dict]], None] | None = None) -> list[dict]:
     """Run (a subset of) ``suite`` and append its rows to ``out_csv``; returns the rows."""
     dev = torch.device(device)
     impls = implementations or list(suite.implementations)
