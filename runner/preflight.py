@@ -13,7 +13,6 @@ a two-minute server start.
 from __future__ import annotations
 
 import shutil
-from pathlib import Path
 
 from attnbench.validation import validate_yaml
 

@@ -107,8 +107,12 @@ def tune(suite_file, space_file, rows_csv, sweep, emit_file, device_name, only, 
     except SpecError as e:
         raise click.UsageError(str(e)) from None
     if sweep:
+        try:
+            space = load_space(space_file)
+        except ValueError as e:
+            raise click.UsageError(str(e)) from None
         require_device(device)
-        rows = run_sweep(suite, load_space(space_file), rows_csv, device=device, only=list(only) or None)
+        rows = run_sweep(suite, space, rows_csv, device=device, only=list(only) or None)
     else:
         with open(rows_csv, newline="") as fh:
             rows = list(_csv.DictReader(fh))

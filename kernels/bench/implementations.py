@@ -21,12 +21,12 @@ from __future__ import annotations
 
 import importlib
 import json
-import time
 import warnings
 from dataclasses import dataclass
 from typing import Callable
 
 import torch
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from ..config import KernelConfig, Platform
 from ..dispatch.api import paged_attention
@@ -34,16 +34,12 @@ from ..dispatch.heuristics import choose_config
 from ..variants import AUTO, VARIANTS
 from .batch import PagedBatch
 from .reference import gather_kv
+from .timing import time_us
 
 
-def _sdpa_backends() -> dict:
-    from torch.nn.attention import SDPBackend
-
-    return {SDPBackend.CUDNN_ATTENTION: "cuDNN", SDPBackend.FLASH_ATTENTION: "flash",
-            SDPBackend.EFFICIENT_ATTENTION: "efficient", SDPBackend.MATH: "math"}
-
-
-SDPA_BACKENDS = _sdpa_backends()  # what SDPA may use, and the name a row gives it
+# what SDPA may use, and the name a row gives it
+SDPA_BACKENDS = {SDPBackend.CUDNN_ATTENTION: "cuDNN", SDPBackend.FLASH_ATTENTION: "flash",
+                 SDPBackend.EFFICIENT_ATTENTION: "efficient", SDPBackend.MATH: "math"}
 
 
 class Unsupported(Exception):
@@ -73,23 +69,7 @@ def _ours(variant: str):
     return prepare
 
 
-def _quick_time_us(fn: Callable[[], object], device: torch.device) -> float:
-    """A short median, to choose between candidates (the benchmark then times the winner)."""
-    if device.type == "cuda":
-        import triton.testing
-
-        return triton.testing.do_bench(fn, warmup=5, rep=25, return_mode="median") * 1e3
-    times = []
-    for _ in range(3):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return sorted(times)[1] * 1e6
-
-
 def _sdpa(batch: PagedBatch, config=None) -> Prepared:
-    from torch.nn.attention import sdpa_kernel
-
     lens = {(s.query_len, s.context_len) for s in batch.seqs}
     if len(lens) != 1:
         raise Unsupported("sdpa needs a uniform batch (equal query and context lengths)")
@@ -128,7 +108,8 @@ def _sdpa(batch: PagedBatch, config=None) -> Prepared:
         runnable[backend] = run
     if not runnable:
         raise Unsupported(f"no SDPA backend takes this case (refused: {', '.join(refused)})")
-    fastest = min(runnable, key=lambda backend: _quick_time_us(runnable[backend], batch.q.device))
+    # a short median of each (the benchmark then times the winner properly)
+    fastest = min(runnable, key=lambda backend: time_us(runnable[backend], 5, 25, batch.q.device)[0])
     return Prepared(runnable[fastest], f"SDPA {SDPA_BACKENDS[fastest]} (fastest of {len(runnable)} here)")
 
 

@@ -14,8 +14,6 @@ from __future__ import annotations
 import csv
 import datetime as dt
 import importlib.metadata as md
-import statistics
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable
@@ -31,6 +29,7 @@ from .batch import PagedBatch
 from .implementations import Unsupported, prepare
 from .reference import within_tolerance
 from .spec import Case, MicrobenchSuite
+from .timing import time_graph_us, time_us
 
 DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -67,36 +66,6 @@ def environment(device: torch.device) -> dict:
             continue
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu (Triton interpreter)"
     return {"device": name, "torch": torch.__version__, "triton": triton.__version__, "vllm": vllm}
-
-
-def _time_us(fn: Callable, warmup_ms: float, rep_ms: float, device: torch.device) -> tuple[float, float, float]:
-    """(median, p20, p80) in microseconds."""
-    if device.type == "cuda":
-        med, p20, p80 = do_bench(fn, warmup=warmup_ms, rep=rep_ms, quantiles=[0.5, 0.2, 0.8])
-        return med * 1e3, p20 * 1e3, p80 * 1e3
-    # CPU (Triton interpreter): wall clock, so the pipeline runs anywhere; not a kernel speed
-    samples = []
-    deadline = time.perf_counter() + rep_ms * 1e-3
-    while len(samples) < 3 or time.perf_counter() < deadline:
-        t0 = time.perf_counter()
-        fn()
-        samples.append((time.perf_counter() - t0) * 1e6)
-    q = statistics.quantiles(samples, n=10, method="inclusive")
-    return statistics.median(samples), q[1], q[7]
-
-
-def _time_graph_us(fn: Callable, warmup_ms: float, rep_ms: float) -> tuple[float, float, float]:
-    """Capture one call of ``fn`` in a CUDA/HIP graph and time its replays."""
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        for _ in range(2):
-            fn()
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        fn()
-    return _time_us(graph.replay, warmup_ms, rep_ms, torch.device("cuda"))
 
 
 def build_batch(suite: MicrobenchSuite, case: Case, device: torch.device, seed: int) -> PagedBatch:
@@ -160,9 +129,9 @@ def measure_case(suite: MicrobenchSuite, case: Case, implementations: Iterable[s
                 rows.append(dict(row, status="mismatch", message="output differs from the fp32 reference"))
                 continue
             t = suite.timing
-            row["median_us"], row["p20_us"], row["p80_us"] = _time_us(prepared.run, t.warmup_ms, t.rep_ms, device)
+            row["median_us"], row["p20_us"], row["p80_us"] = time_us(prepared.run, t.warmup_ms, t.rep_ms, device)
             if t.cuda_graph and device.type == "cuda":
-                g = _time_graph_us(prepared.run, t.warmup_ms, t.rep_ms)
+                g = time_graph_us(prepared.run, t.warmup_ms, t.rep_ms)
                 row["graph_median_us"], row["graph_p20_us"], row["graph_p80_us"] = g
                 if "floor_us" in base:
                     row["pct_roofline_graph"] = 100 * base["floor_us"] / g[0]

@@ -21,6 +21,7 @@ from ..dispatch.api import paged_attention
 from ..dispatch.heuristics import choose_config
 from ..variants import AUTO, step
 from .batch import PagedBatch
+from .microbench import environment
 
 # Llama-3-8B heads; a decode step and a small mixed batch (kernels of a few microseconds)
 CASES = {"decode-b1-ctx1k": [(1, 1023)], "mixed-b4": [(1, 300), (1, 700), (16, 0), (5, 60)]}
@@ -83,5 +84,4 @@ def measure(case: str, variant: str = AUTO, *, device: str = "cuda", calls: int 
     for _ in range(rounds):
         api_us.append(host_time_us(api, calls, dev))
         bare_us.append(host_time_us(bare, calls, dev))
-    name = torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu (Triton interpreter)"
-    return Overhead(case, variant, statistics.median(api_us), statistics.median(bare_us), name)
+    return Overhead(case, variant, statistics.median(api_us), statistics.median(bare_us), environment(dev)["device"])

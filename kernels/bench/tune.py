@@ -68,8 +68,9 @@ def sweep(suite, space: SearchSpace, out_csv: Path, device: str = "cuda", only=N
     """Time every config of ``space`` on every case; rows go to ``out_csv`` as measured."""
     import torch
 
-    from .microbench import _time_us, build_batch
+    from .microbench import build_batch
     from .implementations import prepare
+    from .timing import time_us
     from .reference import within_tolerance
 
     dev = torch.device(device)
@@ -94,7 +95,7 @@ def sweep(suite, space: SearchSpace, out_csv: Path, device: str = "cuda", only=N
                     if not ok:
                         row.update(status="mismatch")
                     else:
-                        row.update(status="ok", median_us=_time_us(prepared.run, 10, 40, dev)[0])
+                        row.update(status="ok", median_us=time_us(prepared.run, 10, 40, dev)[0])
                 except Exception as e:  # noqa: BLE001 - an unbuildable config is just not a candidate
                     row.update(status=f"error: {type(e).__name__}")
                 writer.writerow(row)

@@ -13,7 +13,7 @@ import triton
 import triton.language as tl
 
 from .. import config
-from ..config import KernelConfig
+from ..config import KernelConfig, next_power_of_2
 
 # log2(e) inside the kernels (a constexpr: Triton kernels read no other globals)
 LOG2E = tl.constexpr(config.LOG2E)
@@ -42,7 +42,7 @@ class Geometry:
 
     @property
     def head_pad(self) -> int:
-        return triton.next_power_of_2(self.head_size)
+        return next_power_of_2(self.head_size)
 
     def q_block(self, cfg: KernelConfig) -> tuple[int, int]:
         """(BLOCK_M rows, BLOCK_Q query tokens) of a Q-block: all QPK heads of a token share it."""

@@ -12,7 +12,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from ..config import BatchShape, KernelConfig, Platform, Step
+from ..config import BatchShape, KernelConfig, Platform, Step, next_power_of_2
 from .blocks import LOG2E, Geometry, apply_softcap, base2_scale, cache_strides, find_seq_idx, kv_tile_slots, \
     launch_or_compile
 
@@ -107,7 +107,7 @@ def launch(out, q, k_cache, v_cache, block_table, cu_seqlens_q, seq_lens, *,
         q.stride(0), q.stride(1), out.stride(0), out.stride(1),
         *cache_strides(k_cache, v_cache), block_table.stride(0),
         QPK=g.qpk, HEAD_SIZE=g.head_size, HEAD_PAD=g.head_pad,
-        BLOCK_SIZE=g.block_size, BLOCK_SIZE_PAD=triton.next_power_of_2(g.block_size),
+        BLOCK_SIZE=g.block_size, BLOCK_SIZE_PAD=next_power_of_2(g.block_size),
         USE_SOFTCAP=softcap > 0, USE_WINDOW=sliding_window is not None,
         num_warps=config.num_warps, num_stages=config.num_stages,
     )

@@ -18,7 +18,7 @@ import torch
 import triton
 import triton.language as tl
 
-from ..config import BatchShape, KernelConfig, Platform, Step
+from ..config import BatchShape, KernelConfig, Platform, Step, next_power_of_2
 from .blocks import Geometry, attend_qblock, base2_scale, cache_strides, launch_or_compile, locate_qblock
 
 
@@ -122,7 +122,7 @@ def launch(out, q, k_cache, v_cache, block_table, cu_seqlens_q, seq_lens, *,
         reduce_segments_kernel, (g.num_tokens, g.num_q_heads), compile_only,
         out, segm_out, segm_max, segm_sum, g.num_q_heads, out.stride(0), out.stride(1),
         HEAD_SIZE=g.head_size, HEAD_PAD=g.head_pad,
-        NUM_SEGMENTS=nseg, SEGMENTS_PAD=triton.next_power_of_2(nseg),
+        NUM_SEGMENTS=nseg, SEGMENTS_PAD=next_power_of_2(nseg),
         num_warps=config.reduce_num_warps,
     )
 
