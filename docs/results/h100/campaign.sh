@@ -34,7 +34,7 @@ pack() {  # what the worker has so far, in pieces small enough for the trip back
   [ -f "$CAMPAIGN/calibrate.jsonl" ] && cp "$CAMPAIGN/calibrate.jsonl" "$OUT/"
   [ -d "$CAMPAIGN/cross-check" ] && tar czf "$OUT/cross-check.tgz" -C "$CAMPAIGN" cross-check
   [ -d "$CAMPAIGN/client-overhead" ] && tar czf "$OUT/client-overhead.tgz" -C "$CAMPAIGN" \
-    --exclude='*.jsonl' --exclude='r*.json' client-overhead
+    --exclude='*.jsonl' --exclude='vllm-bench/r*.json' client-overhead
   ls -la "$OUT"
 }
 
