@@ -77,6 +77,31 @@ def test_bad_input_names_the_argument(batch, case):
         assert word in message, f"{case}: {word!r} not in {message!r}"
 
 
+def test_checked_layouts_are_remembered_and_bad_ones_still_fail(batch, monkeypatch):
+    """A call whose tensors have the metadata of an earlier valid call skips the checks
+    (they cost microseconds of host time per launch); every bad input still fails after a
+    good call, because what the checks read is the memo's key."""
+    from attnbench.kernels.dispatch import api
+
+    paged_attention(**batch.attention_kwargs())
+    for case, (make_kwargs, words) in sorted(BAD_INPUTS.items()):
+        if case in METADATA_CASES:
+            continue
+        with pytest.raises(ValueError) as info:
+            paged_attention(**make_kwargs(batch))
+        assert words[0] in str(info.value), case
+
+    def checked(*args, **kwargs):
+        raise AssertionError("validate_inputs ran")
+
+    monkeypatch.setattr(api, "validate_inputs", checked)
+    paged_attention(**batch.attention_kwargs())  # remembered: no check
+    with pytest.raises(AssertionError, match="validate_inputs ran"):  # values: always checked
+        paged_attention(**batch.attention_kwargs(), check_metadata=True)
+    with pytest.raises(AssertionError, match="validate_inputs ran"):  # a new scalar: a new layout
+        paged_attention(**{**batch.attention_kwargs(), "softcap": 5.0})
+
+
 def test_the_default_call_reads_no_tensor_value_on_the_host(batch, monkeypatch):
     """No sync and nothing a CUDA-graph capture refuses: the default call of every variant
     gets to its launch without reading a tensor's value; the metadata check is opt-in."""

@@ -8,6 +8,7 @@ max lengths) are opt-in (``check_metadata=True``), for debugging and tests."""
 from __future__ import annotations
 
 from dataclasses import replace
+from functools import lru_cache
 
 import torch
 
@@ -106,6 +107,59 @@ def validate_inputs(q, k_cache, v_cache, block_table, cu_seqlens_q, seq_lens, ou
             _fail("max_seqlen_k", f">= the longest sequence ({lens[s]} at sequence {s})", max_seqlen_k)
 
 
+# Tensor layouts that passed `validate_inputs` (a bounded set): a call whose tensors have
+# the same metadata as an earlier valid one skips the checks. The key holds every fact the
+# checks read, so a memoized call is exactly as checked as a fresh one.
+_VALID_LAYOUTS: dict[tuple, None] = {}
+_MAX_VALID_LAYOUTS = 4096
+
+
+def _layout_key(q, k_cache, v_cache, block_table, cu_seqlens_q, seq_lens, out, *scalars) -> tuple | None:
+    """The metadata `validate_inputs` checks (no tensor values), or None when an argument
+    is not tensor-like (the full check then names it)."""
+    try:
+        return (
+            q.shape, q.stride(), q.dtype, q.device,
+            k_cache.shape, k_cache.stride(), k_cache.dtype, k_cache.device,
+            v_cache.shape, v_cache.stride(), v_cache.dtype, v_cache.device,
+            block_table.shape, block_table.dtype, block_table.device,
+            cu_seqlens_q.shape, cu_seqlens_q.dtype, cu_seqlens_q.device,
+            seq_lens.shape, seq_lens.dtype, seq_lens.device,
+            None if out is None else (out.shape, out.stride(), out.dtype, out.device),
+            *scalars,
+        )
+    except (AttributeError, TypeError):
+        return None
+
+
+def _check_inputs(q, k_cache, v_cache, block_table, cu_seqlens_q, seq_lens, out,
+                  max_seqlen_q, max_seqlen_k, sliding_window, softcap, check_metadata) -> None:
+    """`validate_inputs`, skipped for a layout that passed before (unless values are checked)."""
+    if check_metadata:
+        validate_inputs(q, k_cache, v_cache, block_table, cu_seqlens_q, seq_lens, out,
+                        max_seqlen_q, max_seqlen_k, sliding_window, softcap, True)
+        return
+    key = _layout_key(q, k_cache, v_cache, block_table, cu_seqlens_q, seq_lens, out,
+                      max_seqlen_q, max_seqlen_k, sliding_window, softcap)
+    if key is not None and key in _VALID_LAYOUTS:
+        return
+    validate_inputs(q, k_cache, v_cache, block_table, cu_seqlens_q, seq_lens, out,
+                    max_seqlen_q, max_seqlen_k, sliding_window, softcap, False)
+    if key is not None:
+        if len(_VALID_LAYOUTS) >= _MAX_VALID_LAYOUTS:
+            _VALID_LAYOUTS.clear()
+        _VALID_LAYOUTS[key] = None
+
+
+@lru_cache(maxsize=4096)
+def _auto_config(num_seqs: int, num_tokens: int, max_seqlen_q: int, max_seqlen_k: int,
+                 num_q_heads: int, num_kv_heads: int, head_size: int, device: torch.device,
+                 variant: str) -> KernelConfig:
+    """The heuristics' config for a batch shape on a device (the trees are pure functions)."""
+    shape = BatchShape(num_seqs, num_tokens, max_seqlen_q, max_seqlen_k, num_q_heads, num_kv_heads, head_size)
+    return choose_config(shape, Platform.detect(device), variant)
+
+
 def paged_attention(
     q: torch.Tensor,
     k_cache: torch.Tensor,
@@ -133,12 +187,12 @@ def paged_attention(
     layouts raise ValueError naming the argument; ``check_metadata=True`` also checks the
     metadata's values, which costs a host sync (module doc).
     """
-    validate_inputs(q, k_cache, v_cache, block_table, cu_seqlens_q, seq_lens, out,
-                    max_seqlen_q, max_seqlen_k, sliding_window, softcap, check_metadata)
+    _check_inputs(q, k_cache, v_cache, block_table, cu_seqlens_q, seq_lens, out,
+                  max_seqlen_q, max_seqlen_k, sliding_window, softcap, check_metadata)
     if config is None:
-        shape = BatchShape(seq_lens.shape[0], q.shape[0], max_seqlen_q, max_seqlen_k,
-                           q.shape[1], k_cache.shape[2], q.shape[2])
-        config = choose_config(shape, Platform.detect(q.device), variant)
+        num_tokens, num_q_heads, head_size = q.shape
+        config = _auto_config(seq_lens.shape[0], num_tokens, max_seqlen_q, max_seqlen_k,
+                              num_q_heads, k_cache.shape[2], head_size, q.device, variant)
     elif variant not in ("auto", config.variant):
         _fail("config", f"a KernelConfig for variant {variant!r}", config.variant)
     if out is None:
