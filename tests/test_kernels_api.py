@@ -249,6 +249,15 @@ def test_host_overhead_benchmark_runs_both_paths():
     assert o.api_us > 0 and o.bare_us > 0 and o.as_dict()["added_us"] == o.api_us - o.bare_us
 
 
+def test_host_overhead_profile_names_the_api_and_the_launcher():
+    """`attnbench kernels overhead --profile`: the ranking includes our entry point and the
+    step's launcher, so it can tell their host time apart from Triton's."""
+    from attnbench.kernels.bench.overhead import profile
+
+    text = profile("decode-b1-ctx1k", "qblock", device=DEVICE, calls=1, top=100_000)  # all of it
+    assert "paged_attention" in text and "launch" in text, text
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("variant", ["auto", "naive", "qblock", "parallel_tiled", "static_grid"])
 def test_the_default_call_is_captured_in_a_cuda_graph_and_replayed(variant):

@@ -133,12 +133,14 @@ def tune(suite_file, space_file, rows_csv, sweep, emit_file, device_name, only, 
 @click.option("--calls", type=click.IntRange(min=1), default=2000, show_default=True, help="Calls per timed round.")
 @click.option("--device", default="cuda", show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="One JSON line per case and variant.")
-def overhead_cmd(variants: tuple[str, ...], calls: int, device: str, as_json: bool):
+@click.option("--profile", "with_profile", is_flag=True,
+              help="Also print where the default call's host time goes (cProfile, top functions).")
+def overhead_cmd(variants: tuple[str, ...], calls: int, device: str, as_json: bool, with_profile: bool):
     """Host time of the default `paged_attention` call vs the bare launch of the same config (us)."""
     import json
 
     from ..variants import CHOICES, check_variant
-    from .overhead import CASES, measure
+    from .overhead import CASES, measure, profile
 
     require_device(device)
     try:
@@ -151,3 +153,6 @@ def overhead_cmd(variants: tuple[str, ...], calls: int, device: str, as_json: bo
             click.echo(json.dumps(o.as_dict()) if as_json else
                        f"{case:<16} {variant:<15} API {o.api_us:6.1f} us  bare launch {o.bare_us:6.1f} us  "
                        f"added {o.added_us:5.1f} us   ({o.device})")
+            if with_profile:  # on stderr, so that --json stays one JSON line per case
+                click.echo(f"--- {case} {variant}: host time of the default call, by function\n"
+                           + profile(case, variant, device=device, calls=calls), err=True)

@@ -59,9 +59,8 @@ def host_time_us(fn: Callable[[], object], calls: int, device: torch.device) -> 
     return elapsed / calls * 1e6
 
 
-def measure(case: str, variant: str = AUTO, *, device: str = "cuda", calls: int = 2000,
-            rounds: int = 7) -> Overhead:
-    dev = torch.device(device)
+def _calls(case: str, variant: str, dev: torch.device) -> tuple[Callable[[], None], Callable[[], None]]:
+    """The default API call and the bare launch of the same config, on one batch, compiled."""
     batch = PagedBatch.build(CASES[case], num_q_heads=32, num_kv_heads=8, head_size=128, block_size=16,
                              dtype=torch.bfloat16, device=dev, seed=0)
     kwargs = batch.attention_kwargs()
@@ -80,8 +79,37 @@ def measure(case: str, variant: str = AUTO, *, device: str = "cuda", calls: int 
 
     api(), bare()  # compile both before timing
     _sync(dev)
+    return api, bare
+
+
+def measure(case: str, variant: str = AUTO, *, device: str = "cuda", calls: int = 2000,
+            rounds: int = 7) -> Overhead:
+    dev = torch.device(device)
+    api, bare = _calls(case, variant, dev)
     api_us, bare_us = [], []
     for _ in range(rounds):
         api_us.append(host_time_us(api, calls, dev))
         bare_us.append(host_time_us(bare, calls, dev))
     return Overhead(case, variant, statistics.median(api_us), statistics.median(bare_us), environment(dev)["device"])
+
+
+def profile(case: str, variant: str = AUTO, *, device: str = "cuda", calls: int = 2000,
+            top: int = 15) -> str:
+    """Where the default call's host time goes: cProfile over ``calls`` calls, the ``top``
+    functions by own time (profiling inflates every entry; read the ranking, not the
+    absolute times)."""
+    import cProfile
+    import io
+    import pstats
+
+    dev = torch.device(device)
+    api, _ = _calls(case, variant, dev)
+    profiler = cProfile.Profile()
+    profiler.enable()
+    for _ in range(calls):
+        api()
+    profiler.disable()
+    _sync(dev)
+    text = io.StringIO()
+    pstats.Stats(profiler, stream=text).sort_stats("tottime").print_stats(top)
+    return text.getvalue()
