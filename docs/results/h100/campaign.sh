@@ -14,6 +14,7 @@
 #   micro:NAME         `attnbench microbench recipes/microbench/NAME.yaml` (CSV)
 #   xcheck[:RUN]       docs/results/h100/cross-check.sh on RUN (default backends-custom)
 #   overhead           docs/results/h100/client-overhead.sh: both clients against the stub (OUTPUT_LEN=256)
+#   khost              `attnbench kernels overhead --json --profile`: host cost per kernel call
 #   run:RUN[,RUN...]   `attnbench run recipes/h100.yaml --only RUN ... --resume`
 #   runs:PREFIX        the same for every run of recipes/h100.yaml whose name starts with PREFIX
 #   seed:PREFIX        copy the committed runs (docs/results/h100/h100/PREFIX*) whose recipe is
@@ -32,6 +33,7 @@ pack() {  # what the worker has so far, in pieces small enough for the trip back
   [ -d "$CAMPAIGN/results" ] && tar czf "$OUT/runs.tgz" -C "$CAMPAIGN" results
   [ -d "$CAMPAIGN/micro" ] && tar czf "$OUT/micro.tgz" -C "$CAMPAIGN" micro
   [ -f "$CAMPAIGN/calibrate.jsonl" ] && cp "$CAMPAIGN/calibrate.jsonl" "$OUT/"
+  cp "$CAMPAIGN"/kernels-overhead* "$OUT/" 2>/dev/null
   [ -d "$CAMPAIGN/cross-check" ] && tar czf "$OUT/cross-check.tgz" -C "$CAMPAIGN" cross-check
   [ -d "$CAMPAIGN/client-overhead" ] && tar czf "$OUT/client-overhead.tgz" -C "$CAMPAIGN" \
     --exclude='*.jsonl' --exclude='vllm-bench/r*.json' client-overhead
@@ -70,6 +72,9 @@ job() {
       XCHECK_DIR="$CAMPAIGN/cross-check" bash docs/results/h100/cross-check.sh ${arg:-backends-custom} ;;
     overhead)
       OVERHEAD_DIR="$CAMPAIGN/client-overhead" OUTPUT_LEN=${OUTPUT_LEN:-256} bash docs/results/h100/client-overhead.sh ;;
+    khost)
+      [ -s "$CAMPAIGN/kernels-overhead.jsonl" ] || attnbench kernels overhead --json --profile \
+        > "$CAMPAIGN/kernels-overhead.jsonl" 2> "$CAMPAIGN/kernels-overhead-profile.txt" ;;
     run|runs)
       local only=() names=${arg//,/ }
       if [ "$name" = runs ]; then
