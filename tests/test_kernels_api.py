@@ -96,6 +96,8 @@ def test_checked_layouts_are_remembered_and_bad_ones_still_fail(batch, monkeypat
 
     monkeypatch.setattr(api, "validate_inputs", checked)
     paged_attention(**batch.attention_kwargs())  # remembered: no check
+    with pytest.raises(ValueError, match="max_seqlen_q/max_seqlen_k"):  # lengths: every call
+        paged_attention(**{**batch.attention_kwargs(), "max_seqlen_q": 0})
     with pytest.raises(AssertionError, match="validate_inputs ran"):  # values: always checked
         paged_attention(**batch.attention_kwargs(), check_metadata=True)
     with pytest.raises(AssertionError, match="validate_inputs ran"):  # a new scalar: a new layout

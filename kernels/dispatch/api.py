@@ -35,6 +35,11 @@ def _check_tensor(name: str, t, ndim: int, dtypes, device=None) -> None:
         _fail(name, f"a tensor on {device}", t.device)
 
 
+def _check_lengths(max_seqlen_q: int, max_seqlen_k: int) -> None:
+    if max_seqlen_q < 1 or max_seqlen_k < max_seqlen_q:
+        _fail("max_seqlen_q/max_seqlen_k", "1 <= max_seqlen_q <= max_seqlen_k", (max_seqlen_q, max_seqlen_k))
+
+
 def validate_inputs(q, k_cache, v_cache, block_table, cu_seqlens_q, seq_lens, out,
                     max_seqlen_q, max_seqlen_k, sliding_window, softcap,
                     check_metadata: bool) -> None:
@@ -81,8 +86,7 @@ def validate_inputs(q, k_cache, v_cache, block_table, cu_seqlens_q, seq_lens, ou
         _fail("sliding_window", "None or a window of >= 1 tokens", sliding_window)
     if softcap < 0:
         _fail("softcap", "0 (off) or a positive cap", softcap)
-    if max_seqlen_q < 1 or max_seqlen_k < max_seqlen_q:
-        _fail("max_seqlen_q/max_seqlen_k", "1 <= max_seqlen_q <= max_seqlen_k", (max_seqlen_q, max_seqlen_k))
+    _check_lengths(max_seqlen_q, max_seqlen_k)
     if not check_metadata:
         return
 
@@ -108,8 +112,9 @@ def validate_inputs(q, k_cache, v_cache, block_table, cu_seqlens_q, seq_lens, ou
 
 
 # Tensor layouts that passed `validate_inputs` (a bounded set): a call whose tensors have
-# the same metadata as an earlier valid one skips the checks. The key holds every fact the
-# checks read, so a memoized call is exactly as checked as a fresh one.
+# the same metadata as an earlier valid one skips the tensor checks. The key holds every
+# fact those checks read, so a remembered call is exactly as checked as a fresh one; the
+# max lengths, which change at every decode step, are checked on every call.
 _VALID_LAYOUTS: dict[tuple, None] = {}
 _MAX_VALID_LAYOUTS = 4096
 
@@ -139,9 +144,9 @@ def _check_inputs(q, k_cache, v_cache, block_table, cu_seqlens_q, seq_lens, out,
         validate_inputs(q, k_cache, v_cache, block_table, cu_seqlens_q, seq_lens, out,
                         max_seqlen_q, max_seqlen_k, sliding_window, softcap, True)
         return
-    key = _layout_key(q, k_cache, v_cache, block_table, cu_seqlens_q, seq_lens, out,
-                      max_seqlen_q, max_seqlen_k, sliding_window, softcap)
+    key = _layout_key(q, k_cache, v_cache, block_table, cu_seqlens_q, seq_lens, out, sliding_window, softcap)
     if key is not None and key in _VALID_LAYOUTS:
+        _check_lengths(max_seqlen_q, max_seqlen_k)
         return
     validate_inputs(q, k_cache, v_cache, block_table, cu_seqlens_q, seq_lens, out,
                     max_seqlen_q, max_seqlen_k, sliding_window, softcap, False)
@@ -152,10 +157,10 @@ def _check_inputs(q, k_cache, v_cache, block_table, cu_seqlens_q, seq_lens, out,
 
 
 @lru_cache(maxsize=4096)
-def _auto_config(num_seqs: int, num_tokens: int, max_seqlen_q: int, max_seqlen_k: int,
+def _config_for(num_seqs: int, num_tokens: int, max_seqlen_q: int, max_seqlen_k: int,
                  num_q_heads: int, num_kv_heads: int, head_size: int, device: torch.device,
                  variant: str) -> KernelConfig:
-    """The heuristics' config for a batch shape on a device (the trees are pure functions)."""
+    """`choose_config` for a batch shape on a device, cached (the trees are pure functions)."""
     shape = BatchShape(num_seqs, num_tokens, max_seqlen_q, max_seqlen_k, num_q_heads, num_kv_heads, head_size)
     return choose_config(shape, Platform.detect(device), variant)
 
@@ -191,7 +196,7 @@ def paged_attention(
                   max_seqlen_q, max_seqlen_k, sliding_window, softcap, check_metadata)
     if config is None:
         num_tokens, num_q_heads, head_size = q.shape
-        config = _auto_config(seq_lens.shape[0], num_tokens, max_seqlen_q, max_seqlen_k,
+        config = _config_for(seq_lens.shape[0], num_tokens, max_seqlen_q, max_seqlen_k,
                               num_q_heads, k_cache.shape[2], head_size, q.device, variant)
     elif variant not in ("auto", config.variant):
         _fail("config", f"a KernelConfig for variant {variant!r}", config.variant)
