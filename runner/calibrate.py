@@ -1,7 +1,10 @@
 """`attnbench calibrate`: how much does the load generator itself add?
 
-A zero-work OpenAI-compatible SSE server (`stub_app`) runs in a child process on its own
-CPU; the load generator runs here, pinned to one CPU, against it. The stub answers
+A zero-work OpenAI-compatible SSE server (`stub_app`) runs in child processes, each on
+its own CPU (one by default; several share one port through SO_REUSEPORT, the kernel
+spreading connections over them, when one stub process would be the bottleneck: 1,024
+paced streams ask ~51k chunks/s, about what one Python process writes); the load
+generator runs here, pinned to one CPU, against it. The stub answers
 ``/v1/completions`` with ``max_tokens`` one-token chunks (per-chunk usage), the first one
 at once; under ``/pace/<ms>/v1/completions`` it waits ``ms`` between chunks. Two phases:
 
@@ -36,6 +39,8 @@ from .loadpool import run_load_processes
 from .server import free_port
 
 STUB_MODEL = "stub"
+STUB_PID_HEADER = "X-Stub-Pid"  # which stub process answered (several share a port)
+READY_LINE = "stub ready"
 
 
 def stub_app() -> web.Application:
@@ -53,7 +58,7 @@ def stub_app() -> web.Application:
         n = int(body.get("max_tokens", 16))
         pace = float(request.match_info.get("ms", 0)) / 1e3
         prompt_tokens = max(1, len(str(body.get("prompt", "")).split()))
-        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", STUB_PID_HEADER: str(os.getpid())})
         await resp.prepare(request)
         for i in range(1, n + 1):
             await resp.write(chunk(i, n, prompt_tokens))
@@ -80,8 +85,9 @@ def stub_app() -> web.Application:
     return app
 
 
-def serve_stub(port: int) -> None:
-    """Run the stub in the foreground (the body of `attnbench stub-server`)."""
+def serve_stub(port: int, reuse_port: bool = False) -> None:
+    """Run the stub in the foreground (the body of `attnbench stub-server`); prints
+    READY_LINE once it listens. ``reuse_port``: share the port with other stub processes."""
     try:  # the stub must not be the bottleneck: use uvloop when it is installed
         import uvloop
 
@@ -89,46 +95,53 @@ def serve_stub(port: int) -> None:
     except ImportError:
         pass
     # a deep accept backlog: hundreds of streams connect at once, and a dropped SYN costs 1 s
-    web.run_app(stub_app(), host="127.0.0.1", port=port, print=None, access_log=None, backlog=4096)
+    web.run_app(stub_app(), host="127.0.0.1", port=port, access_log=None, backlog=4096,
+                reuse_port=reuse_port or None, print=lambda *_: print(READY_LINE, flush=True))
 
 
 class StubServer:
-    """The stub as a child process (`attnbench stub-server`): ``with StubServer() as url: ...``."""
+    """The stub as child processes (`attnbench stub-server`), one per CPU of ``cpus``
+    (None: one process, unpinned), all on one port: ``with StubServer() as url: ...``."""
 
-    def __init__(self, port: int | None = None, cpu: int | None = None):
+    def __init__(self, port: int | None = None, cpus: list[int | None] | None = None):
         self.port = port or free_port()
-        self.cpu = cpu
-        self.proc: subprocess.Popen | None = None
+        self.cpus = cpus or [None]
+        self.procs: list[subprocess.Popen] = []
 
     def __enter__(self) -> str:
-        cpu = self.cpu
+        argv = [sys.executable, "-m", "attnbench.cli", "stub-server", "--port", str(self.port)]
+        if len(self.cpus) > 1:
+            argv.append("--reuse-port")
+        try:
+            for cpu in self.cpus:
+                def pin(cpu=cpu):
+                    if cpu is not None and hasattr(os, "sched_setaffinity"):
+                        os.sched_setaffinity(0, {cpu})
 
-        def pin():
-            if cpu is not None and hasattr(os, "sched_setaffinity"):
-                os.sched_setaffinity(0, {cpu})
-
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "attnbench.cli", "stub-server", "--port", str(self.port)],
-            preexec_fn=pin, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline and self.proc.poll() is None:
-            try:
-                urllib.request.urlopen(f"http://127.0.0.1:{self.port}/health", timeout=1)
-                return f"http://127.0.0.1:{self.port}"
-            except OSError:
-                time.sleep(0.1)
-        self.__exit__()
-        raise RuntimeError("stub server did not start")
+                proc = subprocess.Popen(argv, preexec_fn=pin, stdout=subprocess.PIPE,
+                                        stderr=subprocess.DEVNULL, text=True)
+                self.procs.append(proc)
+                # each one listens before the next starts (a SYN must never find a half-started set)
+                if proc.stdout.readline().strip() != READY_LINE:
+                    raise RuntimeError(f"stub server process {len(self.procs)} of {len(self.cpus)} "
+                                       f"did not start (port {self.port})")
+                proc.stdout.close()
+            urllib.request.urlopen(f"http://127.0.0.1:{self.port}/health", timeout=5)
+        except BaseException:
+            self.__exit__()
+            raise
+        return f"http://127.0.0.1:{self.port}"
 
     def __exit__(self, *exc) -> None:
-        if self.proc is not None:
-            self.proc.terminate()
+        for proc in self.procs:
+            proc.terminate()
+        for proc in self.procs:
             try:
-                self.proc.wait(5)
+                proc.wait(5)
             except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-            self.proc = None
+                proc.kill()
+                proc.wait()
+        self.procs = []
 
 
 @dataclass
@@ -143,13 +156,15 @@ class Calibration:
     schedule_lag_ms: dict
     chunks_per_s: float  # unpaced phase
     client_processes: int = 1
+    stub_processes: int = 1
 
     def lines(self) -> list[str]:
         def fmt(d, nd=3):
             return "  ".join(f"{k} {v:.{nd}f}" for k, v in d.items())
         return [
             f"{self.concurrency} concurrent streams, {self.requests} requests x {self.tokens_per_request // 2}-"
-            f"{self.tokens_per_request * 3 // 2} chunks, stub pace {self.pace_ms:g} ms",
+            f"{self.tokens_per_request * 3 // 2} chunks, stub pace {self.pace_ms:g} ms"
+            + ("" if self.stub_processes == 1 else f", {self.stub_processes} stub processes"),
             f"added TTFT ms (steady state): {fmt(self.added_ttft_ms)}",
             f"added TTFT ms (all requests): {fmt(self.added_ttft_all_ms)}",
             f"added ITL ms  |ITL - pace|:   {fmt(self.added_itl_ms, 4)}",
@@ -170,15 +185,19 @@ def _pcts(values) -> dict:
 
 
 def calibrate(concurrency: int = 256, requests: int = 2048, tokens: int = 64, pace_ms: float = 20.0,
-              client_cpu: int | None = 0, server_cpu: int | None = 1, url: str | None = None,
-              client_processes: int = 1) -> Calibration:
-    """Measure the client against the stub (started here unless ``url`` is given)."""
+              url: str | None = None, client_processes: int = 1, stub_processes: int = 1) -> Calibration:
+    """Measure the client against the stub (started here unless ``url`` is given).
+
+    CPUs: the stub's processes get CPUs 1 .. ``stub_processes``; one client process gets
+    CPU 0, several share every CPU the stub does not have. With fewer CPUs than that, the
+    stub runs unpinned."""
     ncpu = os.cpu_count() or 1
+    stub_cpus = list(range(1, 1 + stub_processes)) if ncpu > stub_processes else [None] * stub_processes
     if hasattr(os, "sched_setaffinity"):
-        if client_processes == 1 and client_cpu is not None and client_cpu < ncpu:
-            os.sched_setaffinity(0, {client_cpu})
-        elif client_processes > 1 and ncpu > 2 and server_cpu is not None:
-            os.sched_setaffinity(0, set(range(ncpu)) - {server_cpu})
+        if client_processes == 1:
+            os.sched_setaffinity(0, {0})
+        elif ncpu > stub_processes + 1 and stub_cpus[0] is not None:
+            os.sched_setaffinity(0, set(range(ncpu)) - set(stub_cpus))
     rng = random.Random(0)
     reqs = [BenchRequest("hello " * 8, 8, rng.randint(max(1, tokens // 2), tokens * 3 // 2))
             for _ in range(requests)]
@@ -206,10 +225,9 @@ def calibrate(concurrency: int = 256, requests: int = 2048, tokens: int = 64, pa
         chunks = sum(len(r.chunk_s) for r in unpaced)
         duration = max(r.end_s for r in unpaced)
         return Calibration(concurrency, requests, tokens, pace_ms, _pcts(ttft), _pcts(ttft_all), _pcts(itl), _pcts(lag),
-                           chunks / duration, client_processes)
+                           chunks / duration, client_processes, stub_processes)
 
     if url:
         return measure(url.rstrip("/"))
-    server_cpu = server_cpu if (server_cpu is not None and server_cpu < ncpu) else None
-    with StubServer(cpu=server_cpu) as base_url:
+    with StubServer(cpus=stub_cpus) as base_url:
         return measure(base_url)

@@ -258,23 +258,28 @@ def load_cmd(url, model, tokenizer_dir, dataset, dataset_path, input_len, output
               help="Stub's gap between chunks in the overhead phase.")
 @click.option("--client-processes", type=click.IntRange(1, 64), default=1, show_default=True,
               help="Client processes sharing the streams (1: pinned to one CPU).")
+@click.option("--stub-processes", type=click.IntRange(1, 64), default=1, show_default=True,
+              help="Stub processes sharing one port, each on its own CPU (more when one stub is the "
+                   "bottleneck: ~1,000 paced streams and up).")
 @click.option("--url", help="Use a running stub (`attnbench stub-server`) instead of starting one.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
-def calibrate_cmd(concurrency, num_requests, tokens, pace_ms, client_processes, url, as_json):
+def calibrate_cmd(concurrency, num_requests, tokens, pace_ms, client_processes, stub_processes, url, as_json):
     """Measure the load generator's own overhead against a zero-work streaming server."""
     from .calibrate import calibrate
 
-    result = calibrate(concurrency, num_requests, tokens, pace_ms, url=url, client_processes=client_processes)
+    result = calibrate(concurrency, num_requests, tokens, pace_ms, url=url, client_processes=client_processes,
+                       stub_processes=stub_processes)
     click.echo(json.dumps(result.as_dict(), indent=2) if as_json else "\n".join(result.lines()))
 
 
 @click.command("stub-server")
 @click.option("--port", type=int, required=True)
-def stub_server_cmd(port):
+@click.option("--reuse-port", is_flag=True, help="Share the port with other stub processes (SO_REUSEPORT).")
+def stub_server_cmd(port, reuse_port):
     """Run the zero-work streaming server of `calibrate` in the foreground."""
     from .calibrate import serve_stub
 
-    serve_stub(port)
+    serve_stub(port, reuse_port)
 
 
 @click.group("recipes")

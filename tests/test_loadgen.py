@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import statistics
 import time
 
@@ -348,8 +349,6 @@ def test_client_processes_ctrl_c_keeps_what_was_measured():
 def test_calibrate_against_the_stub(processes):
     """The stub's TTFT is 0 and its ITL exactly the pace: what calibrate reports is the
     client's own cost, small on a quiet loopback, and every chunk is counted."""
-    import os
-
     from attnbench.runner.calibrate import calibrate
 
     affinity = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else None
@@ -361,3 +360,36 @@ def test_calibrate_against_the_stub(processes):
     assert c.client_processes == processes and c.chunks_per_s > 0
     assert 0 <= c.added_ttft_ms["p50"] < 1000 and 0 <= c.added_itl_ms["p50"] < 50
     assert "chunks/s on" in "\n".join(c.lines())
+
+
+def test_several_stub_processes_share_one_port():
+    """`calibrate --stub-processes N`: N stub processes on one port (SO_REUSEPORT), the
+    kernel spreading connections over them, all gone afterwards."""
+    import urllib.request
+
+    from attnbench.runner.calibrate import STUB_PID_HEADER, StubServer
+
+    stub = StubServer(cpus=[None, None])
+    with stub as url:
+        pids = {p.pid for p in stub.procs}
+        seen = set()
+        for _ in range(24):  # a new connection each: the kernel picks a process per connection
+            request = urllib.request.Request(f"{url}/v1/completions", data=json.dumps({"max_tokens": 1}).encode(),
+                                             headers={"Content-Type": "application/json"})
+            with urllib.request.urlopen(request, timeout=10) as response:
+                seen.add(int(response.headers[STUB_PID_HEADER]))
+                assert b"[DONE]" in response.read()
+    assert seen == pids, (seen, pids)
+    assert stub.procs == [] and all(not os.path.exists(f"/proc/{pid}") for pid in pids)
+
+
+def test_calibrate_with_two_stub_processes():
+    from attnbench.runner.calibrate import calibrate
+
+    affinity = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else None
+    try:
+        c = calibrate(concurrency=8, requests=32, tokens=4, pace_ms=5.0, stub_processes=2)
+    finally:
+        if affinity is not None:
+            os.sched_setaffinity(0, affinity)
+    assert c.stub_processes == 2 and c.chunks_per_s > 0 and "2 stub processes" in c.lines()[0]

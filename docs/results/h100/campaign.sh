@@ -11,6 +11,7 @@
 #
 # Jobs:
 #   calibrate          `attnbench calibrate` at 256 and 1024 streams x 1/2/4/8 client processes
+#                      (1 stub process at 256 streams, 4 at 1024)
 #   micro:NAME         `attnbench microbench recipes/microbench/NAME.yaml` (CSV)
 #   xcheck[:RUN]       docs/results/h100/cross-check.sh on RUN (default backends-custom)
 #   overhead           docs/results/h100/client-overhead.sh: both clients against the stub (OUTPUT_LEN=256)
@@ -59,9 +60,11 @@ job() {
   case $name in
     calibrate)
       for streams in 256 1024; do
+        stubs=$(( streams > 256 ? 4 : 1 ))  # one stub process writes ~50-60k chunks/s; 1,024 streams ask ~51k
         for procs in 1 2 4 8; do
-          grep -q "\"concurrency\": $streams, .*\"client_processes\": $procs}" "$CAMPAIGN/calibrate.jsonl" 2>/dev/null && continue
-          attnbench calibrate --concurrency $streams --requests $((4 * streams)) --client-processes $procs --json \
+          grep -q "\"concurrency\": $streams, .*\"client_processes\": $procs, \"stub_processes\": $stubs}" "$CAMPAIGN/calibrate.jsonl" 2>/dev/null && continue
+          attnbench calibrate --concurrency $streams --requests $((4 * streams)) --client-processes $procs \
+            --stub-processes $stubs --json \
             | python3 -c "import json,sys; print(json.dumps(json.load(sys.stdin)))" >> "$CAMPAIGN/calibrate.jsonl"
         done
       done ;;
