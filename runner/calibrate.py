@@ -25,10 +25,9 @@ import asyncio
 import json
 import os
 import random
+import select
 import subprocess
 import sys
-import time
-import urllib.request
 from dataclasses import dataclass
 
 from aiohttp import web
@@ -40,7 +39,8 @@ from .server import free_port
 
 STUB_MODEL = "stub"
 STUB_PID_HEADER = "X-Stub-Pid"  # which stub process answered (several share a port)
-READY_LINE = "stub ready"
+READY_LINE = "stub ready"  # printed by a stub process once it listens
+STUB_START_TIMEOUT_S = 30
 
 
 def stub_app() -> web.Application:
@@ -122,11 +122,11 @@ class StubServer:
                                         stderr=subprocess.DEVNULL, text=True)
                 self.procs.append(proc)
                 # each one listens before the next starts (a SYN must never find a half-started set)
-                if proc.stdout.readline().strip() != READY_LINE:
+                ready, _, _ = select.select([proc.stdout], [], [], STUB_START_TIMEOUT_S)
+                if not ready or proc.stdout.readline().strip() != READY_LINE:
                     raise RuntimeError(f"stub server process {len(self.procs)} of {len(self.cpus)} "
-                                       f"did not start (port {self.port})")
+                                       f"did not start within {STUB_START_TIMEOUT_S} s (port {self.port})")
                 proc.stdout.close()
-            urllib.request.urlopen(f"http://127.0.0.1:{self.port}/health", timeout=5)
         except BaseException:
             self.__exit__()
             raise

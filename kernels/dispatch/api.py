@@ -140,16 +140,13 @@ def _layout_key(q, k_cache, v_cache, block_table, cu_seqlens_q, seq_lens, out, *
 def _check_inputs(q, k_cache, v_cache, block_table, cu_seqlens_q, seq_lens, out,
                   max_seqlen_q, max_seqlen_k, sliding_window, softcap, check_metadata) -> None:
     """`validate_inputs`, skipped for a layout that passed before (unless values are checked)."""
-    if check_metadata:
-        validate_inputs(q, k_cache, v_cache, block_table, cu_seqlens_q, seq_lens, out,
-                        max_seqlen_q, max_seqlen_k, sliding_window, softcap, True)
-        return
-    key = _layout_key(q, k_cache, v_cache, block_table, cu_seqlens_q, seq_lens, out, sliding_window, softcap)
+    key = None if check_metadata else _layout_key(q, k_cache, v_cache, block_table, cu_seqlens_q,
+                                                  seq_lens, out, sliding_window, softcap)
     if key is not None and key in _VALID_LAYOUTS:
         _check_lengths(max_seqlen_q, max_seqlen_k)
         return
     validate_inputs(q, k_cache, v_cache, block_table, cu_seqlens_q, seq_lens, out,
-                    max_seqlen_q, max_seqlen_k, sliding_window, softcap, False)
+                    max_seqlen_q, max_seqlen_k, sliding_window, softcap, check_metadata)
     if key is not None:
         if len(_VALID_LAYOUTS) >= _MAX_VALID_LAYOUTS:
             _VALID_LAYOUTS.clear()
