@@ -58,6 +58,8 @@ BAD_INPUTS = {
     "max_seqlen_k too small": (lambda b: _bad(b, max_seqlen_k=9), ["max_seqlen_k", "longest sequence"]),
     "bad window": (lambda b: _bad(b, sliding_window=0), ["sliding_window"]),
     "negative softcap": (lambda b: _bad(b, softcap=-1.0), ["softcap"]),
+    "zero scale": (lambda b: _bad(b, scale=0.0), ["scale", "positive"]),
+    "negative scale": (lambda b: _bad(b, scale=-0.1), ["scale", "positive"]),
     "out shape": (lambda b: _bad(b, out=torch.empty_like(b.q[:-1])), ["out", "shape of q"]),
 }
 

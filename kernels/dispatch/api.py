@@ -184,8 +184,8 @@ def paged_attention(
 
     ``variant`` picks the step of the paper ("naive", "qblock", "parallel_tiled",
     "static_grid") or lets the heuristics choose ("auto"). ``config`` overrides the
-    heuristics' launch parameters (its ``variant`` then wins). ``scale`` defaults to
-    ``head_size ** -0.5``. Returns ``out`` (allocated when None). Bad shapes, dtypes and
+    heuristics' launch parameters (its ``variant`` then wins). ``scale`` (> 0) defaults
+    to ``head_size ** -0.5``. Returns ``out`` (allocated when None). Bad shapes, dtypes and
     layouts raise ValueError naming the argument; ``check_metadata=True`` also checks the
     metadata's values, which costs a host sync (module doc).
     """
@@ -200,6 +200,8 @@ def paged_attention(
     if out is None:
         out = torch.empty_like(q)
     scale = q.shape[2] ** -0.5 if scale is None else float(scale)
+    if not scale > 0:  # the kernels' mask-free tiles scale the row max, which needs scale > 0
+        _fail("scale", "a positive softmax scale (default head_size ** -0.5)", scale)
     step(config.variant).launch(
         out, q, k_cache, v_cache, block_table, cu_seqlens_q, seq_lens,
         scale=scale, sliding_window=sliding_window, softcap=float(softcap),

@@ -156,21 +156,27 @@ def attend_tiles(
             v = tl.load(v_ptrs, mask=d_mask[None, :], other=0.0)
 
         s = tl.dot(q, k_t)
-        if USE_SOFTCAP:
-            # softcap acts on natural-scale scores: scale, squash, then move to base 2
-            s = apply_softcap(s * (qk_scale / LOG2E), softcap) * LOG2E
+        if MASKED or USE_SOFTCAP:
+            if USE_SOFTCAP:
+                # softcap acts on natural-scale scores: scale, squash, then move to base 2
+                s = apply_softcap(s * (qk_scale / LOG2E), softcap) * LOG2E
+            else:
+                s = s * qk_scale
+            if MASKED:
+                # causal (with context offset) and sliding-window visibility
+                visible = pos_k[None, :] <= pos_q[:, None]
+                if USE_WINDOW:
+                    visible = visible & (pos_k[None, :] > pos_q[:, None] - sliding_window)
+                s = tl.where(visible, s, float("-inf"))
+            m_new = tl.maximum(m_i, tl.max(s, axis=1))
+            m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
+            p = tl.exp2(s - m_safe[:, None])
         else:
-            s = s * qk_scale
-        if MASKED:
-            # causal (with context offset) and sliding-window visibility
-            visible = pos_k[None, :] <= pos_q[:, None]
-            if USE_WINDOW:
-                visible = visible & (pos_k[None, :] > pos_q[:, None] - sliding_window)
-            s = tl.where(visible, s, float("-inf"))
-
-        m_new = tl.maximum(m_i, tl.max(s, axis=1))
-        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
-        p = tl.exp2(s - m_safe[:, None])
+            # every key visible: the max is finite and the scale (> 0) commutes with it, so
+            # scaling and subtracting the max is one FMA per score (the softmax's hot path)
+            m_new = tl.maximum(m_i, tl.max(s, axis=1) * qk_scale)
+            m_safe = m_new
+            p = tl.exp2(s * qk_scale - m_new[:, None])
         alpha = tl.exp2(m_i - m_safe)
         l_i = l_i * alpha + tl.sum(p, axis=1)
         acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
