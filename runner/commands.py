@@ -12,6 +12,19 @@ import click
 from .recipe import RecipeError, load_suite
 
 
+class ProcessCount(click.ParamType):
+    """A client-process count, 1-64, or ``auto``."""
+
+    name = "N|auto"
+
+    def convert(self, value, param, ctx):
+        if value == "auto" or isinstance(value, int):
+            return value
+        if not (str(value).isdigit() and 1 <= int(value) <= 64):
+            self.fail(f"expected a count from 1 to 64 or 'auto', got {value!r}", param, ctx)
+        return int(value)
+
+
 def _suite_or_fail(path: Path):
     try:
         return load_suite(path)
@@ -211,8 +224,9 @@ def _sharegpt_with_spares(dataset, dataset_path, input_len, output_len, num_prom
 @click.option("--ignore-eos/--no-ignore-eos", default=True, show_default=True)
 @click.option("--per-chunk-usage", is_flag=True,
               help="Ask vLLM for usage in every chunk (exact tokens per chunk; loads its API server).")
-@click.option("--client-processes", type=click.IntRange(1, 64), default=1, show_default=True,
-              help="Spread the streams over this many client processes.")
+@click.option("--client-processes", type=ProcessCount(), default="auto", show_default=True,
+              help="Spread the streams over this many client processes (1-64); auto: one per 128 "
+                   "requests that can be in flight, at most 8 and half the CPUs.")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), required=True,
               help="Folder for requests.jsonl and summary.json.")
 def load_cmd(url, model, tokenizer_dir, dataset, dataset_path, input_len, output_len, num_prompts,
@@ -223,6 +237,7 @@ def load_cmd(url, model, tokenizer_dir, dataset, dataset_path, input_len, output
     Exits 1 when no request completed (the line names the first error, e.g. connection
     refused), 130 on Ctrl-C (the records so far stay in requests.jsonl)."""
     from .loadgen import LoadConfig, arrival_offsets
+    from .loadpool import resolve_processes
     from .repeat import measure_repeat
     from .store import REQUESTS_FILE, SUMMARY_FILE, RecordWriter, atomic_write_json
 
@@ -232,7 +247,8 @@ def load_cmd(url, model, tokenizer_dir, dataset, dataset_path, input_len, output
     out_dir.mkdir(parents=True, exist_ok=True)
     with RecordWriter(out_dir / REQUESTS_FILE) as writer:
         try:
-            measured = measure_repeat(cfg, requests, offsets, writer, desc="load", processes=client_processes)
+            processes = resolve_processes(client_processes, len(requests), max_concurrency)
+            measured = measure_repeat(cfg, requests, offsets, writer, desc="load", processes=processes)
         except KeyboardInterrupt:
             click.echo(f"interrupted; records so far in {writer.path}", err=True)
             sys.exit(130)

@@ -26,6 +26,7 @@ from . import provenance
 from .catalogue import ITL, OUTPUT_THROUGHPUT, REQUEST_THROUGHPUT, TOTAL_TOKEN_THROUGHPUT, TTFT
 from .datasets import build_requests
 from .loadgen import LoadConfig, arrival_offsets
+from .loadpool import resolve_processes
 from .metrics import summarize
 from .models import ensure_model
 from .recipe import Recipe, Suite
@@ -134,6 +135,7 @@ def run_recipe(suite: Suite, recipe: Recipe, store: ResultsStore, repeats: list[
                                     phase="warmup", server_log=server.log_path)
         prov["jit_compiles_in_warmup"] = warmup.summary.jit_compiles
         atomic_write_json(store.run_dir(recipe.name) / prov_file, prov)
+    processes = resolve_processes(b.client_processes, len(requests), b.max_concurrency)
     for i, repeat in enumerate(repeats):
         if not server.alive():
             outcomes += [_failed(store, suite, recipe, r, "failed", "vLLM server not running", session=session)
@@ -143,7 +145,7 @@ def run_recipe(suite: Suite, recipe: Recipe, store: ResultsStore, repeats: list[
         with store.requests_writer(recipe.name, repeat) as writer:
             try:
                 measured = measure_repeat(cfg, requests, offsets, writer, desc=f"{recipe.name} r{repeat}",
-                                          processes=b.client_processes, slo_ms=b.goodput_slo_ms,
+                                          processes=processes, slo_ms=b.goodput_slo_ms,
                                           server_log=server.log_path)
             except KeyboardInterrupt:
                 _failed(store, suite, recipe, repeat, "interrupted", "interrupted (Ctrl-C)",

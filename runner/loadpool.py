@@ -28,6 +28,30 @@ _DRAIN_AFTER_INTERRUPT_S = 10.0
 _START_MARGIN_S = 0.1  # from "all workers ready" to t0: time for each worker to wake up
 
 
+# `client_processes: auto`, from `attnbench calibrate` on a 16-core H100 host
+# (docs/perf/loadgen-calibration.md): at 256 paced streams 2 processes kept the added p99
+# TTFT within 5 ms in both sessions measured, at 1,024 streams only 8 came near (5.2 ms;
+# one process: 68.6 ms, its ITL 5.7 ms off the pace at the median)
+STREAMS_PER_PROCESS = 128
+MAX_AUTO_PROCESSES = 8
+
+
+def auto_processes(streams: int, cpus: int | None = None) -> int:
+    """Client processes for a load with up to ``streams`` requests in flight: one per
+    `STREAMS_PER_PROCESS`, at most `MAX_AUTO_PROCESSES` and at most half the host's CPUs
+    (a single-node run shares the host with the server)."""
+    cpus = cpus or os.cpu_count() or 1
+    return max(1, min(-(-streams // STREAMS_PER_PROCESS), MAX_AUTO_PROCESSES, cpus // 2))
+
+
+def resolve_processes(setting: int | str, num_requests: int, max_concurrency: int | None) -> int:
+    """A ``client_processes`` setting as a count; ``"auto"`` by `auto_processes` for the most
+    requests the load can have in flight."""
+    if setting != "auto":
+        return int(setting)
+    return auto_processes(min(max_concurrency or num_requests, num_requests))
+
+
 def concurrency_shares(limit: int | None, processes: int) -> list[int | None]:
     """``limit`` split as evenly as possible over ``processes`` (None: no limit)."""
     if limit is None:

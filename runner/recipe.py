@@ -16,7 +16,7 @@ import json
 import math
 import re
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
@@ -217,7 +217,9 @@ class BenchmarkSettings(_Strict):
     lengths); a batch-1 sweep to 12,800 tokens need not spend minutes warming up.
     ``per_chunk_usage`` asks vLLM for usage in every streamed chunk (exact tokens per chunk,
     for ``itl_per_token``) at a cost in the server's API process (runner/loadgen.py).
-    ``client_processes`` spreads the load over that many client processes (runner/loadpool.py).
+    ``client_processes`` spreads the load over that many client processes (runner/loadpool.py);
+    ``auto`` picks one per 128 requests that can be in flight (``max_concurrency``, else
+    ``num_prompts``), at most 8 and at most half the host's CPUs (`loadpool.auto_processes`).
     """
 
     dataset: DatasetSpec = DatasetSpec()
@@ -233,7 +235,7 @@ class BenchmarkSettings(_Strict):
     seed: int = 0
     request_timeout_s: float = Field(600, gt=0)
     per_chunk_usage: bool = False
-    client_processes: int = Field(1, ge=1, le=64)
+    client_processes: Annotated[int, Field(ge=1, le=64)] | Literal["auto"] = "auto"
     goodput_slo_ms: dict[Literal["ttft", "tpot", "e2el"], float] = {}
 
     def warmup_dataset(self) -> DatasetSpec:

@@ -47,6 +47,7 @@ def measure_repeat(cfg: LoadConfig, requests: list[BenchRequest], offsets: list[
     finally:
         bar.close()
     summary = summarize(records, slo_ms, stats)
+    summary["client_processes"] = processes
     after = scrape(cfg.base_url) if before is not None else None
     if after is not None:
         summary["server_metrics"] = between(before, after)

@@ -307,6 +307,18 @@ def test_client_processes_share_one_schedule_and_one_sink():
     assert max(behind) - min(behind) < 0.05, behind
 
 
+def test_auto_client_processes_follow_the_calibration():
+    """One process per 128 requests in flight (the most the load can have: its concurrency
+    limit, else its request count), at most 8 and at most half the CPUs; a count is kept."""
+    from attnbench.runner.loadpool import auto_processes, resolve_processes
+
+    assert [auto_processes(n, cpus=16) for n in (1, 128, 129, 256, 500, 1024, 5000)] == [1, 1, 2, 2, 4, 8, 8]
+    assert auto_processes(1024, cpus=2) == 1 and auto_processes(1024, cpus=6) == 3
+    assert resolve_processes("auto", 1000, 200) == auto_processes(200)
+    assert resolve_processes("auto", 100, None) == auto_processes(100)
+    assert resolve_processes(3, 1000, None) == 3
+
+
 @pytest.mark.parametrize("processes", [1, 3])
 def test_a_burst_is_admitted_in_request_order(processes):
     """All requests due at one (shared, future) start and a concurrency limit: the first

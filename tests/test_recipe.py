@@ -176,3 +176,14 @@ def test_the_older_env_spelling_is_read_and_checked_the_same(tmp_path):
         load_suite(write(tmp_path, _custom({"kernel_variant": "qblock", "env": {"ATTNBENCH_VARIANT": "naive"}})))
     plain = load_suite(write(tmp_path, _custom({}))).runs[0]
     assert plain.serve.kernel_variant is None and "ATTNBENCH_VARIANT" not in server_env(plain)  # the plugin: auto
+
+
+def test_client_processes_is_a_count_or_auto(tmp_path):
+    def with_processes(value):
+        return {**BASE, "runs": [{"name": "a", "benchmark": {"client_processes": value}}]}
+
+    assert load_suite(write(tmp_path, BASE)).runs[0].benchmark.client_processes == "auto"
+    assert load_suite(write(tmp_path, with_processes(4))).runs[0].benchmark.client_processes == 4
+    for bad in (0, 65, "many"):
+        with pytest.raises(RecipeError, match="client_processes"):
+            load_suite(write(tmp_path, with_processes(bad)))

@@ -125,6 +125,18 @@ def test_load_against_nothing_fails_in_one_line(tmp_path):
     assert "Cannot connect" in lines[0] or "refused" in lines[0].lower()
     summary = json.loads((tmp_path / "out" / "summary.json").read_text())
     assert summary["status"] == "failed" and summary["completed"] == 0 and summary["failed"] == 4
+    assert summary["client_processes"] == 1  # auto: 4 requests in flight at most
+
+
+def test_load_client_processes_must_be_a_count_or_auto(tmp_path):
+    from attnbench.cli import main
+
+    for bad in ("0", "65", "many"):
+        result = CliRunner().invoke(main, ["load", "--url", "http://127.0.0.1:9", "--model", "m",
+                                           "--tokenizer", str(tmp_path), "--client-processes", bad,
+                                           "--out", str(tmp_path / "out")])
+        assert result.exit_code == 2 and "--client-processes" in result.output, result.output
+        assert "expected a count from 1 to 64 or 'auto'" in result.output
 
 
 def test_run_load_marks_reads_that_carry_several_chunks():
