@@ -111,11 +111,12 @@ def validate_inputs(q, k_cache, v_cache, block_table, cu_seqlens_q, seq_lens, ou
             _fail("max_seqlen_k", f">= the longest sequence ({lens[s]} at sequence {s})", max_seqlen_k)
 
 
-# Tensor layouts that passed `validate_inputs` (a bounded set): a call whose tensors have
-# the same metadata as an earlier valid one skips the tensor checks. The key holds every
-# fact those checks read, so a remembered call is exactly as checked as a fresh one; the
-# max lengths, which change at every decode step, are checked on every call.
-_VALID_LAYOUTS: dict[tuple, None] = {}
+# Tensor layouts that passed `validate_inputs` (a bounded map), each to the sizes the
+# config choice reads: a call whose tensors have the same metadata as an earlier valid one
+# skips the tensor checks and the size reads. The key holds every fact those checks read,
+# so a remembered call is exactly as checked as a fresh one; the max lengths, which change
+# at every decode step, are checked on every call.
+_VALID_LAYOUTS: dict[tuple, tuple] = {}
 _MAX_VALID_LAYOUTS = 4096
 
 
@@ -138,25 +139,30 @@ def _layout_key(q, k_cache, v_cache, block_table, cu_seqlens_q, seq_lens, out, *
 
 
 def _check_inputs(q, k_cache, v_cache, block_table, cu_seqlens_q, seq_lens, out,
-                  max_seqlen_q, max_seqlen_k, sliding_window, softcap, check_metadata) -> None:
-    """`validate_inputs`, skipped for a layout that passed before (unless values are checked)."""
+                  max_seqlen_q, max_seqlen_k, sliding_window, softcap, check_metadata) -> tuple:
+    """`validate_inputs`, skipped for a layout that passed before (unless values are
+    checked); returns the call's sizes: (num_seqs, num_tokens, num_q_heads, num_kv_heads,
+    head_size, device)."""
     key = None if check_metadata else _layout_key(q, k_cache, v_cache, block_table, cu_seqlens_q,
                                                   seq_lens, out, sliding_window, softcap)
-    if key is not None and key in _VALID_LAYOUTS:
+    sizes = _VALID_LAYOUTS.get(key) if key is not None else None
+    if sizes is not None:
         _check_lengths(max_seqlen_q, max_seqlen_k)
-        return
+        return sizes
     validate_inputs(q, k_cache, v_cache, block_table, cu_seqlens_q, seq_lens, out,
                     max_seqlen_q, max_seqlen_k, sliding_window, softcap, check_metadata)
+    num_tokens, num_q_heads, head_size = q.shape
+    sizes = (seq_lens.shape[0], num_tokens, num_q_heads, k_cache.shape[2], head_size, q.device)
     if key is not None:
         if len(_VALID_LAYOUTS) >= _MAX_VALID_LAYOUTS:
             _VALID_LAYOUTS.clear()
-        _VALID_LAYOUTS[key] = None
+        _VALID_LAYOUTS[key] = sizes
+    return sizes
 
 
 @lru_cache(maxsize=4096)
-def _config_for(num_seqs: int, num_tokens: int, max_seqlen_q: int, max_seqlen_k: int,
-                 num_q_heads: int, num_kv_heads: int, head_size: int, device: torch.device,
-                 variant: str) -> KernelConfig:
+def _config_for(num_seqs: int, num_tokens: int, num_q_heads: int, num_kv_heads: int, head_size: int,
+                device: torch.device, max_seqlen_q: int, max_seqlen_k: int, variant: str) -> KernelConfig:
     """`choose_config` for a batch shape on a device, cached (the trees are pure functions)."""
     shape = BatchShape(num_seqs, num_tokens, max_seqlen_q, max_seqlen_k, num_q_heads, num_kv_heads, head_size)
     return choose_config(shape, Platform.detect(device), variant)
@@ -189,17 +195,15 @@ def paged_attention(
     layouts raise ValueError naming the argument; ``check_metadata=True`` also checks the
     metadata's values, which costs a host sync (module doc).
     """
-    _check_inputs(q, k_cache, v_cache, block_table, cu_seqlens_q, seq_lens, out,
-                  max_seqlen_q, max_seqlen_k, sliding_window, softcap, check_metadata)
+    sizes = _check_inputs(q, k_cache, v_cache, block_table, cu_seqlens_q, seq_lens, out,
+                          max_seqlen_q, max_seqlen_k, sliding_window, softcap, check_metadata)
     if config is None:
-        num_tokens, num_q_heads, head_size = q.shape
-        config = _config_for(seq_lens.shape[0], num_tokens, max_seqlen_q, max_seqlen_k,
-                              num_q_heads, k_cache.shape[2], head_size, q.device, variant)
+        config = _config_for(*sizes, max_seqlen_q, max_seqlen_k, variant)
     elif variant not in ("auto", config.variant):
         _fail("config", f"a KernelConfig for variant {variant!r}", config.variant)
     if out is None:
         out = torch.empty_like(q)
-    scale = q.shape[2] ** -0.5 if scale is None else float(scale)
+    scale = sizes[4] ** -0.5 if scale is None else float(scale)
     if not scale > 0:  # the kernels' mask-free tiles scale the row max, which needs scale > 0
         _fail("scale", "a positive softmax scale (default head_size ** -0.5)", scale)
     step(config.variant).launch(
