@@ -169,3 +169,39 @@ def test_run_load_marks_reads_that_carry_several_chunks():
     (rec,) = asyncio.run(main())
     assert rec.status == "ok" and len(rec.chunk_s) == 4
     assert rec.coalesced == 2 and rec.chunk_s[1] == rec.chunk_s[2] == rec.chunk_s[3]
+
+
+def test_cross_check_verdict_sets_each_client_beside_the_server(tmp_path):
+    """docs/results/h100/compare_clients.py on a two-client tree: the criteria (medians within
+    5%, spread) and the third witness: each client's mean TTFT minus the server's own (600 ms
+    here for both clients' runs, from the same /metrics pages)."""
+    import importlib.util
+    from pathlib import Path
+
+    spec = importlib.util.spec_from_file_location(
+        "compare_clients", Path(__file__).parents[1] / "docs/results/h100/compare_clients.py")
+    compare = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(compare)
+
+    load = tmp_path / "burst"
+    server = between(Snapshot.parse(METRICS_BEFORE), Snapshot.parse(METRICS_AFTER))
+    for i, ttft in ((1, 640.0), (2, 660.0)):
+        run = load / "attnbench" / f"r{i}"
+        run.mkdir(parents=True)
+        run.joinpath("summary.json").write_text(json.dumps({
+            "request_rate": "inf", "output_throughput": 1000.0, "median_ttft_ms": ttft, "mean_ttft_ms": ttft,
+            "median_itl_ms": 20.0, "mean_itl_ms": 20.0, "mean_tpot_ms": 20.0, "server_metrics": server}))
+    bench = load / "vllm-bench"
+    bench.mkdir()
+    for i, ttft in ((1, 800.0), (2, 820.0)):
+        bench.joinpath(f"r{i}.json").write_text(json.dumps({
+            "output_throughput": 1010.0, "median_ttft_ms": ttft, "mean_ttft_ms": ttft, "median_itl_ms": 20.2,
+            "mean_itl_ms": 20.2, "mean_tpot_ms": 20.2}))
+        bench.joinpath(f"r{i}.before.prom").write_text(METRICS_BEFORE)
+        bench.joinpath(f"r{i}.after.prom").write_text(METRICS_AFTER)
+
+    text = "\n".join(compare.report(tmp_path))
+    assert "| output_throughput | 1,000.0 | 1,010.0 | -1.0% | 0.0% | 0.0% | pass" in text
+    assert "| median_ttft_ms | 650.0 | 810.0 | -19.8% |" in text and "FAIL (|diff| 19.8% <= 5" in text
+    # 650 and 810 ms over the server's 600; these pages have no ITL histogram: "-"
+    assert "| attnbench | 50.0 | - |" in text and "| vllm-bench | 210.0 | - |" in text

@@ -8,7 +8,8 @@ from vllm bench serve, each client's run-to-run spread (max - min over median), 
 issue's criteria (medians within 5%; attnbench's spread no wider than vllm bench's + 2
 points). Then the evidence: what the server itself measured for each client's runs (vLLM's
 /metrics), how many chunks each client saw, the client's event-loop lag and coalesced
-reads, the CPU seconds of the server's processes and of each client, kernel compiles.
+reads, the CPU seconds of the server's processes and of each client, kernel compiles;
+and each client's latencies minus the server's own for the same requests (the third witness).
 """
 
 from __future__ import annotations
@@ -150,8 +151,20 @@ def report(root: Path) -> list[str]:
                     f"| {r.get('chunks', '-')} | {_fmt(lag, 2)} | {'-' if coalesced is None else f'{coalesced:.1%}'} "
                     f"| {len(r.get('jit_compiles', [])) if 'jit_compiles' in r else '-'} "
                     f"| {_fmt(cpu.get('client'))} / {procs or '-'} |")
+        lines += ["", "The server as third witness: each client's mean TTFT and mean ITL minus the server's own "
+                  "for the same requests (vLLM's /metrics over the run), ms, median over runs. Both clients "
+                  "read the same server, so the difference between the two rows is the clients' own:", "",
+                  "| client | mean TTFT - server's | mean ITL - server's |", "|---|---|---|"]
+        for client, runs in (("attnbench", ours), ("vllm-bench", theirs)):
+            ttft = _med([_minus(r.get("mean_ttft_ms"), r["server"].get("mean_ttft_ms")) for r in runs])
+            itl = _med([_minus(r.get("mean_itl_ms"), r["server"].get("mean_itl_ms")) for r in runs])
+            lines.append(f"| {client} | {_fmt(ttft)} | {_fmt(itl, 2)} |")
         lines.append("")
     return lines
+
+
+def _minus(a, b):
+    return a - b if a is not None and b is not None else None
 
 
 if __name__ == "__main__":
