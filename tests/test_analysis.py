@@ -196,6 +196,31 @@ def test_fig9_claims_against_the_paper():
     assert got.loc["parallel tiled over Q-block", "attnbench"] == "3.00x"
     assert got.loc["static grid (full graphs) over parallel tiled", "attnbench"] == "+5.6%"
     assert set(got["verdict"]) <= {"agrees", "differs"}
+    assert not any("kernels only" in claim for claim in got.index)  # no full-graph runs of the eager steps
+
+    # the eager steps run with full graphs too: their own lines, and the kernel-only claim
+    factor |= {"CUSTOM (qblock, full graphs)": (1.0, 100 / 50.0), "CUSTOM (parallel_tiled, full graphs)": (1.0, 1.0)}
+    rows = [{"line": line, "output_len": n, "e2el_ms": fa3[n] * f[i], "e2el_min_ms": 0, "e2el_max_ms": 0,
+             "repeats": 2, "cuda_graphs": "", "jit_compiles": 0}
+            for line, f in factor.items() for i, n in enumerate(sorted(fa3))]
+    got = fig9.claims(pd.DataFrame(rows)).set_index("claim")
+    kernels_only = "parallel tiled over Q-block, both with full graphs (kernels only)"
+    assert got.loc[kernels_only, "attnbench"] == "2.00x" and got.loc[kernels_only, "verdict"] == "differs"
+    assert got.loc["parallel tiled over Q-block", "attnbench"] == "3.00x"  # the eager lines, unchanged
+
+
+def test_fig9_eager_steps_with_full_graphs_are_lines_of_their_own():
+    from attnbench.analysis import fig9
+
+    def line(backend, graphs):
+        return fig9._line({"attention_backend": backend, "cuda_graphs": graphs})
+
+    assert line("CUSTOM (qblock)", "PIECEWISE") == "CUSTOM (qblock)"
+    assert line("CUSTOM (qblock)", "PIECEWISE+FULL") == "CUSTOM (qblock, full graphs)"
+    assert line("CUSTOM (parallel_tiled)", "PIECEWISE+FULL") == "CUSTOM (parallel_tiled, full graphs)"
+    assert line("CUSTOM (static_grid)", "PIECEWISE+FULL") == "CUSTOM (static_grid)"  # the paper's condition
+    assert line("FLASH_ATTN", "PIECEWISE+FULL") == "FLASH_ATTN"
+    assert fig9.LINE_ORDER.index("CUSTOM (qblock, full graphs)") == fig9.LINE_ORDER.index("CUSTOM (qblock)") + 1
 
 
 def test_vllm_bench_json_plots_beside_ours(tree, tmp_path):
