@@ -18,7 +18,7 @@ class ProcessCount(click.ParamType):
     name = "N|auto"
 
     def convert(self, value, param, ctx):
-        if value == "auto" or isinstance(value, int):
+        if value == "auto":
             return value
         if not (str(value).isdigit() and 1 <= int(value) <= 64):
             self.fail(f"expected a count from 1 to 64 or 'auto', got {value!r}", param, ctx)
@@ -244,10 +244,10 @@ def load_cmd(url, model, tokenizer_dir, dataset, dataset_path, input_len, output
     requests = _requests_or_fail(dataset, dataset_path, input_len, output_len, num_prompts, tokenizer_dir, seed)
     cfg = LoadConfig(url.rstrip("/"), model, ignore_eos, max_concurrency, per_chunk_usage=per_chunk_usage)
     offsets = arrival_offsets(len(requests), request_rate, arrival, burstiness, seed)
+    processes = resolve_processes(client_processes, len(requests), max_concurrency)
     out_dir.mkdir(parents=True, exist_ok=True)
     with RecordWriter(out_dir / REQUESTS_FILE) as writer:
         try:
-            processes = resolve_processes(client_processes, len(requests), max_concurrency)
             measured = measure_repeat(cfg, requests, offsets, writer, desc="load", processes=processes)
         except KeyboardInterrupt:
             click.echo(f"interrupted; records so far in {writer.path}", err=True)
