@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 from functools import lru_cache
+from typing import NamedTuple
 
 import torch
 
@@ -116,7 +117,18 @@ def validate_inputs(q, k_cache, v_cache, block_table, cu_seqlens_q, seq_lens, ou
 # skips the tensor checks and the size reads. The key holds every fact those checks read,
 # so a remembered call is exactly as checked as a fresh one; the max lengths, which change
 # at every decode step, are checked on every call.
-_VALID_LAYOUTS: dict[tuple, tuple] = {}
+class _Sizes(NamedTuple):
+    """What the config choice reads of a call's tensors (the leading arguments of `_config_for`)."""
+
+    num_seqs: int
+    num_tokens: int
+    num_q_heads: int
+    num_kv_heads: int
+    head_size: int
+    device: torch.device
+
+
+_VALID_LAYOUTS: dict[tuple, _Sizes] = {}
 _MAX_VALID_LAYOUTS = 4096
 
 
@@ -139,10 +151,9 @@ def _layout_key(q, k_cache, v_cache, block_table, cu_seqlens_q, seq_lens, out, *
 
 
 def _check_inputs(q, k_cache, v_cache, block_table, cu_seqlens_q, seq_lens, out,
-                  max_seqlen_q, max_seqlen_k, sliding_window, softcap, check_metadata) -> tuple:
+                  max_seqlen_q, max_seqlen_k, sliding_window, softcap, check_metadata) -> _Sizes:
     """`validate_inputs`, skipped for a layout that passed before (unless values are
-    checked); returns the call's sizes: (num_seqs, num_tokens, num_q_heads, num_kv_heads,
-    head_size, device)."""
+    checked); returns the call's sizes."""
     key = None if check_metadata else _layout_key(q, k_cache, v_cache, block_table, cu_seqlens_q,
                                                   seq_lens, out, sliding_window, softcap)
     sizes = _VALID_LAYOUTS.get(key) if key is not None else None
@@ -152,7 +163,7 @@ def _check_inputs(q, k_cache, v_cache, block_table, cu_seqlens_q, seq_lens, out,
     validate_inputs(q, k_cache, v_cache, block_table, cu_seqlens_q, seq_lens, out,
                     max_seqlen_q, max_seqlen_k, sliding_window, softcap, check_metadata)
     num_tokens, num_q_heads, head_size = q.shape
-    sizes = (seq_lens.shape[0], num_tokens, num_q_heads, k_cache.shape[2], head_size, q.device)
+    sizes = _Sizes(seq_lens.shape[0], num_tokens, num_q_heads, k_cache.shape[2], head_size, q.device)
     if key is not None:
         if len(_VALID_LAYOUTS) >= _MAX_VALID_LAYOUTS:
             _VALID_LAYOUTS.clear()
@@ -203,7 +214,7 @@ def paged_attention(
         _fail("config", f"a KernelConfig for variant {variant!r}", config.variant)
     if out is None:
         out = torch.empty_like(q)
-    scale = sizes[4] ** -0.5 if scale is None else float(scale)
+    scale = sizes.head_size ** -0.5 if scale is None else float(scale)
     if not scale > 0:  # the kernels' mask-free tiles scale the row max, which needs scale > 0
         _fail("scale", "a positive softmax scale (default head_size ** -0.5)", scale)
     step(config.variant).launch(
