@@ -172,9 +172,10 @@ def test_run_load_marks_reads_that_carry_several_chunks():
 
 
 def test_cross_check_verdict_sets_each_client_beside_the_server(tmp_path):
-    """docs/results/h100/compare_clients.py on a two-client tree: the criteria (medians within
-    5%, spread) and the third witness: each client's mean TTFT minus the server's own (600 ms
-    here for both clients' runs, from the same /metrics pages)."""
+    """docs/results/h100/compare_clients.py on a tree of attnbench, attnbench held to one
+    client process, and vllm bench serve: the criteria (medians within 5%, spread) for each
+    attnbench beside vllm bench, and the third witness: each client's mean TTFT minus the
+    server's own (600 ms here for every run, from the same /metrics pages)."""
     import importlib.util
     from pathlib import Path
 
@@ -185,8 +186,9 @@ def test_cross_check_verdict_sets_each_client_beside_the_server(tmp_path):
 
     load = tmp_path / "burst"
     server = between(Snapshot.parse(METRICS_BEFORE), Snapshot.parse(METRICS_AFTER))
-    for i, ttft in ((1, 640.0), (2, 660.0)):
-        run = load / "attnbench" / f"r{i}"
+    for client, i, ttft in (("attnbench", 1, 640.0), ("attnbench", 2, 660.0),
+                            ("attnbench-p1", 1, 780.0), ("attnbench-p1", 2, 800.0)):
+        run = load / client / f"r{i}"
         run.mkdir(parents=True)
         run.joinpath("summary.json").write_text(json.dumps({
             "request_rate": "inf", "output_throughput": 1000.0, "median_ttft_ms": ttft, "mean_ttft_ms": ttft,
@@ -204,4 +206,5 @@ def test_cross_check_verdict_sets_each_client_beside_the_server(tmp_path):
     assert "| output_throughput | 1,000.0 | 1,010.0 | -1.0% | 0.0% | 0.0% | pass" in text
     assert "| median_ttft_ms | 650.0 | 810.0 | -19.8% |" in text and "FAIL (|diff| 19.8% <= 5" in text
     # 650 and 810 ms over the server's 600; these pages have no ITL histogram: "-"
-    assert "| attnbench | 50.0 | - |" in text and "| vllm-bench | 210.0 | - |" in text
+    assert "| attnbench | 600.0 | 50.0 | - |" in text and "| vllm-bench | 600.0 | 210.0 | - |" in text
+    assert "| median_ttft_ms | 790.0 | 810.0 | -2.5% |" in text and "| attnbench-p1 | 600.0 | 190.0 | - |" in text

@@ -26,6 +26,7 @@ from attnbench.runner.witness import Snapshot, between
 CRITERIA = ("output_throughput", "median_ttft_ms", "median_itl_ms", "mean_tpot_ms")
 KEYS = CRITERIA + ("mean_ttft_ms", "mean_itl_ms", "p99_itl_ms", "mean_e2el_ms", "duration",
                    "total_output_tokens", "completed")
+SINGLE = "attnbench-p1"  # runs of `attnbench load --client-processes 1`, when cross-check.sh made them
 SERVER = ("mean_ttft_ms", "median_ttft_ms", "mean_itl_ms", "mean_e2el_ms", "mean_queue_ms", "generation_tokens")
 
 
@@ -42,9 +43,9 @@ def _repeat(path: Path) -> int:
     return int(path.name.split(".")[0][1:]) if path.name.startswith("r") else int(path.parent.name[1:])
 
 
-def attnbench_runs(load_dir: Path) -> list[dict]:
+def attnbench_runs(load_dir: Path, client: str = "attnbench") -> list[dict]:
     runs = []
-    for summary in sorted(load_dir.glob("attnbench/r*/summary.json"), key=_repeat):
+    for summary in sorted(load_dir.glob(f"{client}/r*/summary.json"), key=_repeat):
         s = json.loads(summary.read_text())
         records = summary.parent / "requests.jsonl.gz"
         if records.exists():
@@ -119,26 +120,22 @@ def report(root: Path) -> list[str]:
         ours, theirs = attnbench_runs(load_dir), vllm_bench_runs(load_dir)
         if not ours or not theirs:
             continue
+        single = attnbench_runs(load_dir, SINGLE)  # optional: attnbench held to one client process
         rate = ours[0].get("request_rate")
         lines += [f"## {load_dir.name} (request rate {rate} req/s; {len(ours)} attnbench and {len(theirs)} "
-                  "vllm bench serve runs, alternating)", "",
-                  "| metric | attnbench (median of runs) | vllm bench serve | attnbench - vllm | attnbench spread "
-                  "| vllm spread | criterion |", "|---|---|---|---|---|---|---|"]
-        for k in KEYS:
-            a, v = _med([r.get(k) for r in ours]), _med([r.get(k) for r in theirs])
-            sa, sv = _spread([r.get(k) for r in ours]), _spread([r.get(k) for r in theirs])
-            diff = (a - v) / v * 100 if a is not None and v else None
-            verdict = ""
-            if k in CRITERIA and diff is not None and sa is not None and sv is not None:
-                ok = abs(diff) <= 5 and sa <= sv + 2
-                verdict = ("pass" if ok else "FAIL") + f" (|diff| {abs(diff):.1f}% <= 5; spread {sa:.1f} <= {sv + 2:.1f})"
-            lines.append(f"| {k} | {_fmt(a)} | {_fmt(v)} | {_fmt(diff)}% | {_fmt(sa)}% | {_fmt(sv)}% | {verdict} |")
+                  "vllm bench serve runs, alternating)", ""]
+        lines += _criteria_table(ours, theirs, "attnbench")
+        if single:
+            lines += ["", f"The same against `attnbench load --client-processes 1` ({len(single)} runs, "
+                      "interleaved with the others; one client process, as vllm bench serve has)", ""]
+            lines += _criteria_table(single, theirs, SINGLE)
         lines += ["", "Per run (the server's own view from vLLM's /metrics; chunks the client saw; client health; "
                   "CPU seconds during the run):", "",
                   "| client | run | out tok/s | median TTFT ms | median ITL ms | server mean TTFT ms | server mean ITL ms "
                   "| chunks | loop lag p99 ms | coalesced | JIT compiles | CPU s: client / server processes |",
                   "|---|---|---|---|---|---|---|---|---|---|---|---|"]
-        for client, runs in (("attnbench", ours), ("vllm-bench", theirs)):
+        clients = [("attnbench", ours)] + ([(SINGLE, single)] if single else []) + [("vllm-bench", theirs)]
+        for client, runs in clients:
             for r in runs:
                 s = r["server"]
                 cpu = _cpu(load_dir, client, r["repeat"])
@@ -153,13 +150,31 @@ def report(root: Path) -> list[str]:
                     f"| {_fmt(cpu.get('client'))} / {procs or '-'} |")
         lines += ["", "The server as third witness: each client's mean TTFT and mean ITL minus the server's own "
                   "for the same requests (vLLM's /metrics over the run), ms, median over runs. Both clients "
-                  "read the same server, so the difference between the two rows is the clients' own:", "",
-                  "| client | mean TTFT - server's | mean ITL - server's |", "|---|---|---|"]
-        for client, runs in (("attnbench", ours), ("vllm-bench", theirs)):
+                  "read the same server, so a difference between rows in the last two columns is the clients' own; "
+                  "one in the first column is the server treating the clients' loads differently:", "",
+                  "| client | server mean TTFT | mean TTFT - server's | mean ITL - server's |", "|---|---|---|---|"]
+        for client, runs in clients:
             ttft = _med([_minus(r.get("mean_ttft_ms"), r["server"].get("mean_ttft_ms")) for r in runs])
             itl = _med([_minus(r.get("mean_itl_ms"), r["server"].get("mean_itl_ms")) for r in runs])
-            lines.append(f"| {client} | {_fmt(ttft)} | {_fmt(itl, 2)} |")
+            server = _med([r["server"].get("mean_ttft_ms") for r in runs])
+            lines.append(f"| {client} | {_fmt(server)} | {_fmt(ttft)} | {_fmt(itl, 2)} |")
         lines.append("")
+    return lines
+
+
+def _criteria_table(ours: list[dict], theirs: list[dict], label: str) -> list[str]:
+    """The issue's table: medians over runs of each client, difference, spreads, verdict."""
+    lines = [f"| metric | {label} (median of runs) | vllm bench serve | {label} - vllm | {label} spread "
+             "| vllm spread | criterion |", "|---|---|---|---|---|---|---|"]
+    for k in KEYS:
+        a, v = _med([r.get(k) for r in ours]), _med([r.get(k) for r in theirs])
+        sa, sv = _spread([r.get(k) for r in ours]), _spread([r.get(k) for r in theirs])
+        diff = (a - v) / v * 100 if a is not None and v else None
+        verdict = ""
+        if k in CRITERIA and diff is not None and sa is not None and sv is not None:
+            ok = abs(diff) <= 5 and sa <= sv + 2
+            verdict = ("pass" if ok else "FAIL") + f" (|diff| {abs(diff):.1f}% <= 5; spread {sa:.1f} <= {sv + 2:.1f})"
+        lines.append(f"| {k} | {_fmt(a)} | {_fmt(v)} | {_fmt(diff)}% | {_fmt(sa)}% | {_fmt(sv)}% | {verdict} |")
     return lines
 
 

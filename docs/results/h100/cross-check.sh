@@ -10,7 +10,11 @@
 # (the server's own TTFT/ITL: the third witness) and the CPU time of every server process
 # and of the client. From the repository root on the GPU host, after the vLLM bundle:
 #   bash docs/results/h100/cross-check.sh [RUN]       (XCHECK_DIR: output, default $OUT/cross-check)
-# It ends with compare_clients.py's verdict in XCHECK_DIR/comparison.md. A dry run on a CPU:
+# LOADS (default "burst poisson") picks the loads; SINGLE_PROCESS=1 adds to every pair a run of
+# `attnbench load --client-processes 1` (attnbench-p1/: one client process, as vllm bench
+# serve has), which separates what the client's process count does to the server's own
+# timing from what each client adds. It ends with compare_clients.py's verdict in
+# XCHECK_DIR/comparison.md. A dry run on a CPU:
 #   NO_GPU_SETUP=1 SUITE=recipes/cpu-demo.yaml MODEL=tiny-llama TOKENIZER=.models/tiny-llama \
 #   PROMPTS=24 PAIRS=1 RATE=4 MODELS=as-written bash docs/results/h100/cross-check.sh v1
 set -u
@@ -35,12 +39,17 @@ common=(--url $url --model $model --tokenizer $tok --dataset sharegpt --dataset-
         --num-prompts "$prompts" --seed 0)
 attnbench load "${common[@]}" --num-prompts 16 --out "$res/warmup" > /dev/null 2>&1
 
-measure_attnbench() {  # $1 load, $2 rate, $3 repeat
-  [ -s "$res/$1/attnbench/r$3/summary.json" ] && return
-  python3 $here/proc_cpu.py $server > "$res/$1/cpu/attnbench-r$3.before.json"
-  python3 $here/proc_cpu.py --run "$res/$1/cpu/attnbench-r$3.client.json" -- \
-    attnbench load "${common[@]}" --request-rate "$2" --arrival poisson --out "$res/$1/attnbench/r$3" 2>&1 | tail -2
-  python3 $here/proc_cpu.py $server > "$res/$1/cpu/attnbench-r$3.after.json"
+measure_attnbench() {  # $1 load, $2 rate, $3 repeat, $4 client name, $5 client processes
+  local name=${4:-attnbench}
+  [ -s "$res/$1/$name/r$3/summary.json" ] && return
+  python3 $here/proc_cpu.py $server > "$res/$1/cpu/$name-r$3.before.json"
+  python3 $here/proc_cpu.py --run "$res/$1/cpu/$name-r$3.client.json" -- \
+    attnbench load "${common[@]}" --request-rate "$2" --arrival poisson --client-processes "${5:-auto}" \
+    --out "$res/$1/$name/r$3" 2>&1 | tail -2
+  python3 $here/proc_cpu.py $server > "$res/$1/cpu/$name-r$3.after.json"
+}
+measure_single() {  # attnbench with one client process, when SINGLE_PROCESS is set
+  [ -n "${SINGLE_PROCESS:-}" ] && measure_attnbench "$1" "$2" "$3" attnbench-p1 1
 }
 measure_vllm_bench() {  # $1 load, $2 rate, $3 repeat
   { [ -s "$res/$1/vllm-bench/r$3.json" ] || [ -s "$res/$1/vllm-bench/r$3.json.gz" ]; } && return
@@ -56,7 +65,7 @@ measure_vllm_bench() {  # $1 load, $2 rate, $3 repeat
   python3 $here/proc_cpu.py $server > "$res/$1/cpu/vllm-bench-r$3.after.json"
 }
 
-for load in burst poisson; do
+for load in ${LOADS:-burst poisson}; do
   if [ $load = burst ]; then r=inf; else r=$rate; fi
   mkdir -p "$res/$load/vllm-bench" "$res/$load/cpu"
   # one unrecorded run of this load first: the server's first run after a change of load
@@ -64,15 +73,16 @@ for load in burst poisson; do
   [ -e "$res/$load/warmed-up" ] || { attnbench load "${common[@]}" --request-rate $r --arrival poisson \
     --out "$res/$load/warmup" > /dev/null 2>&1; touch "$res/$load/warmed-up"; }
   # ABBA: attnbench goes first in odd pairs, vllm bench serve in even ones, so a drift of
-  # the server over the session weighs on both clients alike
+  # the server over the session weighs on both clients alike (the one-process run, if any,
+  # sits between them)
   for i in $(seq "$pairs"); do
     if [ $((i % 2)) = 1 ]; then
-      measure_attnbench $load $r $i; measure_vllm_bench $load $r $i
+      measure_attnbench $load $r $i; measure_single $load $r $i; measure_vllm_bench $load $r $i
     else
-      measure_vllm_bench $load $r $i; measure_attnbench $load $r $i
+      measure_vllm_bench $load $r $i; measure_single $load $r $i; measure_attnbench $load $r $i
     fi
   done
 done
-gzip -f "$res"/*/attnbench/r*/requests.jsonl "$res"/*/vllm-bench/r*.json 2>/dev/null
+gzip -f "$res"/*/attnbench*/r*/requests.jsonl "$res"/*/vllm-bench/r*.json 2>/dev/null
 python3 $here/compare_clients.py "$res" > "$res/comparison.md"
 cat "$res/comparison.md"

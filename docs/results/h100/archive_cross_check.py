@@ -1,0 +1,69 @@
+"""Shrink a cross-check tree (cross-check.sh's output) to what the repository keeps.
+
+    python3 archive_cross_check.py SRC_DIR DEST_DIR
+
+Keeps every summary, /metrics page, CPU record and comparison.md; the per-request records
+of the first repeat of each client and load (attnbench's requests.jsonl.gz, vllm bench
+serve's --save-detailed JSON); of the other repeats only the chunk count each client saw
+(attnbench: ``chunks.txt``; vllm bench: a ``chunks`` field in its summary JSON), which is
+what compare_clients.py reads from an archived copy. Text is gzipped; prompts.json is left
+out (`attnbench dataset export --seed 0` writes it again).
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import shutil
+import sys
+from pathlib import Path
+
+DETAIL = ("input_lens", "output_lens", "ttfts", "itls", "start_times", "generated_texts", "errors")
+
+
+def _read(path: Path) -> bytes:
+    data = path.read_bytes()
+    return gzip.decompress(data) if path.suffix == ".gz" else data
+
+
+def _gzip_to(data: bytes, dest: Path) -> None:
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    dest.with_name(dest.name.removesuffix(".gz") + ".gz").write_bytes(gzip.compress(data, mtime=0))
+
+
+def _keep_records(run: str) -> bool:
+    return run in ("r1", "r1.json")
+
+
+def archive(src: Path, dest: Path) -> None:
+    for path in sorted(p for p in src.rglob("*") if p.is_file()):
+        rel = path.relative_to(src)
+        name = rel.name.removesuffix(".gz")
+        if name == "prompts.json":
+            continue
+        if name == "requests.jsonl":
+            run = rel.parent.name
+            if _keep_records(run):
+                _gzip_to(_read(path), dest / rel)
+            else:  # only the count compare_clients.py reads
+                lines = _read(path).decode().splitlines()
+                chunks = sum(len(json.loads(line)["chunk_s"]) for line in lines if line)
+                (dest / rel.parent).mkdir(parents=True, exist_ok=True)
+                (dest / rel.parent / "chunks.txt").write_text(f"{chunks}\n")
+        elif rel.parent.name == "vllm-bench" and name.endswith(".json"):
+            result = json.loads(_read(path))
+            if _keep_records(name):
+                _gzip_to(json.dumps(result).encode(), dest / rel)
+            else:
+                result["chunks"] = sum(len(gaps) + 1 for gaps, ttft in zip(result["itls"], result["ttfts"]) if ttft)
+                (dest / rel.parent).mkdir(parents=True, exist_ok=True)
+                (dest / rel.parent / name).write_text(json.dumps({k: v for k, v in result.items() if k not in DETAIL}))
+        elif name.endswith((".prom", ".log")):
+            _gzip_to(_read(path), dest / rel)
+        else:
+            (dest / rel.parent).mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(path, dest / rel)
+
+
+if __name__ == "__main__":
+    archive(Path(sys.argv[1]), Path(sys.argv[2]))
