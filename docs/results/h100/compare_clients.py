@@ -26,7 +26,7 @@ from attnbench.runner.witness import Snapshot, between
 CRITERIA = ("output_throughput", "median_ttft_ms", "median_itl_ms", "mean_tpot_ms")
 KEYS = CRITERIA + ("mean_ttft_ms", "mean_itl_ms", "p99_itl_ms", "mean_e2el_ms", "duration",
                    "total_output_tokens", "completed")
-SINGLE = "attnbench-p1"  # runs of `attnbench load --client-processes 1`, when cross-check.sh made them
+FIXED = "attnbench-p"  # attnbench-pN/: `attnbench load --client-processes N`, when cross-check.sh made them
 SERVER = ("mean_ttft_ms", "median_ttft_ms", "mean_itl_ms", "mean_e2el_ms", "mean_queue_ms", "generation_tokens")
 
 
@@ -120,21 +120,24 @@ def report(root: Path) -> list[str]:
         ours, theirs = attnbench_runs(load_dir), vllm_bench_runs(load_dir)
         if not ours or not theirs:
             continue
-        single = attnbench_runs(load_dir, SINGLE)  # optional: attnbench held to one client process
+        fixed = {d.name: attnbench_runs(load_dir, d.name)  # optional: attnbench held to N client processes
+                 for d in sorted(load_dir.glob(f"{FIXED}*"), key=lambda d: int(d.name[len(FIXED):]))}
         rate = ours[0].get("request_rate")
         lines += [f"## {load_dir.name} (request rate {rate} req/s; {len(ours)} attnbench and {len(theirs)} "
                   "vllm bench serve runs, alternating)", ""]
         lines += _criteria_table(ours, theirs, "attnbench")
-        if single:
-            lines += ["", f"The same against `attnbench load --client-processes 1` ({len(single)} runs, "
-                      "interleaved with the others; one client process, as vllm bench serve has)", ""]
-            lines += _criteria_table(single, theirs, SINGLE)
+        for name, runs in fixed.items():
+            n = name[len(FIXED):]
+            lines += ["", f"The same against `attnbench load --client-processes {n}` ({len(runs)} runs, "
+                      "interleaved with the others" + ("; one client process, as vllm bench serve has)" if n == "1"
+                                                       else ")"), ""]
+            lines += _criteria_table(runs, theirs, name)
         lines += ["", "Per run (the server's own view from vLLM's /metrics; chunks the client saw; client health; "
                   "CPU seconds during the run):", "",
                   "| client | run | out tok/s | median TTFT ms | median ITL ms | server mean TTFT ms | server mean ITL ms "
                   "| chunks | loop lag p99 ms | coalesced | JIT compiles | CPU s: client / server processes |",
                   "|---|---|---|---|---|---|---|---|---|---|---|---|"]
-        clients = [("attnbench", ours)] + ([(SINGLE, single)] if single else []) + [("vllm-bench", theirs)]
+        clients = [("attnbench", ours), *fixed.items(), ("vllm-bench", theirs)]
         for client, runs in clients:
             for r in runs:
                 s = r["server"]

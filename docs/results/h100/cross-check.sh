@@ -10,10 +10,10 @@
 # (the server's own TTFT/ITL: the third witness) and the CPU time of every server process
 # and of the client. From the repository root on the GPU host, after the vLLM bundle:
 #   bash docs/results/h100/cross-check.sh [RUN]       (XCHECK_DIR: output, default $OUT/cross-check)
-# LOADS (default "burst poisson") picks the loads; SINGLE_PROCESS=1 adds to every pair a run of
-# `attnbench load --client-processes 1` (attnbench-p1/: one client process, as vllm bench
-# serve has), which separates what the client's process count does to the server's own
-# timing from what each client adds. It ends with compare_clients.py's verdict in
+# LOADS (default "burst poisson") picks the loads; FIXED_PROCS="1 2 8" adds to every pair a
+# run of `attnbench load --client-processes N` for each N (attnbench-pN/; 1 is vllm bench
+# serve's own count), which separates what the client's process count does to the server's
+# own timing from what each client adds. It ends with compare_clients.py's verdict in
 # XCHECK_DIR/comparison.md. A dry run on a CPU:
 #   NO_GPU_SETUP=1 SUITE=recipes/cpu-demo.yaml MODEL=tiny-llama TOKENIZER=.models/tiny-llama \
 #   PROMPTS=24 PAIRS=1 RATE=4 MODELS=as-written bash docs/results/h100/cross-check.sh v1
@@ -48,8 +48,9 @@ measure_attnbench() {  # $1 load, $2 rate, $3 repeat, $4 client name, $5 client 
     --out "$res/$1/$name/r$3" 2>&1 | tail -2
   python3 $here/proc_cpu.py $server > "$res/$1/cpu/$name-r$3.after.json"
 }
-measure_single() {  # attnbench with one client process, when SINGLE_PROCESS is set
-  [ -n "${SINGLE_PROCESS:-}" ] && measure_attnbench "$1" "$2" "$3" attnbench-p1 1
+measure_fixed() {  # attnbench with each of FIXED_PROCS client processes
+  local n
+  for n in ${FIXED_PROCS:-}; do measure_attnbench "$1" "$2" "$3" "attnbench-p$n" "$n"; done
 }
 measure_vllm_bench() {  # $1 load, $2 rate, $3 repeat
   { [ -s "$res/$1/vllm-bench/r$3.json" ] || [ -s "$res/$1/vllm-bench/r$3.json.gz" ]; } && return
@@ -73,13 +74,13 @@ for load in ${LOADS:-burst poisson}; do
   [ -e "$res/$load/warmed-up" ] || { attnbench load "${common[@]}" --request-rate $r --arrival poisson \
     --out "$res/$load/warmup" > /dev/null 2>&1; touch "$res/$load/warmed-up"; }
   # ABBA: attnbench goes first in odd pairs, vllm bench serve in even ones, so a drift of
-  # the server over the session weighs on both clients alike (the one-process run, if any,
-  # sits between them)
+  # the server over the session weighs on both clients alike (the fixed-process runs, if
+  # any, sit between them)
   for i in $(seq "$pairs"); do
     if [ $((i % 2)) = 1 ]; then
-      measure_attnbench $load $r $i; measure_single $load $r $i; measure_vllm_bench $load $r $i
+      measure_attnbench $load $r $i; measure_fixed $load $r $i; measure_vllm_bench $load $r $i
     else
-      measure_vllm_bench $load $r $i; measure_single $load $r $i; measure_attnbench $load $r $i
+      measure_vllm_bench $load $r $i; measure_fixed $load $r $i; measure_attnbench $load $r $i
     fi
   done
 done
