@@ -4,7 +4,8 @@
 
 For each load (burst/, poisson/): per client, the median over its repeats of output
 throughput, median TTFT, median ITL and mean TPOT (and more), the difference of attnbench
-from vllm bench serve, each client's run-to-run spread (max - min over median), and the
+from vllm bench serve (and of attnbench held to N client processes, attnbench-pN/, where
+cross-check.sh ran it), each client's run-to-run spread (max - min over median), and the
 issue's criteria (medians within 5%; attnbench's spread no wider than vllm bench's + 2
 points). Then the evidence: what the server itself measured for each client's runs (vLLM's
 /metrics), how many chunks each client saw, the client's event-loop lag and coalesced
@@ -152,8 +153,8 @@ def report(root: Path) -> list[str]:
                     f"| {len(r.get('jit_compiles', [])) if 'jit_compiles' in r else '-'} "
                     f"| {_fmt(cpu.get('client'))} / {procs or '-'} |")
         lines += ["", "The server as third witness: each client's mean TTFT and mean ITL minus the server's own "
-                  "for the same requests (vLLM's /metrics over the run), ms, median over runs. Both clients "
-                  "read the same server, so a difference between rows in the last two columns is the clients' own; "
+                  "for the same requests (vLLM's /metrics over the run), ms, median over runs. Every client "
+                  "reads the same server, so a difference between rows in the last two columns is the clients' own; "
                   "one in the first column is the server treating the clients' loads differently:", "",
                   "| client | server mean TTFT | mean TTFT - server's | mean ITL - server's |", "|---|---|---|---|"]
         for client, runs in clients:
