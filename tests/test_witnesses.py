@@ -5,8 +5,10 @@ loop lag and coalesced reads; and what `attnbench load` does when requests fail.
 from __future__ import annotations
 
 import asyncio
+import gzip
 import json
 import socket
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -171,20 +173,30 @@ def test_run_load_marks_reads_that_carry_several_chunks():
     assert rec.coalesced == 2 and rec.chunk_s[1] == rec.chunk_s[2] == rec.chunk_s[3]
 
 
-def test_cross_check_verdict_sets_each_client_beside_the_server(tmp_path):
-    """docs/results/h100/compare_clients.py on a tree of attnbench, attnbench held to one
-    client process, and vllm bench serve: the criteria (medians within 5%, spread) for each
-    attnbench beside vllm bench, and the third witness: each client's mean TTFT minus the
-    server's own (600 ms here for every run, from the same /metrics pages)."""
+H100_DOCS = Path(__file__).parents[1] / "docs/results/h100"
+
+
+def _docs_script(name: str):
+    """A script of docs/results/h100 as a module (they import each other by file name)."""
     import importlib.util
-    from pathlib import Path
+    import sys
 
-    spec = importlib.util.spec_from_file_location(
-        "compare_clients", Path(__file__).parents[1] / "docs/results/h100/compare_clients.py")
-    compare = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(compare)
+    sys.path.insert(0, str(H100_DOCS))
+    try:
+        spec = importlib.util.spec_from_file_location(name, H100_DOCS / f"{name}.py")
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    finally:
+        sys.path.remove(str(H100_DOCS))
+    return module
 
-    load = tmp_path / "burst"
+
+def _cross_check_tree(root):
+    """A burst/ load as cross-check.sh leaves it: attnbench, attnbench-p1 and vllm bench
+    serve, two runs each, every server scrape reading the same /metrics pages (600 ms mean
+    TTFT); attnbench's runs with gzipped per-request records (3 + 2 chunks), vllm bench's
+    with --save-detailed results (2 + 3 chunks)."""
+    load = root / "burst"
     server = between(Snapshot.parse(METRICS_BEFORE), Snapshot.parse(METRICS_AFTER))
     for client, i, ttft in (("attnbench", 1, 640.0), ("attnbench", 2, 660.0),
                             ("attnbench-p1", 1, 780.0), ("attnbench-p1", 2, 800.0)):
@@ -193,18 +205,45 @@ def test_cross_check_verdict_sets_each_client_beside_the_server(tmp_path):
         run.joinpath("summary.json").write_text(json.dumps({
             "request_rate": "inf", "output_throughput": 1000.0, "median_ttft_ms": ttft, "mean_ttft_ms": ttft,
             "median_itl_ms": 20.0, "mean_itl_ms": 20.0, "mean_tpot_ms": 20.0, "server_metrics": server}))
+        records = json.dumps({"chunk_s": [0.1, 0.2, 0.3]}) + "\n" + json.dumps({"chunk_s": [0.1, 0.2]}) + "\n"
+        run.joinpath("requests.jsonl.gz").write_bytes(gzip.compress(records.encode()))
     bench = load / "vllm-bench"
     bench.mkdir()
     for i, ttft in ((1, 800.0), (2, 820.0)):
         bench.joinpath(f"r{i}.json").write_text(json.dumps({
             "output_throughput": 1010.0, "median_ttft_ms": ttft, "mean_ttft_ms": ttft, "median_itl_ms": 20.2,
-            "mean_itl_ms": 20.2, "mean_tpot_ms": 20.2}))
+            "mean_itl_ms": 20.2, "mean_tpot_ms": 20.2, "ttfts": [0.8, 0.8], "itls": [[0.02], [0.02, 0.02]]}))
         bench.joinpath(f"r{i}.before.prom").write_text(METRICS_BEFORE)
         bench.joinpath(f"r{i}.after.prom").write_text(METRICS_AFTER)
+    (root / "prompts.json").write_text("[]")
+    return load
 
-    text = "\n".join(compare.report(tmp_path))
+
+def test_cross_check_verdict_sets_each_client_beside_the_server(tmp_path):
+    """docs/results/h100/compare_clients.py on a tree of attnbench, attnbench held to one
+    client process, and vllm bench serve: the criteria (medians within 5%, spread) for each
+    attnbench beside vllm bench, and the third witness: each client's mean TTFT minus the
+    server's own (600 ms here for every run, from the same /metrics pages)."""
+    _cross_check_tree(tmp_path)
+    text = "\n".join(_docs_script("compare_clients").report(tmp_path))
     assert "| output_throughput | 1,000.0 | 1,010.0 | -1.0% | 0.0% | 0.0% | pass" in text
     assert "| median_ttft_ms | 650.0 | 810.0 | -19.8% |" in text and "FAIL (|diff| 19.8% <= 5" in text
     # 650 and 810 ms over the server's 600; these pages have no ITL histogram: "-"
     assert "| attnbench | 600.0 | 50.0 | - |" in text and "| vllm-bench | 600.0 | 210.0 | - |" in text
     assert "| median_ttft_ms | 790.0 | 810.0 | -2.5% |" in text and "| attnbench-p1 | 600.0 | 190.0 | - |" in text
+    assert "| attnbench | r2 | 1,000 | 660.0 | 20.00 | 600.0 | - | 5 |" in text  # 3 + 2 chunks
+    assert "| vllm-bench | r2 | 1,010 | 820.0 | 20.20 | 600.0 | - | 5 |" in text
+
+
+def test_archived_cross_check_keeps_the_verdict(tmp_path):
+    """archive_cross_check.py keeps r1's per-request records, only the chunk count of later
+    runs, gzips the scrapes, drops prompts.json; compare_clients reads the same verdict."""
+    load = _cross_check_tree(tmp_path / "full")
+    _docs_script("archive_cross_check").archive(tmp_path / "full", tmp_path / "kept")
+    kept = tmp_path / "kept" / "burst"
+    assert (kept / "attnbench/r1/requests.jsonl.gz").exists() and not (kept / "attnbench/r2/requests.jsonl.gz").exists()
+    assert (kept / "attnbench-p1/r2/chunks.txt").read_text() == "5\n"
+    assert "itls" not in json.loads((kept / "vllm-bench/r2.json").read_text())
+    assert (kept / "vllm-bench/r2.after.prom.gz").exists() and not (tmp_path / "kept/prompts.json").exists()
+    compare = _docs_script("compare_clients")
+    assert load.exists() and compare.report(tmp_path / "kept") == compare.report(tmp_path / "full")

@@ -18,6 +18,8 @@ import shutil
 import sys
 from pathlib import Path
 
+from compare_clients import attnbench_chunks, vllm_bench_chunks
+
 DETAIL = ("input_lens", "output_lens", "ttfts", "itls", "start_times", "generated_texts", "errors")
 
 
@@ -46,16 +48,14 @@ def archive(src: Path, dest: Path) -> None:
             if _keep_records(run):
                 _gzip_to(_read(path), dest / rel)
             else:  # only the count compare_clients.py reads
-                lines = _read(path).decode().splitlines()
-                chunks = sum(len(json.loads(line)["chunk_s"]) for line in lines if line)
                 (dest / rel.parent).mkdir(parents=True, exist_ok=True)
-                (dest / rel.parent / "chunks.txt").write_text(f"{chunks}\n")
+                (dest / rel.parent / "chunks.txt").write_text(f"{attnbench_chunks(_read(path).decode())}\n")
         elif rel.parent.name == "vllm-bench" and name.endswith(".json"):
             result = json.loads(_read(path))
             if _keep_records(name):
                 _gzip_to(json.dumps(result).encode(), dest / rel)
             else:
-                result["chunks"] = sum(len(gaps) + 1 for gaps, ttft in zip(result["itls"], result["ttfts"]) if ttft)
+                result["chunks"] = vllm_bench_chunks(result)
                 (dest / rel.parent).mkdir(parents=True, exist_ok=True)
                 (dest / rel.parent / name).write_text(json.dumps({k: v for k, v in result.items() if k not in DETAIL}))
         elif name.endswith((".prom", ".log")):

@@ -44,14 +44,23 @@ def _repeat(path: Path) -> int:
     return int(path.name.split(".")[0][1:]) if path.name.startswith("r") else int(path.parent.name[1:])
 
 
+def attnbench_chunks(records: str) -> int:
+    """Chunks an attnbench run saw, from its requests.jsonl text."""
+    return sum(len(json.loads(line)["chunk_s"]) for line in records.splitlines() if line)
+
+
+def vllm_bench_chunks(result: dict) -> int:
+    """Chunks a vllm bench serve run saw, from its --save-detailed result."""
+    return sum(len(gaps) + 1 for gaps, ttft in zip(result["itls"], result.get("ttfts", [])) if ttft)
+
+
 def attnbench_runs(load_dir: Path, client: str = "attnbench") -> list[dict]:
     runs = []
     for summary in sorted(load_dir.glob(f"{client}/r*/summary.json"), key=_repeat):
         s = json.loads(summary.read_text())
         records = summary.parent / "requests.jsonl.gz"
         if records.exists():
-            lines = _text(records).splitlines()
-            s["chunks"] = sum(len(json.loads(line)["chunk_s"]) for line in lines if line)
+            s["chunks"] = attnbench_chunks(_text(records))
         elif (summary.parent / "chunks.txt").exists():  # archived copies keep only the count
             s["chunks"] = int((summary.parent / "chunks.txt").read_text())
         s["server"] = s.get("server_metrics") or {}
@@ -66,7 +75,7 @@ def vllm_bench_runs(load_dir: Path) -> list[dict]:
         s = _json(path)
         i = _repeat(path)
         if s.get("itls") is not None:  # --save-detailed; archived copies keep only the count
-            s["chunks"] = sum(len(gaps) + 1 for gaps, ttft in zip(s["itls"], s.get("ttfts", [])) if ttft)
+            s["chunks"] = vllm_bench_chunks(s)
         scrapes = [next(iter(sorted(load_dir.glob(f"vllm-bench/r{i}.{w}.prom*"))), None) for w in ("before", "after")]
         s["server"] = between(*(Snapshot.parse(_text(p)) for p in scrapes)) if all(scrapes) else {}
         s["repeat"] = i
