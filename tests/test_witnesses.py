@@ -238,7 +238,7 @@ def test_cross_check_verdict_sets_each_client_beside_the_server(tmp_path):
 def test_archived_cross_check_keeps_the_verdict(tmp_path):
     """archive_cross_check.py keeps r1's per-request records, only the chunk count of later
     runs, gzips the scrapes, drops prompts.json; compare_clients reads the same verdict."""
-    load = _cross_check_tree(tmp_path / "full")
+    _cross_check_tree(tmp_path / "full")
     _docs_script("archive_cross_check").archive(tmp_path / "full", tmp_path / "kept")
     kept = tmp_path / "kept" / "burst"
     assert (kept / "attnbench/r1/requests.jsonl.gz").exists() and not (kept / "attnbench/r2/requests.jsonl.gz").exists()
@@ -246,4 +246,4 @@ def test_archived_cross_check_keeps_the_verdict(tmp_path):
     assert "itls" not in json.loads((kept / "vllm-bench/r2.json").read_text())
     assert (kept / "vllm-bench/r2.after.prom.gz").exists() and not (tmp_path / "kept/prompts.json").exists()
     compare = _docs_script("compare_clients")
-    assert load.exists() and compare.report(tmp_path / "kept") == compare.report(tmp_path / "full")
+    assert compare.report(tmp_path / "kept") == compare.report(tmp_path / "full")

@@ -18,19 +18,13 @@ import shutil
 import sys
 from pathlib import Path
 
-from compare_clients import attnbench_chunks, vllm_bench_chunks
+from compare_clients import attnbench_chunks, text_of, vllm_bench_chunks
 
 DETAIL = ("input_lens", "output_lens", "ttfts", "itls", "start_times", "generated_texts", "errors")
 
 
-def _read(path: Path) -> bytes:
-    data = path.read_bytes()
-    return gzip.decompress(data) if path.suffix == ".gz" else data
-
-
-def _gzip_to(data: bytes, dest: Path) -> None:
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    dest.with_name(dest.name.removesuffix(".gz") + ".gz").write_bytes(gzip.compress(data, mtime=0))
+def _gzip_to(text: str, dest: Path) -> None:
+    dest.with_name(dest.name.removesuffix(".gz") + ".gz").write_bytes(gzip.compress(text.encode(), mtime=0))
 
 
 def _keep_records(run: str) -> bool:
@@ -43,25 +37,22 @@ def archive(src: Path, dest: Path) -> None:
         name = rel.name.removesuffix(".gz")
         if name == "prompts.json":
             continue
+        (dest / rel.parent).mkdir(parents=True, exist_ok=True)
         if name == "requests.jsonl":
-            run = rel.parent.name
-            if _keep_records(run):
-                _gzip_to(_read(path), dest / rel)
+            if _keep_records(rel.parent.name):
+                _gzip_to(text_of(path), dest / rel)
             else:  # only the count compare_clients.py reads
-                (dest / rel.parent).mkdir(parents=True, exist_ok=True)
-                (dest / rel.parent / "chunks.txt").write_text(f"{attnbench_chunks(_read(path).decode())}\n")
+                (dest / rel.parent / "chunks.txt").write_text(f"{attnbench_chunks(text_of(path))}\n")
         elif rel.parent.name == "vllm-bench" and name.endswith(".json"):
-            result = json.loads(_read(path))
+            result = json.loads(text_of(path))
             if _keep_records(name):
-                _gzip_to(json.dumps(result).encode(), dest / rel)
+                _gzip_to(json.dumps(result), dest / rel)
             else:
                 result["chunks"] = vllm_bench_chunks(result)
-                (dest / rel.parent).mkdir(parents=True, exist_ok=True)
                 (dest / rel.parent / name).write_text(json.dumps({k: v for k, v in result.items() if k not in DETAIL}))
         elif name.endswith((".prom", ".log")):
-            _gzip_to(_read(path), dest / rel)
+            _gzip_to(text_of(path), dest / rel)
         else:
-            (dest / rel.parent).mkdir(parents=True, exist_ok=True)
             shutil.copyfile(path, dest / rel)
 
 

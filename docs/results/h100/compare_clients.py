@@ -31,13 +31,14 @@ FIXED = "attnbench-p"  # attnbench-pN/: `attnbench load --client-processes N`, w
 SERVER = ("mean_ttft_ms", "median_ttft_ms", "mean_itl_ms", "mean_e2el_ms", "mean_queue_ms", "generation_tokens")
 
 
-def _text(path: Path) -> str:
+def text_of(path: Path) -> str:
+    """A file's text, gunzipped when its name ends in .gz."""
     data = path.read_bytes()
     return (gzip.decompress(data) if path.suffix == ".gz" else data).decode()
 
 
 def _json(path: Path) -> dict:
-    return json.loads(_text(path))
+    return json.loads(text_of(path))
 
 
 def _repeat(path: Path) -> int:
@@ -60,7 +61,7 @@ def attnbench_runs(load_dir: Path, client: str = "attnbench") -> list[dict]:
         s = json.loads(summary.read_text())
         records = summary.parent / "requests.jsonl.gz"
         if records.exists():
-            s["chunks"] = attnbench_chunks(_text(records))
+            s["chunks"] = attnbench_chunks(text_of(records))
         elif (summary.parent / "chunks.txt").exists():  # archived copies keep only the count
             s["chunks"] = int((summary.parent / "chunks.txt").read_text())
         s["server"] = s.get("server_metrics") or {}
@@ -77,7 +78,7 @@ def vllm_bench_runs(load_dir: Path) -> list[dict]:
         if s.get("itls") is not None:  # --save-detailed; archived copies keep only the count
             s["chunks"] = vllm_bench_chunks(s)
         scrapes = [next(iter(sorted(load_dir.glob(f"vllm-bench/r{i}.{w}.prom*"))), None) for w in ("before", "after")]
-        s["server"] = between(*(Snapshot.parse(_text(p)) for p in scrapes)) if all(scrapes) else {}
+        s["server"] = between(*(Snapshot.parse(text_of(p)) for p in scrapes)) if all(scrapes) else {}
         s["repeat"] = i
         runs.append(s)
     return runs
@@ -121,7 +122,7 @@ def report(root: Path) -> list[str]:
     lines = ["# attnbench load vs vllm bench serve", ""]
     log = next(iter(sorted(root.glob("server.log*"))), None)
     if log is not None:
-        text = _text(log)
+        text = text_of(log)
         started = text.rfind("Application startup complete")
         compiles = jit_compiles(text[max(started, 0):].splitlines())
         lines += [f"Kernel compiles the server logged after it answered /health: {len(compiles)}", ""]
