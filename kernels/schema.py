@@ -12,7 +12,10 @@ from __future__ import annotations
 VLLM_BACKEND_NAME = "CUSTOM"
 VARIANT_ENV = "ATTNBENCH_VARIANT"
 
-# the microbenchmark's implementations besides our own variants (bench/implementations.py)
+# the microbenchmark's implementations besides our own variants (bench/implementations.py):
+# our Gluon kernels for one GPU generation (kernels/hopper), each name with its KV tile size,
+# then the comparators
+HOPPER_KERNELS = {"qblock_wgmma": 128, "qblock_wgmma_t64": 64}
 COMPARATORS = ("fa3", "sdpa", "vllm_unified")
 
 # (column, meaning)
@@ -20,7 +23,8 @@ MICROBENCH_COLUMNS: tuple[tuple[str, str], ...] = (
     ("suite", "name of the microbenchmark case list (YAML)"),
     ("case", "case name within the suite"),
     ("group", "sweep or figure a case belongs to ('' for hand-written cases)"),
-    ("implementation", "what was timed: a kernel variant, 'auto', or a comparator ('fa3', 'sdpa', 'vllm_unified')"),
+    ("implementation", "what was timed: a kernel variant, 'auto', a Hopper kernel ('qblock_wgmma', ...), "
+                       "or a comparator ('fa3', 'sdpa', 'vllm_unified')"),
     ("config", "launch parameters as JSON ('' when not ours)"),
     ("kernel", "what actually ran: attnbench's step, FlashAttention 3, SDPA and the backend it used, ..."),
     ("status", "ok | mismatch (wrong result, not timed) | error | unavailable | skipped"),

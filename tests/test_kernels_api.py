@@ -208,8 +208,19 @@ def test_kernels_compile_for_hopper_and_mi300(aot_builds):
             for target in ("sm_90", "gfx942"):
                 assert (variant, kernel, target) in built
     for b in aot_builds:
-        attends = b["kernel"].endswith("attention_kernel") and b["variant"] != "naive"
+        attends = b["kernel"].endswith(("attention_kernel", "wgmma_kernel")) and b["variant"] != "naive"
         assert bool(b["matrix_instructions"]) == attends, b
+
+
+def test_hopper_kernel_overlaps_softmax_with_pv(aot_builds):
+    """The Gluon Q-block kernel builds for sm_90 within an H100's shared memory, on wgmma,
+    and waits for its QK^T with a P V product still in flight (``wgmma.wait_group 1``: the
+    overlap it exists for); Triton's own pipelining of the Q-block step waits for all (0)."""
+    by_kernel = {b["kernel"]: b for b in aot_builds if b["target"] == "sm_90"}
+    wgmma = by_kernel["qblock_wgmma_kernel"]
+    assert wgmma["matrix_instructions"] == ["wgmma"] and wgmma["shared_bytes"] <= 227 * 1024
+    assert 1 in wgmma["wgmma_waits"], wgmma
+    assert by_kernel["qblock_attention_kernel"]["wgmma_waits"] == [0]
 
 
 def _captured_decode_graph(variant: str, max_seqs: int, num_blocks: int):

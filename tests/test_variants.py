@@ -30,11 +30,11 @@ def test_each_step_declares_itself_beside_its_code(name):
 def test_every_table_of_variants_comes_from_the_registry():
     from attnbench.kernels.bench import implementations, spec
     from attnbench.kernels.bench.aot import representative_launches
-    from attnbench.kernels.schema import COMPARATORS
+    from attnbench.kernels.schema import COMPARATORS, HOPPER_KERNELS
 
     assert CHOICES == (AUTO, *VARIANTS)
-    assert list(implementations.REGISTRY) == [*VARIANTS, AUTO, *COMPARATORS]
-    assert spec.IMPLEMENTATIONS == (*VARIANTS, AUTO, *COMPARATORS)
+    assert list(implementations.REGISTRY) == [*VARIANTS, AUTO, *HOPPER_KERNELS, *COMPARATORS]
+    assert spec.IMPLEMENTATIONS == (*VARIANTS, AUTO, *HOPPER_KERNELS, *COMPARATORS)
     assert list(representative_launches()) == list(VARIANTS)
     with pytest.raises(ValueError, match=r"variant: expected 'auto' or one of \['naive', 'qblock', "
                                          r"'parallel_tiled', 'static_grid'\], got 'flash'"):

@@ -5,7 +5,8 @@ constexprs, warps, stages) instead of running it; `compile_launch` feeds such a 
 Triton's compiler for a named target: ``sm_90`` (H100/H200), ``sm_100`` (B200), ``gfx942``
 (MI300X) or ``gfx90a`` (MI250). Tests use this to prove on a CPU-only machine that every
 kernel compiles for both vendors and maps its ``tl.dot`` onto the matrix units, and to
-read each launch's grid.
+read each launch's grid. Gluon kernels (`kernels/hopper`, sm_90 only) go through the same
+path: Gluon has no interpreter, so this build is what a CPU-only machine can check of them.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import inspect
 import json
+import re
 import sys
 from dataclasses import dataclass, field
 
@@ -95,7 +97,8 @@ def captured_launches():
 
 def _is_constexpr(annotation) -> bool:
     # kernel modules use `from __future__ import annotations`: annotations may be strings
-    return annotation is tl.constexpr or annotation in ("tl.constexpr", "constexpr")
+    # (``gl.constexpr`` in the Gluon kernels of `kernels/hopper`)
+    return annotation is tl.constexpr or annotation in ("tl.constexpr", "gl.constexpr", "constexpr")
 
 
 def _arg_type(name: str, value) -> str:
@@ -145,8 +148,11 @@ def compile_launch(launch: Launch, target: str):
         raise RuntimeError("compile_launch needs real JIT kernels: unset TRITON_INTERPRET")
     signature = {name: _arg_type(name, value) for name, value in launch.args.items()}
     signature.update({name: "constexpr" for name in launch.constexprs})
-    src = ASTSource(fn=launch.kernel, signature=signature, constexprs=launch.constexprs,
-                    attrs=_specialization(launch))
+    source = ASTSource
+    if launch.kernel.is_gluon():  # a Gluon kernel is lowered from its own AST source
+        from triton.experimental.gluon._runtime import GluonASTSource as source
+    src = source(fn=launch.kernel, signature=signature, constexprs=launch.constexprs,
+                 attrs=_specialization(launch))
     return triton.compile(src, target=TARGETS[target], options=dict(launch.options))
 
 
@@ -160,6 +166,33 @@ def matrix_instructions(compiled) -> set[str]:
     return found
 
 
+def wgmma_waits(compiled) -> list[int]:
+    """The ``N`` of every ``wgmma.wait_group N`` in a compiled kernel's PTX: a wait with
+    N > 0 leaves matrix products in flight (an overlap the kernel asked for)."""
+    return sorted({int(n) for n in re.findall(r"wgmma\.wait_group\.sync\.aligned\s+(\d+)",
+                                              compiled.asm.get("ptx") or "")})
+
+
+def _llama3_mixed_batch():
+    from .batch import PagedBatch
+
+    return PagedBatch.build([(1, 40), (6, 30), (20, 0)], num_q_heads=32, num_kv_heads=8, head_size=128,
+                            block_size=16, dtype=torch.bfloat16, device="cpu", seed=0)
+
+
+def hopper_launches() -> dict[str, list[Launch]]:
+    """Launches of the sm_90-only kernels (`kernels/hopper`) on the mixed batch of
+    `representative_launches`."""
+    from ..hopper import qblock_wgmma
+
+    batch = _llama3_mixed_batch()
+    with captured_launches() as launches:
+        qblock_wgmma.launch(torch.empty_like(batch.q), batch.q, batch.k_cache, batch.v_cache, batch.block_table,
+                            batch.cu_seqlens_q, batch.seq_lens, scale=batch.head_size ** -0.5,
+                            sliding_window=None, softcap=0.0)
+    return {"qblock_wgmma": launches}
+
+
 def representative_launches() -> dict[str, list[Launch]]:
     """Launches of every step on Llama-3-8B heads (32/8/128, bf16, page 16): of a mixed
     batch, or of a decode batch where that launches more kernels (the static grid's segment
@@ -170,10 +203,9 @@ def representative_launches() -> dict[str, list[Launch]]:
     from ..variants import VARIANTS
     from .batch import PagedBatch
 
-    llama3 = dict(num_q_heads=32, num_kv_heads=8, head_size=128, block_size=16,
-                  dtype=torch.bfloat16, device="cpu", seed=0)
-    mixed = PagedBatch.build([(1, 40), (6, 30), (20, 0)], **llama3)
-    decode = PagedBatch.build([(1, 300)] * 2, **llama3)
+    mixed = _llama3_mixed_batch()
+    decode = PagedBatch.build([(1, 300)] * 2, num_q_heads=32, num_kv_heads=8, head_size=128, block_size=16,
+                              dtype=torch.bfloat16, device="cpu", seed=0)
     h100 = Platform("cuda", 132, "aot")  # configs as the heuristics pick them for a GPU
 
     def recorded(variant: str, batch: PagedBatch) -> list[Launch]:
@@ -185,17 +217,21 @@ def representative_launches() -> dict[str, list[Launch]]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Print one JSON line per (variant, kernel, target) build of the representative launches."""
+    """Print one JSON line per (variant, kernel, target) build of the representative launches
+    (and, for sm_90, of the Hopper-only kernels)."""
     targets = (argv if argv is not None else sys.argv[1:]) or ["sm_90", "gfx942"]
-    for variant, launches in representative_launches().items():
-        for launch in launches:
-            for target in targets:
-                compiled = compile_launch(launch, target)
-                print(json.dumps({
-                    "variant": variant, "kernel": launch.name, "target": target,
-                    "grid": list(launch.grid), "shared_bytes": compiled.metadata.shared,
-                    "matrix_instructions": sorted(matrix_instructions(compiled)),
-                }), flush=True)
+    builds = [(variant, launch, target) for variant, launches in representative_launches().items()
+              for launch in launches for target in targets]
+    if "sm_90" in targets:
+        builds += [(name, launch, "sm_90") for name, launches in hopper_launches().items() for launch in launches]
+    for variant, launch, target in builds:
+        compiled = compile_launch(launch, target)
+        print(json.dumps({
+            "variant": variant, "kernel": launch.name, "target": target,
+            "grid": list(launch.grid), "shared_bytes": compiled.metadata.shared,
+            "matrix_instructions": sorted(matrix_instructions(compiled)),
+            "wgmma_waits": wgmma_waits(compiled),
+        }), flush=True)
     return 0
 
 

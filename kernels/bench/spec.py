@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from attnbench.validation import validate_yaml
 
-from ..schema import COMPARATORS
+from ..schema import COMPARATORS, HOPPER_KERNELS
 from ..variants import AUTO, VARIANTS
 
 
@@ -104,7 +104,7 @@ class Timing(_Strict):
     cuda_graph: bool = True
 
 
-IMPLEMENTATIONS = (*VARIANTS, AUTO, *COMPARATORS)
+IMPLEMENTATIONS = (*VARIANTS, AUTO, *HOPPER_KERNELS, *COMPARATORS)
 
 
 class NamedConfig(_Strict):

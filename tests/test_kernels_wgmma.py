@@ -1,0 +1,106 @@
+"""The Gluon Q-block kernel for Hopper (`kernels/hopper/qblock_wgmma.py`) against the fp32
+reference, on fresh random inputs.
+
+Gluon has no interpreter: these checks run on an sm_90 GPU only (``make test-gpu``); on the
+CPU machine the kernel is compiled for sm_90 instead (tests/test_kernels_api.py). Batches
+are long enough for several KV tiles per Q-block, so the first tile, the overlapped steady
+state, the switch from mask-free to masked tiles and the last tile's ``P V`` all run. The
+cache slots past each sequence hold NaN: the kernel must zero-fill them, not read them.
+"""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+
+from attnbench.kernels import PagedBatch
+from kernel_checks import DEVICE, fresh_seed, mismatch, poisoned_like
+
+def _on_hopper() -> bool:
+    return DEVICE == "cuda" and torch.cuda.is_available() and torch.cuda.get_device_capability()[0] == 9
+
+
+if DEVICE == "cuda" and not _on_hopper():
+    pytest.skip("qblock_wgmma runs on sm_90 (Hopper) GPUs only", allow_module_level=True)
+
+# (q heads, kv heads, head size, KV block size, dtype, extras): the head sizes it supports
+HEAD_CASES = {
+    "gqa4-h128-bf16-bs16": (8, 2, 128, 16, torch.bfloat16, {}),
+    "mha-h128-fp16-bs32": (4, 4, 128, 32, torch.float16, {}),
+    "gqa8-h64-bf16-bs48": (16, 2, 64, 48, torch.bfloat16, {}),
+    "mqa-h64-fp16-bs16": (8, 1, 64, 16, torch.float16, {}),
+    "qpk5-h128-bf16-bs16": (10, 2, 128, 16, torch.bfloat16, {}),  # 125 of 128 rows used
+    "window-gqa4-h64-bf16-bs16": (8, 2, 64, 16, torch.bfloat16, {"sliding_window": "random"}),
+    "softcap-gqa2-h128-fp16-bs32": (4, 2, 128, 32, torch.float16, {"softcap": 2.0}),
+    "window-softcap-mqa-h128-bf16-bs48": (4, 1, 128, 48, torch.bfloat16,
+                                          {"sliding_window": "random", "softcap": 1.5}),
+}
+
+
+def prefill_seqs(rng: random.Random) -> list[tuple[int, int]]:
+    """Long prefills and chunks with context: many tiles, partial last pages."""
+    return [(rng.randint(300, 700), 0), (rng.randint(100, 300), rng.randint(200, 600)), (rng.randint(1, 40), 0)]
+
+
+def mixed_seqs(rng: random.Random) -> list[tuple[int, int]]:
+    """Decodes and speculative decodes beside a chunked prefill, shuffled."""
+    seqs = [(1, rng.randint(300, 600)), (1, rng.randint(1, 20)), (rng.randint(2, 8), rng.randint(10, 300)),
+            (rng.randint(60, 200), rng.randint(17, 400))]
+    rng.shuffle(seqs)
+    return seqs
+
+
+COMPOSITIONS = {"prefill": prefill_seqs, "mixed": mixed_seqs}
+
+
+def build_case(head_case: str, composition: str, seed: int) -> PagedBatch:
+    hq, hkv, head, bs, dtype, extras = HEAD_CASES[head_case]
+    rng = random.Random(seed)
+    window = extras.get("sliding_window")
+    if window == "random":
+        window = rng.randint(20, 300)
+    batch = PagedBatch.build(COMPOSITIONS[composition](rng), num_q_heads=hq, num_kv_heads=hkv, head_size=head,
+                             block_size=bs, dtype=dtype, device=DEVICE, sliding_window=window,
+                             softcap=extras.get("softcap", 0.0), seed=seed)
+    poison_past_sequences(batch)
+    return batch
+
+
+def poison_past_sequences(batch: PagedBatch) -> None:
+    """NaN in every cache slot of a sequence's last page past its length (and in the spare
+    pages): a kernel that lets them into ``P V`` writes NaN."""
+    used = torch.zeros(batch.k_cache.shape[:2], dtype=torch.bool, device=batch.k_cache.device)
+    for s, spec in enumerate(batch.seqs):
+        for pos in range(0, spec.seq_len, batch.block_size):
+            page = int(batch.block_table[s, pos // batch.block_size])
+            used[page, : min(batch.block_size, spec.seq_len - pos)] = True
+    batch.k_cache[~used] = float("nan")
+    batch.v_cache[~used] = float("nan")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("tile_size", [64, 128])
+@pytest.mark.parametrize("composition", sorted(COMPOSITIONS))
+@pytest.mark.parametrize("head_case", sorted(HEAD_CASES))
+def test_qblock_wgmma_matches_reference(head_case, composition, tile_size):
+    from attnbench.kernels.hopper import qblock_wgmma
+
+    seed = fresh_seed()
+    batch = build_case(head_case, composition, seed)
+    out = poisoned_like(batch.q)
+    qblock_wgmma.launch(out, batch.q, batch.k_cache, batch.v_cache, batch.block_table, batch.cu_seqlens_q,
+                        batch.seq_lens, scale=batch.head_size ** -0.5, sliding_window=batch.sliding_window,
+                        softcap=batch.softcap, tile_size=tile_size)
+    problem = mismatch(out, batch.reference(), batch.dtype)
+    assert problem is None, (
+        f"seed={seed} seqs={[(s.query_len, s.context_len) for s in batch.seqs]} "
+        f"window={batch.sliding_window} softcap={batch.softcap} tile={tile_size}: {problem}")
+
+
+def test_reference_of_a_poisoned_batch_is_finite():
+    """The NaN slots lie outside every sequence: the reference never reads them (this runs
+    on the CPU machine too, where it checks the poisoning itself)."""
+    batch = build_case("gqa4-h128-bf16-bs16", "prefill", fresh_seed())
+    assert torch.isnan(batch.k_cache).any() and torch.isfinite(batch.reference()).all()
