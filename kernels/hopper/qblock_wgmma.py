@@ -196,10 +196,11 @@ def qblock_wgmma_kernel(
     acc = gl.zeros([BLOCK_M, HEAD_SIZE], gl.float32, layout=o_layout)
     s_zero = gl.zeros([BLOCK_M, TILE_SIZE], gl.float32, layout=s_layout)
 
-    # -- tile 0 of the range: no P V to overlap with yet
+    # -- tile 0 of the range: no P V to overlap with yet. Each thread's copies (and the Q
+    #    store) are complete, made visible to wgmma's async proxy, then shared by all warps
     async_copy.wait_group(0)
-    _cta_barrier()
     fence_async_shared()
+    _cta_barrier()
     if first_tile + 1 < end_tile:
         _issue_kv_tile(k_smem.index(1), v_smem.index(1), k_ptr, v_ptr, bt_row, first_tile + 1, seq_len, kv_head,
                        stride_kb, stride_ks, stride_kh, stride_vb, stride_vs, stride_vh,
@@ -217,8 +218,8 @@ def qblock_wgmma_kernel(
         # tile j's copies have landed (every thread's), and every warpgroup is past the
         # waits of iteration j-1, so K buffer (j+1)%2 and V buffer (j+1)%3 are free
         async_copy.wait_group(0)
-        _cta_barrier()
         fence_async_shared()
+        _cta_barrier()
         if tile + 1 < end_tile:
             _issue_kv_tile(k_smem.index((j + 1) % 2), v_smem.index((j + 1) % 3), k_ptr, v_ptr, bt_row, tile + 1,
                            seq_len, kv_head, stride_kb, stride_ks, stride_kh, stride_vb, stride_vs, stride_vh,

@@ -16,13 +16,14 @@
 #   xcheck[:RUN]       docs/results/h100/cross-check.sh on RUN (default backends-custom)
 #   overhead           docs/results/h100/client-overhead.sh: both clients against the stub (OUTPUT_LEN=256)
 #   khost              `attnbench kernels overhead --json --profile`: host cost per kernel call
+#   gputest:FILE       `python3 -m pytest -q tests/FILE` (GPU kernel tests; the log is kept)
 #   run:RUN[,RUN...]   `attnbench run recipes/h100.yaml --only RUN ... --resume`
 #   runs:PREFIX        the same for every run of recipes/h100.yaml whose name starts with PREFIX
 #   seed:PREFIX        copy the committed runs (docs/results/h100/h100/PREFIX*) whose recipe is
 #                      unchanged into the campaign's tree, so that later run(s) jobs measure only
 #                      what is missing (a fresh host starts with an empty tree)
 # Results under $CAMPAIGN (default /tmp/campaign): results/ (the suite tree), micro/,
-# calibrate.jsonl, cross-check/, client-overhead/, worker.log; `wait` packs them into $OUT/*.tgz.
+# calibrate.jsonl, cross-check/, client-overhead/, gputest-*.log, worker.log; `wait` packs them into $OUT/*.tgz.
 set -u
 CAMPAIGN=${CAMPAIGN:-/tmp/campaign}
 mkdir -p "$CAMPAIGN"
@@ -34,7 +35,7 @@ pack() {  # what the worker has so far, in pieces small enough for the trip back
   [ -d "$CAMPAIGN/results" ] && tar czf "$OUT/runs.tgz" -C "$CAMPAIGN" results
   [ -d "$CAMPAIGN/micro" ] && tar czf "$OUT/micro.tgz" -C "$CAMPAIGN" micro
   [ -f "$CAMPAIGN/calibrate.jsonl" ] && cp "$CAMPAIGN/calibrate.jsonl" "$OUT/"
-  cp "$CAMPAIGN"/kernels-overhead* "$OUT/" 2>/dev/null
+  cp "$CAMPAIGN"/kernels-overhead* "$CAMPAIGN"/gputest-*.log "$OUT/" 2>/dev/null
   [ -d "$CAMPAIGN/cross-check" ] && tar czf "$OUT/cross-check.tgz" -C "$CAMPAIGN" cross-check
   [ -d "$CAMPAIGN/client-overhead" ] && tar czf "$OUT/client-overhead.tgz" -C "$CAMPAIGN" \
     --exclude='*.jsonl' --exclude='vllm-bench/r*.json' client-overhead
@@ -78,6 +79,9 @@ job() {
     khost)
       [ -s "$CAMPAIGN/kernels-overhead.jsonl" ] || attnbench kernels overhead --json --profile \
         > "$CAMPAIGN/kernels-overhead.jsonl" 2> "$CAMPAIGN/kernels-overhead-profile.txt" ;;
+    gputest)
+      python3 -m pytest -q -p no:cacheprovider "tests/$arg" > "$CAMPAIGN/gputest-${arg%.py}.log" 2>&1
+      tail -5 "$CAMPAIGN/gputest-${arg%.py}.log" ;;
     run|runs)
       local only=() names=${arg//,/ }
       if [ "$name" = runs ]; then
