@@ -3,7 +3,8 @@
 Runs on the GPU under ``make test-gpu`` and in Triton's interpreter under ``make test``.
 Batches mix plain decodes, speculative decodes (2..8 query tokens), chunked prefills with
 cached context and full prefills; sequence lengths are drawn so that last pages are
-partial. The seed of each check is in its failure message.
+partial, and every cache slot past a sequence holds NaN (a kernel must mask it, not read
+it). The seed of each check is in its failure message.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import torch
 
 from attnbench.kernels import PagedBatch, paged_attention
 from attnbench.kernels.config import KernelConfig
-from kernel_checks import DEVICE, fresh_seed, mismatch, poisoned_like
+from kernel_checks import DEVICE, fresh_seed, mismatch, poison_past_sequences, poisoned_like
 
 # (q heads, kv heads, head size, KV block size, dtype, extras)
 HEAD_CASES = {
@@ -57,11 +58,13 @@ def build_case(head_case: str, composition: str, seed: int) -> PagedBatch:
     window = extras.get("sliding_window")
     if window == "random":
         window = rng.randint(5, 40)
-    return PagedBatch.build(
+    batch = PagedBatch.build(
         COMPOSITIONS[composition](rng), num_q_heads=hq, num_kv_heads=hkv, head_size=head,
         block_size=bs, dtype=dtype, device=DEVICE, sliding_window=window,
         softcap=extras.get("softcap", 0.0), seed=seed,
     )
+    poison_past_sequences(batch)
+    return batch
 
 
 def run_and_check(batch: PagedBatch, seed: int, **kernel_args) -> None:

@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from attnbench.kernels import PagedBatch
-from kernel_checks import DEVICE, fresh_seed, mismatch, poisoned_like
+from kernel_checks import DEVICE, fresh_seed, mismatch, poison_past_sequences, poisoned_like
 
 def _on_hopper() -> bool:
     return DEVICE == "cuda" and torch.cuda.is_available() and torch.cuda.get_device_capability()[0] == 9
@@ -68,18 +68,6 @@ def build_case(head_case: str, composition: str, seed: int) -> PagedBatch:
     return batch
 
 
-def poison_past_sequences(batch: PagedBatch) -> None:
-    """NaN in every cache slot of a sequence's last page past its length (and in the spare
-    pages): a kernel that lets them into ``P V`` writes NaN."""
-    used = torch.zeros(batch.k_cache.shape[:2], dtype=torch.bool, device=batch.k_cache.device)
-    for s, spec in enumerate(batch.seqs):
-        for pos in range(0, spec.seq_len, batch.block_size):
-            page = int(batch.block_table[s, pos // batch.block_size])
-            used[page, : min(batch.block_size, spec.seq_len - pos)] = True
-    batch.k_cache[~used] = float("nan")
-    batch.v_cache[~used] = float("nan")
-
-
 @pytest.mark.gpu
 @pytest.mark.parametrize("tile_size", [64, 128])
 @pytest.mark.parametrize("composition", sorted(COMPOSITIONS))
@@ -100,7 +88,7 @@ def test_qblock_wgmma_matches_reference(head_case, composition, tile_size):
 
 
 def test_reference_of_a_poisoned_batch_is_finite():
-    """The NaN slots lie outside every sequence: the reference never reads them (this runs
-    on the CPU machine too, where it checks the poisoning itself)."""
+    """The NaN slots lie outside every sequence: the reference never reads them (runs on
+    the CPU machine too)."""
     batch = build_case("gqa4-h128-bf16-bs16", "prefill", fresh_seed())
     assert torch.isnan(batch.k_cache).any() and torch.isfinite(batch.reference()).all()
