@@ -41,6 +41,7 @@ MICROBENCH_COLUMNS: tuple[tuple[str, str], ...] = (
     ("bytes", "fewest bytes the kernel must move (PagedBatch.bytes_moved)"),
     ("flops", "useful FLOPs (PagedBatch.flops)"),
     ("max_abs_err", "max |out - fp32 reference| of the checked run"),
+    ("l2_flush", "how L2 was flushed before every timed call: zero (do_bench: dirty lines) | read (clean lines)"),
     ("median_us", "do_bench median, L2 flushed before every run"),
     ("p20_us", "20th percentile"), ("p80_us", "80th percentile"),
     ("graph_median_us", "median of CUDA/HIP-graph replays of the same call"),

@@ -68,6 +68,7 @@ def test_microbench_checks_then_times_and_writes_the_schema(tmp_path, broken_imp
             assert r["status"] == "ok" and float(r["median_us"]) > 0
             assert float(r["max_abs_err"]) < 4 * atol
             assert float(r["p20_us"]) <= float(r["median_us"]) <= float(r["p80_us"])
+            assert r["l2_flush"] == "zero"  # do_bench's flush unless the suite says otherwise
         assert by[(case, "broken")]["status"] == "mismatch" and by[(case, "broken")]["median_us"] == ""
         assert by[(case, "crashing")]["status"] == "error" and "kernel exploded" in by[(case, "crashing")]["message"]
     assert '"tile_size": 16' in by[("decode", "qb-t16")]["config"]
@@ -81,6 +82,26 @@ def test_microbench_spec_errors_name_file_and_field(tmp_path):
     bad = dict(SUITE, heads={"num_q_heads": 6, "num_kv_heads": 4, "head_size": 32})
     with pytest.raises(SpecError, match="(?s)heads.*must divide"):
         load_microbench_spec(suite_file(tmp_path, bad))
+    bad = dict(SUITE, timing={"l2_flush": "write"})
+    with pytest.raises(SpecError, match=r"(?s)suite.yaml.*timing.l2_flush.*'zero' or 'read'"):
+        load_microbench_spec(suite_file(tmp_path, bad))
+
+
+def test_the_l2_flush_is_a_suite_setting_and_a_cli_override(tmp_path):
+    from click.testing import CliRunner
+
+    from attnbench.kernels.bench.cli import microbench
+
+    data = dict(SUITE, implementations=["qblock"], configs={}, timing=dict(SUITE["timing"], l2_flush="read"),
+                cases=[{"name": "decode", "seqs": [{"count": 2, "query_len": 1, "context_len": 40}]}])
+    path = suite_file(tmp_path, data)
+    rows = run_microbench(load_microbench_spec(path), tmp_path / "read.csv", device=DEVICE)
+    assert [r["l2_flush"] for r in rows] == ["read"]
+    result = CliRunner().invoke(microbench, [str(path), "--out", str(tmp_path / "zero.csv"), "--device", DEVICE,
+                                             "--l2-flush", "zero"])
+    assert result.exit_code == 0, result.output
+    with (tmp_path / "zero.csv").open() as fh:
+        assert [r["l2_flush"] for r in csv.DictReader(fh)] == ["zero"]
 
 
 def test_tuner_sweeps_fits_and_emits_working_heuristics(tmp_path):
@@ -103,7 +124,7 @@ def test_tuner_sweeps_fits_and_emits_working_heuristics(tmp_path):
 def test_rows_name_the_kernel_that_ran_and_comparators_say_why_not(tmp_path):
     """SDPA names the backend it used (its fastest here), ours the step the heuristics
     picked; FA3 without vLLM's FlashAttention (any CPU host) is unavailable, saying why."""
-    data = dict(SUITE, implementations=["auto", "sdpa", "fa3"], configs={},
+    data = dict(SUITE, implementations=["auto", "sdpa", "fa3", "qblock_wgmma"], configs={},
                 cases=[{"name": "decode", "seqs": [{"count": 2, "query_len": 1, "context_len": 40}]}])
     rows = {r["implementation"]: r for r in run_microbench(load_microbench_spec(suite_file(tmp_path, data)),
                                                            tmp_path / "mb.csv", device=DEVICE)}
@@ -115,6 +136,9 @@ def test_rows_name_the_kernel_that_ran_and_comparators_say_why_not(tmp_path):
         assert DEVICE != "cpu" and fa3["kernel"].startswith("FlashAttention 3")
     else:
         assert fa3["status"] == "unavailable" and "FlashAttention" in fa3["message"], fa3
+    wgmma = rows["qblock_wgmma"]  # the Gluon kernel: Hopper only, head sizes 64 and 128
+    assert wgmma["status"] == "unavailable" and "qblock_wgmma" in wgmma["message"], wgmma
+    assert "sm_90" in wgmma["message"] or "head size 32" in wgmma["message"]
 
 
 def test_an_older_csv_is_not_appended_to(tmp_path):

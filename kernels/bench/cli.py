@@ -28,7 +28,10 @@ def require_device(device: str) -> None:
 @click.option("--only", multiple=True, help="Case or sweep name to run (repeatable); default all.")
 @click.option("--impl", "impls", multiple=True, help="Implementation to time (repeatable); default the suite's.")
 @click.option("--device", default="cuda", show_default=True, help="torch device ('cpu' runs Triton's interpreter).")
-def microbench(suite_file: Path, out_csv: Path, only: tuple[str, ...], impls: tuple[str, ...], device: str):
+@click.option("--l2-flush", type=click.Choice(["zero", "read"]), default=None,
+              help="Override the suite's timing.l2_flush: 'zero' (do_bench's flush, dirty L2) or 'read' (clean L2).")
+def microbench(suite_file: Path, out_csv: Path, only: tuple[str, ...], impls: tuple[str, ...], device: str,
+               l2_flush: str | None):
     """Check every implementation against the fp32 reference, then time it (median, p20/p80,
     CUDA-graph replay, % of the roofline measured in the same run)."""
     from .microbench import run_microbench
@@ -39,6 +42,8 @@ def microbench(suite_file: Path, out_csv: Path, only: tuple[str, ...], impls: tu
     except SpecError as e:
         raise click.UsageError(str(e)) from None
     require_device(device)
+    if l2_flush:
+        suite = suite.model_copy(update={"timing": suite.timing.model_copy(update={"l2_flush": l2_flush})})
     unknown = [i for i in impls if i not in suite.implementations and i not in suite.configs]
     if unknown:
         raise click.BadParameter(f"{unknown} not in the suite's implementations {suite.implementations}",

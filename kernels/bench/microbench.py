@@ -3,7 +3,8 @@
 For each case of a suite (recipes/microbench/*.yaml): build the batch with fresh random
 data, compute the fp32 reference, and for each implementation run it once and compare
 (a wrong result is recorded as ``mismatch`` and never timed), then time it with
-``triton.testing.do_bench`` (median and p20/p80; do_bench flushes L2 before every run) and,
+``triton.testing.do_bench`` (median and p20/p80; L2 flushed before every run, see
+`timing` for the two ways) and,
 on a GPU, as a CUDA/HIP-graph replay of the same call. The roofline ceilings (copy
 bandwidth, bf16 matmul rate) are measured once at the start of the same run. Rows are
 appended to the CSV as they are measured, so an interrupted run keeps what it measured.
@@ -129,9 +130,11 @@ def measure_case(suite: MicrobenchSuite, case: Case, implementations: Iterable[s
                 rows.append(dict(row, status="mismatch", message="output differs from the fp32 reference"))
                 continue
             t = suite.timing
-            row["median_us"], row["p20_us"], row["p80_us"] = time_us(prepared.run, t.warmup_ms, t.rep_ms, device)
+            row["l2_flush"] = t.l2_flush
+            row["median_us"], row["p20_us"], row["p80_us"] = time_us(prepared.run, t.warmup_ms, t.rep_ms, device,
+                                                                     t.l2_flush)
             if t.cuda_graph and device.type == "cuda":
-                g = time_graph_us(prepared.run, t.warmup_ms, t.rep_ms)
+                g = time_graph_us(prepared.run, t.warmup_ms, t.rep_ms, t.l2_flush)
                 row["graph_median_us"], row["graph_p20_us"], row["graph_p80_us"] = g
                 if "floor_us" in base:
                     row["pct_roofline_graph"] = 100 * base["floor_us"] / g[0]

@@ -99,9 +99,15 @@ class Sweep(_Strict):
 
 
 class Timing(_Strict):
+    """How each call is timed (`bench/timing.py`): ``l2_flush`` says how L2 is emptied
+    before every timed call: ``zero`` as ``triton.testing.do_bench`` does (zeroing a 256 MiB
+    buffer, which leaves L2 full of dirty lines the timed kernel writes back), ``read``
+    (reading it: clean lines, as after the weight reads that precede attention in a model)."""
+
     warmup_ms: float = Field(25, gt=0)
     rep_ms: float = Field(100, gt=0)
     cuda_graph: bool = True
+    l2_flush: Literal["zero", "read"] = "zero"
 
 
 IMPLEMENTATIONS = (*VARIANTS, AUTO, *HOPPER_KERNELS, *COMPARATORS)

@@ -1,6 +1,12 @@
 """Timing a callable on the device: ``triton.testing.do_bench`` on a GPU (median and
 p20/p80 in microseconds; do_bench flushes L2 before every run), the wall clock under the CPU
-interpreter (so the pipeline runs anywhere; not a kernel speed), and CUDA/HIP-graph replays."""
+interpreter (so the pipeline runs anywhere; not a kernel speed), and CUDA/HIP-graph replays.
+
+do_bench flushes L2 by zeroing a 256 MiB buffer, so every timed call starts with an L2 full
+of dirty lines and pays their write-back to memory (up to the L2's size, ~50 MB on an H100)
+on top of its own traffic: a constant cost that weighs most on short memory-bound kernels.
+``l2_flush="read"`` times the same way but flushes by reading that buffer (`clean_l2_bench`).
+"""
 
 from __future__ import annotations
 
@@ -12,10 +18,60 @@ import torch
 from triton.testing import do_bench
 
 
-def time_us(fn: Callable, warmup_ms: float, rep_ms: float, device: torch.device) -> tuple[float, float, float]:
-    """(median, p20, p80) in microseconds."""
+FLUSH_BYTES = 256 * 2**20  # do_bench's flush buffer: several times the L2 of any GPU here
+L2_FLUSHES = ("zero", "read")
+
+
+def clean_l2_bench(fn: Callable, warmup_ms: float, rep_ms: float) -> tuple[float, float, float]:
+    """do_bench's method with a clean L2: (median, p20, p80) in milliseconds.
+
+    As do_bench: five flushed calls estimate the time per call, which sets the warm-up and
+    repeat counts for ``warmup_ms`` and ``rep_ms``; each repeat flushes L2, then times one
+    call between two events. The flush reads a `FLUSH_BYTES` buffer (a sum), so the L2 the
+    call starts with holds clean lines of that buffer and none of the call's data.
+    """
+    flush_buf = torch.ones(FLUSH_BYTES // 4, dtype=torch.int32, device="cuda")
+
+    def flush():
+        flush_buf.sum()
+
+    fn()
+    torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(5):
+        flush()
+        fn()
+    end.record()
+    torch.cuda.synchronize()
+    estimate_ms = start.elapsed_time(end) / 5
+    for _ in range(max(1, int(warmup_ms / estimate_ms))):
+        fn()
+    n = max(1, int(rep_ms / estimate_ms))
+    starts = [torch.cuda.Event(enable_timing=True) for _ in range(n)]
+    ends = [torch.cuda.Event(enable_timing=True) for _ in range(n)]
+    for i in range(n):
+        flush()
+        starts[i].record()
+        fn()
+        ends[i].record()
+    torch.cuda.synchronize()
+    times = torch.tensor([s.elapsed_time(e) for s, e in zip(starts, ends)], dtype=torch.float64)
+    med, p20, p80 = torch.quantile(times, torch.tensor([0.5, 0.2, 0.8], dtype=torch.float64)).tolist()
+    return med, p20, p80
+
+
+def time_us(fn: Callable, warmup_ms: float, rep_ms: float, device: torch.device,
+            l2_flush: str = "zero") -> tuple[float, float, float]:
+    """(median, p20, p80) in microseconds; ``l2_flush`` is "zero" (do_bench) or "read"
+    (`clean_l2_bench`) on a GPU, and has no meaning under the interpreter."""
+    if l2_flush not in L2_FLUSHES:
+        raise ValueError(f"l2_flush: expected one of {L2_FLUSHES}, got {l2_flush!r}")
     if device.type == "cuda":
-        med, p20, p80 = do_bench(fn, warmup=warmup_ms, rep=rep_ms, quantiles=[0.5, 0.2, 0.8])
+        if l2_flush == "read":
+            med, p20, p80 = clean_l2_bench(fn, warmup_ms, rep_ms)
+        else:
+            med, p20, p80 = do_bench(fn, warmup=warmup_ms, rep=rep_ms, quantiles=[0.5, 0.2, 0.8])
         return med * 1e3, p20 * 1e3, p80 * 1e3
     # CPU (Triton interpreter): wall clock, so the pipeline runs anywhere; not a kernel speed
     samples = []
@@ -28,8 +84,8 @@ def time_us(fn: Callable, warmup_ms: float, rep_ms: float, device: torch.device)
     return statistics.median(samples), q[1], q[7]
 
 
-def time_graph_us(fn: Callable, warmup_ms: float, rep_ms: float) -> tuple[float, float, float]:
-    """Capture one call of ``fn`` in a CUDA/HIP graph and time its replays."""
+def time_graph_us(fn: Callable, warmup_ms: float, rep_ms: float, l2_flush: str = "zero") -> tuple[float, float, float]:
+    """Capture one call of ``fn`` in a CUDA/HIP graph and time its replays (as `time_us`)."""
     stream = torch.cuda.Stream()
     stream.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(stream):
@@ -39,4 +95,4 @@ def time_graph_us(fn: Callable, warmup_ms: float, rep_ms: float) -> tuple[float,
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         fn()
-    return time_us(graph.replay, warmup_ms, rep_ms, torch.device("cuda"))
+    return time_us(graph.replay, warmup_ms, rep_ms, torch.device("cuda"), l2_flush)

@@ -12,7 +12,8 @@
 # Jobs:
 #   calibrate          `attnbench calibrate` at 256 and 1024 streams x 1/2/4/8 client processes
 #                      (1 stub process at 256 streams, 4 at 1024)
-#   micro:NAME         `attnbench microbench recipes/microbench/NAME.yaml` (CSV)
+#   micro:NAME[@FLUSH] `attnbench microbench recipes/microbench/NAME.yaml` (CSV; with @read or @zero,
+#                      --l2-flush FLUSH into NAME-FLUSH.csv)
 #   xcheck[:RUN]       docs/results/h100/cross-check.sh on RUN (default backends-custom)
 #   overhead           docs/results/h100/client-overhead.sh: both clients against the stub (OUTPUT_LEN=256)
 #   khost              `attnbench kernels overhead --json --profile`: host cost per kernel call
@@ -71,7 +72,10 @@ job() {
       done ;;
     micro)
       mkdir -p "$CAMPAIGN/micro"
-      [ -s "$CAMPAIGN/micro/$arg.csv" ] || attnbench microbench "recipes/microbench/$arg.yaml" --out "$CAMPAIGN/micro/$arg.csv" ;;
+      local suite=${arg%@*} flush= csv=$arg
+      [ "$suite" != "$arg" ] && flush=${arg#*@} && csv=$suite-$flush
+      [ -s "$CAMPAIGN/micro/$csv.csv" ] || attnbench microbench "recipes/microbench/$suite.yaml" \
+        ${flush:+--l2-flush $flush} --out "$CAMPAIGN/micro/$csv.csv" ;;
     xcheck)
       XCHECK_DIR="$CAMPAIGN/cross-check" bash docs/results/h100/cross-check.sh ${arg:-backends-custom} ;;
     overhead)
