@@ -221,4 +221,10 @@ def load_microbench(path: str | Path) -> pd.DataFrame:
     if df.empty:
         raise CollectError(f"{path}: no rows")
     df["group"] = df["group"].fillna("")
+    # rows timed with a clean L2 (timing.l2_flush: read) are another measurement of the same
+    # kernel: they keep their own implementation name, so no table or figure averages the two
+    # (CSVs without the column predate it and were all timed with do_bench's flush)
+    df["l2_flush"] = df["l2_flush"].fillna("zero") if "l2_flush" in df.columns else "zero"
+    read = df["l2_flush"] == "read"
+    df.loc[read, "implementation"] = df.loc[read, "implementation"] + "@read"
     return df

@@ -302,6 +302,16 @@ def test_unknown_baseline_is_an_error(tree, tmp_path):
         analyze([tree], tmp_path / "figs", baseline="nope")
 
 
+def test_clean_l2_rows_stay_apart_from_do_bench_rows(tmp_path):
+    rows = micro_rows()
+    read = [dict(r, l2_flush="read", median_us=r["median_us"] / 2) for r in rows]
+    mb = load_microbench(micro_csv(tmp_path / "both.csv", [dict(r, l2_flush="zero") for r in rows] + read))
+    assert set(mb["implementation"]) == {"qblock", "vllm_unified", "qblock@read", "vllm_unified@read"}
+    older = tmp_path / "older.csv"  # a CSV from before the column: do_bench's flush
+    pd.read_csv(micro_csv(tmp_path / "x.csv", rows)).drop(columns="l2_flush").to_csv(older, index=False)
+    assert set(load_microbench(older)["l2_flush"]) == {"zero"}
+
+
 def test_bad_microbench_csv(tmp_path):
     (tmp_path / "empty.csv").write_text("")
     with pytest.raises(CollectError, match="empty file"):
