@@ -83,7 +83,7 @@ slurm-packages:
 .PHONY: test-gpu
 test-gpu: ## the kernel tests on a CUDA/ROCm GPU (GPU_PYTHON=python3, attnbench installed there)
 	$(need_gpu_python)
-	$(call strip,$(GPU_PYTHON)) -m pytest -q tests/test_kernels_correctness.py tests/test_kernels_api.py tests/test_kernels_wgmma.py tests/test_precompile.py -k "not layer"
+	$(call strip,$(GPU_PYTHON)) -m pytest -q tests/test_kernels_correctness.py tests/test_kernels_api.py tests/test_kernels_hopper.py tests/test_precompile.py -k "not layer"
 
 .PHONY: test-gpu-plugin
 test-gpu-plugin: ## the vLLM plugin's layer tests on a GPU (needs vLLM >= 0.26 in GPU_PYTHON)

@@ -13,9 +13,9 @@ VLLM_BACKEND_NAME = "CUSTOM"
 VARIANT_ENV = "ATTNBENCH_VARIANT"
 
 # the microbenchmark's implementations besides our own variants (bench/implementations.py):
-# our Gluon kernels for one GPU generation (kernels/hopper), each name with its KV tile size,
-# then the comparators
-HOPPER_KERNELS = {"qblock_wgmma": 128, "qblock_wgmma_t64": 64}
+# our Gluon kernels for one GPU generation (kernels/hopper; "_t64": 64-token KV tiles, else
+# 128), then the comparators
+HOPPER_KERNELS = ("qblock_wgmma", "qblock_wgmma_t64", "qblock_ws", "qblock_ws_t64")
 COMPARATORS = ("fa3", "sdpa", "vllm_unified")
 
 # (column, meaning)

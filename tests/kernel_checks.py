@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import random
+from typing import Callable
 
 import torch
 
@@ -52,3 +53,21 @@ def poison_past_sequences(batch: PagedBatch) -> None:
             used[page, : min(batch.block_size, spec.seq_len - pos)] = True
     batch.k_cache[~used] = float("nan")
     batch.v_cache[~used] = float("nan")
+
+
+def build_head_case(heads: tuple, compose: Callable[[random.Random], list[tuple[int, int]]], seed: int,
+                    window_range: tuple[int, int]) -> PagedBatch:
+    """A batch of ``compose(rng)`` sequences with the heads of a test's head case ``(q heads,
+    kv heads, head size, page size, dtype, extras)``: ``extras`` may ask for a softcap and a
+    sliding window (``"random"``: drawn from ``window_range``). Every cache slot past a
+    sequence holds NaN (`poison_past_sequences`)."""
+    hq, hkv, head, bs, dtype, extras = heads
+    rng = random.Random(seed)
+    window = extras.get("sliding_window")
+    if window == "random":
+        window = rng.randint(*window_range)
+    batch = PagedBatch.build(compose(rng), num_q_heads=hq, num_kv_heads=hkv, head_size=head, block_size=bs,
+                             dtype=dtype, device=DEVICE, sliding_window=window,
+                             softcap=extras.get("softcap", 0.0), seed=seed)
+    poison_past_sequences(batch)
+    return batch

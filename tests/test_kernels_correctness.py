@@ -16,7 +16,7 @@ import torch
 
 from attnbench.kernels import PagedBatch, paged_attention
 from attnbench.kernels.config import KernelConfig
-from kernel_checks import DEVICE, fresh_seed, mismatch, poison_past_sequences, poisoned_like
+from kernel_checks import build_head_case, fresh_seed, mismatch, poisoned_like
 
 # (q heads, kv heads, head size, KV block size, dtype, extras)
 HEAD_CASES = {
@@ -53,18 +53,7 @@ COMPOSITIONS = {"mixed": mixed_seqs, "decode": decode_seqs}
 
 
 def build_case(head_case: str, composition: str, seed: int) -> PagedBatch:
-    hq, hkv, head, bs, dtype, extras = HEAD_CASES[head_case]
-    rng = random.Random(seed)
-    window = extras.get("sliding_window")
-    if window == "random":
-        window = rng.randint(5, 40)
-    batch = PagedBatch.build(
-        COMPOSITIONS[composition](rng), num_q_heads=hq, num_kv_heads=hkv, head_size=head,
-        block_size=bs, dtype=dtype, device=DEVICE, sliding_window=window,
-        softcap=extras.get("softcap", 0.0), seed=seed,
-    )
-    poison_past_sequences(batch)
-    return batch
+    return build_head_case(HEAD_CASES[head_case], COMPOSITIONS[composition], seed, window_range=(5, 40))
 
 
 def run_and_check(batch: PagedBatch, seed: int, **kernel_args) -> None:

@@ -17,6 +17,7 @@ import json
 import re
 import sys
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import torch
 import triton
@@ -36,7 +37,7 @@ _TORCH_TO_TRITON = {
     torch.float16: "fp16", torch.bfloat16: "bf16", torch.float32: "fp32",
     torch.int32: "i32", torch.int64: "i64",
 }
-_LAUNCH_OPTIONS = ("num_warps", "num_stages")
+_LAUNCH_OPTIONS = ("num_warps", "num_stages", "maxnreg")
 
 
 @dataclass
@@ -173,6 +174,23 @@ def wgmma_waits(compiled) -> list[int]:
                                               compiled.asm.get("ptx") or "")})
 
 
+def ptxas_report(compiled, arch: int = 90) -> str:
+    """What Triton's own ptxas says (``-v``) about a compiled CUDA kernel's PTX for
+    ``sm_<arch>a``: registers, spills, and warnings such as C7512 (wgmma serialized: the
+    tensor-core overlap a kernel asked for is lost)."""
+    import subprocess
+    import tempfile
+
+    from triton.backends.nvidia.compiler import get_ptxas
+
+    with tempfile.TemporaryDirectory() as tmp:
+        ptx = Path(tmp) / "kernel.ptx"
+        ptx.write_text(compiled.asm["ptx"])
+        proc = subprocess.run([get_ptxas(arch).path, f"-arch=sm_{arch}a", "-v", str(ptx), "-o", str(ptx) + ".o"],
+                              capture_output=True, text=True, check=True)
+    return proc.stdout + proc.stderr
+
+
 def _llama3_mixed_batch():
     from .batch import PagedBatch
 
@@ -183,14 +201,17 @@ def _llama3_mixed_batch():
 def hopper_launches() -> dict[str, list[Launch]]:
     """Launches of the sm_90-only kernels (`kernels/hopper`) on the mixed batch of
     `representative_launches`."""
-    from ..hopper import qblock_wgmma
+    from ..hopper import qblock_wgmma, qblock_ws
 
     batch = _llama3_mixed_batch()
-    with captured_launches() as launches:
-        qblock_wgmma.launch(torch.empty_like(batch.q), batch.q, batch.k_cache, batch.v_cache, batch.block_table,
-                            batch.cu_seqlens_q, batch.seq_lens, scale=batch.head_size ** -0.5,
-                            sliding_window=None, softcap=0.0)
-    return {"qblock_wgmma": launches}
+    out = {}
+    for module in (qblock_wgmma, qblock_ws):
+        with captured_launches() as launches:
+            module.launch(torch.empty_like(batch.q), batch.q, batch.k_cache, batch.v_cache, batch.block_table,
+                          batch.cu_seqlens_q, batch.seq_lens, scale=batch.head_size ** -0.5,
+                          sliding_window=None, softcap=0.0)
+        out[module.__name__.rsplit(".", 1)[1]] = launches
+    return out
 
 
 def representative_launches() -> dict[str, list[Launch]]:
@@ -222,16 +243,19 @@ def main(argv: list[str] | None = None) -> int:
     targets = (argv if argv is not None else sys.argv[1:]) or ["sm_90", "gfx942"]
     builds = [(variant, launch, target) for variant, launches in representative_launches().items()
               for launch in launches for target in targets]
-    if "sm_90" in targets:
-        builds += [(name, launch, "sm_90") for name, launches in hopper_launches().items() for launch in launches]
+    hopper = hopper_launches() if "sm_90" in targets else {}
+    builds += [(name, launch, "sm_90") for name, launches in hopper.items() for launch in launches]
     for variant, launch, target in builds:
         compiled = compile_launch(launch, target)
-        print(json.dumps({
+        build = {
             "variant": variant, "kernel": launch.name, "target": target,
             "grid": list(launch.grid), "shared_bytes": compiled.metadata.shared,
             "matrix_instructions": sorted(matrix_instructions(compiled)),
             "wgmma_waits": wgmma_waits(compiled),
-        }), flush=True)
+        }
+        if variant in hopper:  # what ptxas says of the kernels written for this chip
+            build["ptxas"] = ptxas_report(compiled)
+        print(json.dumps(build), flush=True)
     return 0
 
 

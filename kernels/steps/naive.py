@@ -13,8 +13,7 @@ import triton
 import triton.language as tl
 
 from ..config import BatchShape, KernelConfig, Platform, Step, next_power_of_2
-from .blocks import LOG2E, Geometry, apply_softcap, base2_scale, cache_strides, find_seq_idx, kv_tile_slots, \
-    launch_or_compile
+from .blocks import LOG2E, Geometry, apply_softcap, find_seq_idx, kv_tile_slots, launch_or_compile, per_token_args
 
 
 @triton.jit(do_not_specialize=["num_seqs"])
@@ -102,10 +101,8 @@ def launch(out, q, k_cache, v_cache, block_table, cu_seqlens_q, seq_lens, *,
     grid = (g.num_tokens, g.num_q_heads)
     launch_or_compile(
         naive_attention_kernel, grid, compile_only,
-        out, q, k_cache, v_cache, block_table, cu_seqlens_q, seq_lens,
-        g.num_seqs, base2_scale(scale), softcap, sliding_window or 0,
-        q.stride(0), q.stride(1), out.stride(0), out.stride(1),
-        *cache_strides(k_cache, v_cache), block_table.stride(0),
+        *per_token_args(g, out, q, k_cache, v_cache, block_table, cu_seqlens_q, seq_lens, scale, softcap,
+                        sliding_window),
         QPK=g.qpk, HEAD_SIZE=g.head_size, HEAD_PAD=g.head_pad,
         BLOCK_SIZE=g.block_size, BLOCK_SIZE_PAD=next_power_of_2(g.block_size),
         USE_SOFTCAP=softcap > 0, USE_WINDOW=sliding_window is not None,

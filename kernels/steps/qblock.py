@@ -16,7 +16,7 @@ import triton
 import triton.language as tl
 
 from ..config import BatchShape, KernelConfig, Platform, Step
-from .blocks import Geometry, attend_qblock, base2_scale, cache_strides, launch_or_compile, locate_qblock, store_rows
+from .blocks import Geometry, attend_qblock, launch_or_compile, locate_qblock, per_token_args, store_rows
 
 
 @triton.jit(do_not_specialize=["num_seqs"])
@@ -67,10 +67,8 @@ def launch(out, q, k_cache, v_cache, block_table, cu_seqlens_q, seq_lens, *,
     grid = (g.q_blocks_bound(block_q), g.num_kv_heads)
     launch_or_compile(
         qblock_attention_kernel, grid, compile_only,
-        out, q, k_cache, v_cache, block_table, cu_seqlens_q, seq_lens,
-        g.num_seqs, base2_scale(scale), softcap, sliding_window or 0,
-        q.stride(0), q.stride(1), out.stride(0), out.stride(1),
-        *cache_strides(k_cache, v_cache), block_table.stride(0),
+        *per_token_args(g, out, q, k_cache, v_cache, block_table, cu_seqlens_q, seq_lens, scale, softcap,
+                        sliding_window),
         QPK=g.qpk, HEAD_SIZE=g.head_size, HEAD_PAD=g.head_pad,
         BLOCK_SIZE=g.block_size, TILE_SIZE=config.tile_size,
         BLOCK_M=block_m, BLOCK_Q=block_q,

@@ -1,8 +1,8 @@
-"""The Gluon Q-block kernel for Hopper (`kernels/hopper/qblock_wgmma.py`) against the fp32
-reference, on fresh random inputs.
+"""The Gluon Q-block kernels for Hopper (`kernels/hopper/`: `qblock_wgmma`, `qblock_ws`)
+against the fp32 reference, on fresh random inputs.
 
 Gluon has no interpreter: these checks run on an sm_90 GPU only (``make test-gpu``); on the
-CPU machine the kernel is compiled for sm_90 instead (tests/test_kernels_api.py). Batches
+CPU machine the kernels are compiled for sm_90 instead (tests/test_kernels_api.py). Batches
 are long enough for several KV tiles per Q-block, so the first tile, the overlapped steady
 state, the switch from mask-free to masked tiles and the last tile's ``P V`` all run. The
 cache slots past each sequence hold NaN: the kernel must zero-fill them, not read them.
@@ -16,14 +16,14 @@ import pytest
 import torch
 
 from attnbench.kernels import PagedBatch
-from kernel_checks import DEVICE, fresh_seed, mismatch, poison_past_sequences, poisoned_like
+from kernel_checks import DEVICE, build_head_case, fresh_seed, mismatch, poisoned_like
 
 def _on_hopper() -> bool:
     return DEVICE == "cuda" and torch.cuda.is_available() and torch.cuda.get_device_capability()[0] == 9
 
 
 if DEVICE == "cuda" and not _on_hopper():
-    pytest.skip("qblock_wgmma runs on sm_90 (Hopper) GPUs only", allow_module_level=True)
+    pytest.skip("the Gluon kernels run on sm_90 (Hopper) GPUs only", allow_module_level=True)
 
 # (q heads, kv heads, head size, KV block size, dtype, extras): the head sizes it supports
 HEAD_CASES = {
@@ -56,35 +56,28 @@ COMPOSITIONS = {"prefill": prefill_seqs, "mixed": mixed_seqs}
 
 
 def build_case(head_case: str, composition: str, seed: int) -> PagedBatch:
-    hq, hkv, head, bs, dtype, extras = HEAD_CASES[head_case]
-    rng = random.Random(seed)
-    window = extras.get("sliding_window")
-    if window == "random":
-        window = rng.randint(20, 300)
-    batch = PagedBatch.build(COMPOSITIONS[composition](rng), num_q_heads=hq, num_kv_heads=hkv, head_size=head,
-                             block_size=bs, dtype=dtype, device=DEVICE, sliding_window=window,
-                             softcap=extras.get("softcap", 0.0), seed=seed)
-    poison_past_sequences(batch)
-    return batch
+    return build_head_case(HEAD_CASES[head_case], COMPOSITIONS[composition], seed, window_range=(20, 300))
 
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("tile_size", [64, 128])
 @pytest.mark.parametrize("composition", sorted(COMPOSITIONS))
 @pytest.mark.parametrize("head_case", sorted(HEAD_CASES))
-def test_qblock_wgmma_matches_reference(head_case, composition, tile_size):
-    from attnbench.kernels.hopper import qblock_wgmma
+@pytest.mark.parametrize("kernel", ["qblock_wgmma", "qblock_ws"])
+def test_hopper_kernel_matches_reference(kernel, head_case, composition, tile_size):
+    import importlib
 
+    module = importlib.import_module(f"attnbench.kernels.hopper.{kernel}")
     seed = fresh_seed()
     batch = build_case(head_case, composition, seed)
     out = poisoned_like(batch.q)
-    qblock_wgmma.launch(out, batch.q, batch.k_cache, batch.v_cache, batch.block_table, batch.cu_seqlens_q,
-                        batch.seq_lens, scale=batch.head_size ** -0.5, sliding_window=batch.sliding_window,
-                        softcap=batch.softcap, tile_size=tile_size)
+    module.launch(out, batch.q, batch.k_cache, batch.v_cache, batch.block_table, batch.cu_seqlens_q,
+                  batch.seq_lens, scale=batch.head_size ** -0.5, sliding_window=batch.sliding_window,
+                  softcap=batch.softcap, tile_size=tile_size)
     problem = mismatch(out, batch.reference(), batch.dtype)
     assert problem is None, (
         f"seed={seed} seqs={[(s.query_len, s.context_len) for s in batch.seqs]} "
-        f"window={batch.sliding_window} softcap={batch.softcap} tile={tile_size}: {problem}")
+        f"window={batch.sliding_window} softcap={batch.softcap} {kernel} tile={tile_size}: {problem}")
 
 
 def test_reference_of_a_poisoned_batch_is_finite():

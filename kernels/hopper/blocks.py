@@ -1,0 +1,137 @@
+"""Gluon building blocks shared by the Hopper kernels: the Q-block's place in the batch, its
+KV tile range, the rows of a Q-block, one KV tile's gather addresses and the online softmax
+of one score tile. The same definitions as the Triton steps' `steps/blocks.py` (which
+Gluon code cannot call), written with explicit layouts.
+"""
+
+from __future__ import annotations
+
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.ampere import async_copy
+
+from .. import config as kconfig
+
+# Triton 3.6 (the GPU image) and 3.9 (the CPU test environment, which compiles these
+# kernels for sm_90) name two builtins differently
+cta_barrier = gl.thread_barrier if hasattr(gl, "thread_barrier") else gl.barrier
+cp_async = getattr(async_copy, "async_load", None) or async_copy.async_copy_global_to_shared
+
+LOG2E = gl.constexpr(kconfig.LOG2E)
+
+
+@gluon.constexpr_function
+def row_layout(head_size, num_warps):
+    """Rows of ``head_size`` 16-bit elements spread over ``num_warps`` warps, 8 contiguous
+    elements (16 bytes) per thread: loads, stores and ``cp.async`` of whole 16-byte pieces."""
+    return gl.BlockedLayout(size_per_thread=[1, 8], threads_per_warp=[256 // head_size, head_size // 8],
+                            warps_per_cta=[num_warps, 1], order=[1, 0])
+
+
+@gluon.jit
+def locate_qblock(cu_seqlens_q_ptr, seq_lens_ptr, q_block, num_seqs, BLOCK_Q: gl.constexpr):
+    """(sequence, its first query row, query length, Q-block index within it, sequence
+    length) of global Q-block ``q_block``: sequence ``s`` starts at Q-block
+    ``cu_seqlens_q[s] // BLOCK_Q + s`` (`steps.blocks.find_seq_idx`, Q-block mode). The
+    Q-block has rows only if ``q_block_local * BLOCK_Q < query_len``."""
+    lo = 0
+    hi = num_seqs
+    while lo < hi:
+        mid = (lo + hi) // 2
+        start = gl.load(cu_seqlens_q_ptr + mid) // BLOCK_Q + mid
+        if start <= q_block:
+            lo = mid + 1
+        else:
+            hi = mid
+    seq = lo - 1
+    q_start = gl.load(cu_seqlens_q_ptr + seq)
+    query_len = gl.load(cu_seqlens_q_ptr + seq + 1) - q_start
+    q_block_local = q_block - (q_start // BLOCK_Q + seq)
+    seq_len = gl.load(seq_lens_ptr + seq)
+    return seq, q_start, query_len, q_block_local, seq_len
+
+
+@gluon.jit
+def tile_range(context_len, query_len, q_block_local, sliding_window,
+               BLOCK_Q: gl.constexpr, TILE_SIZE: gl.constexpr, USE_WINDOW: gl.constexpr):
+    """(first tile, first tile that needs masks, end tile) of a Q-block's KV range
+    (`steps.blocks.tile_ranges`): up to its last token (causal), from its first token's
+    window start; keys up to its first token are visible to every row, so whole tiles of
+    them need no mask. With a sliding window every tile is masked."""
+    first_pos = context_len + q_block_local * BLOCK_Q
+    max_pos = context_len + gl.minimum(query_len, (q_block_local + 1) * BLOCK_Q) - 1
+    end_tile = max_pos // TILE_SIZE + 1
+    if USE_WINDOW:
+        first_tile = gl.maximum(first_pos - sliding_window + 1, 0) // TILE_SIZE
+        first_masked = first_tile
+    else:
+        first_tile = first_pos * 0
+        first_masked = (first_pos + 1) // TILE_SIZE
+    return first_tile, first_masked, end_tile
+
+
+@gluon.jit
+def qblock_rows(row0, q_block_local, query_len, kv_head,
+                ROWS: gl.constexpr, BLOCK_Q: gl.constexpr, QPK: gl.constexpr, layout: gl.constexpr):
+    """Rows ``row0 .. row0 + ROWS - 1`` of a Q-block (in ``layout``): (token in sequence,
+    query head, valid). Row ``m`` holds token ``m // QPK`` and the ``m % QPK``-th query head
+    of the KV head (sec. 4.4); rows past ``BLOCK_Q * QPK`` or the query are invalid."""
+    offs_m = row0 + gl.arange(0, ROWS, layout=layout)
+    tok = q_block_local * BLOCK_Q + offs_m // QPK
+    head = kv_head * QPK + offs_m % QPK
+    valid = (offs_m < BLOCK_Q * QPK) & (tok < query_len)
+    return tok, head, valid
+
+
+@gluon.jit
+def kv_tile_slots(bt_row, tile, seq_len, BLOCK_SIZE: gl.constexpr, TILE_SIZE: gl.constexpr, layout: gl.constexpr):
+    """(page, slot in page, inside the sequence) of the ``TILE_SIZE`` tokens of KV tile
+    ``tile`` (along dim 0 of ``layout``): each token's page comes from the block table, so
+    the tile size is free of the page size (sec. 4.6). Positions past ``seq_len`` read
+    page 0 and are flagged (`steps.blocks.kv_tile_slots`)."""
+    pos_k = tile * TILE_SIZE + gl.arange(0, TILE_SIZE, layout=gl.SliceLayout(1, layout))
+    in_seq = pos_k < seq_len
+    page = gl.load(bt_row + pos_k // BLOCK_SIZE, mask=in_seq, other=0).to(gl.int64)
+    return page, (pos_k % BLOCK_SIZE).to(gl.int64), in_seq
+
+
+@gluon.jit
+def kv_tile_pointers(cache_ptr, page, slot, kv_head, stride_b, stride_s, stride_h,
+                     HEAD_SIZE: gl.constexpr, layout: gl.constexpr):
+    """Addresses ``[TILE_SIZE, HEAD_SIZE]`` (``layout``) of a KV tile's rows in one cache."""
+    rows = page * stride_b + slot * stride_s + kv_head * stride_h
+    offs_d = gl.arange(0, HEAD_SIZE, layout=gl.SliceLayout(0, layout))
+    return cache_ptr + gl.expand_dims(rows, 1) + gl.expand_dims(offs_d, 0)
+
+
+@gluon.jit
+def softmax_tile(s, m_i, l_i, tile, first_masked, pos_q, qk_scale, softcap, sliding_window,
+                 TILE_SIZE: gl.constexpr, USE_SOFTCAP: gl.constexpr, USE_WINDOW: gl.constexpr):
+    """Online softmax of one score tile ``s`` (raw ``Q K^T``) in base 2: returns ``P``
+    (unnormalized), the factor ``alpha`` that rescales the old accumulator, and the new row
+    max and sum. Tiles before ``first_masked`` are visible in full to every row (one FMA per
+    score, no mask); later ones apply the causal / window mask. A row that has seen no
+    visible key keeps ``m = -inf, l = 0`` (`steps.blocks.attend_tiles`)."""
+    if USE_SOFTCAP:
+        # softcap acts on natural-scale scores: scale, squash, then move to base 2
+        x = s * (qk_scale / LOG2E) / softcap
+        s = softcap * (1.0 - 2.0 / (gl.exp(2.0 * x) + 1.0)) * LOG2E
+        scale = 1.0
+    else:
+        scale = qk_scale
+    if tile >= first_masked:
+        pos_k = tile * TILE_SIZE + gl.arange(0, TILE_SIZE, layout=gl.SliceLayout(0, s.type.layout))
+        visible = gl.expand_dims(pos_k, 0) <= gl.expand_dims(pos_q, 1)
+        if USE_WINDOW:
+            visible = visible & (gl.expand_dims(pos_k, 0) > gl.expand_dims(pos_q, 1) - sliding_window)
+        s = gl.where(visible, s * scale, float("-inf"))
+        m_new = gl.maximum(m_i, gl.max(s, axis=1))
+        m_safe = gl.where(m_new == float("-inf"), 0.0, m_new)
+        p = gl.exp2(s - gl.expand_dims(m_safe, 1))
+    else:
+        m_new = gl.maximum(m_i, gl.max(s, axis=1) * scale)
+        m_safe = m_new
+        p = gl.exp2(s * scale - gl.expand_dims(m_new, 1))
+    alpha = gl.exp2(m_i - m_safe)
+    l_i = l_i * alpha + gl.sum(p, axis=1)
+    return p, alpha, m_new, l_i

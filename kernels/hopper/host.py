@@ -1,0 +1,50 @@
+"""The host side of the Hopper kernels: which calls they can run, and their launch.
+
+Both kernels (`qblock_wgmma`, `qblock_ws`) take the arguments of `steps/qblock.py`'s kernel
+and the same grid; they differ in what runs inside a program and in their launch options.
+"""
+
+from __future__ import annotations
+
+BLOCK_M = 128  # rows of a Q-block: two warpgroups of 64
+HEAD_SIZES = (64, 128)
+TILE_SIZES = (64, 128)
+
+
+def unsupported_reason(q, k_cache) -> str | None:
+    """Why these kernels cannot run a call with these tensors here, or None when they can."""
+    import torch
+
+    if q.device.type != "cuda" or torch.version.hip or torch.cuda.get_device_capability(q.device)[0] != 9:
+        return "needs an sm_90 (Hopper) GPU"
+    if q.shape[2] not in HEAD_SIZES:
+        return f"head size {q.shape[2]} (supported: {HEAD_SIZES})"
+    qpk = q.shape[1] // k_cache.shape[2]
+    if qpk > BLOCK_M:
+        return f"{qpk} query heads per KV head (at most {BLOCK_M})"
+    return None
+
+
+def launch_qblock(kernel, options: dict, out, q, k_cache, v_cache, block_table, cu_seqlens_q, seq_lens, *,
+                  scale: float, sliding_window: int | None, softcap: float, tile_size: int,
+                  compile_only: bool = False) -> None:
+    """Launch ``kernel`` with launch ``options`` (warps, register cap). Grid: (Q-blocks, KV
+    heads), as `steps.qblock.launch`: ``num_tokens // BLOCK_Q + num_seqs`` bounds the
+    Q-blocks of any batch with these token and sequence counts; surplus programs have no
+    rows (they return, or run no tile). One Q-block is ``BLOCK_M = 128`` rows."""
+    from ..steps.blocks import Geometry, launch_or_compile, per_token_args
+
+    if tile_size not in TILE_SIZES:
+        raise ValueError(f"tile_size: expected one of {TILE_SIZES}, got {tile_size}")
+    g = Geometry.of(q, k_cache, seq_lens)
+    block_q = BLOCK_M // g.qpk
+    grid = (g.q_blocks_bound(block_q), g.num_kv_heads)
+    launch_or_compile(
+        kernel, grid, compile_only,
+        *per_token_args(g, out, q, k_cache, v_cache, block_table, cu_seqlens_q, seq_lens, scale, softcap,
+                        sliding_window),
+        QPK=g.qpk, HEAD_SIZE=g.head_size, BLOCK_SIZE=g.block_size, TILE_SIZE=tile_size,
+        BLOCK_M=BLOCK_M, BLOCK_Q=block_q,
+        USE_SOFTCAP=softcap > 0, USE_WINDOW=sliding_window is not None,
+        **options,
+    )

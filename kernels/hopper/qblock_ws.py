@@ -1,0 +1,215 @@
+"""The Q-block step for Hopper with warp specialization, in Gluon: FlashAttention 3's
+division of labour on a paged cache.
+
+Same function, grid and Q-block packing as `qblock_wgmma` (and `steps/qblock.py`); the
+difference is who does what inside a program. Three warpgroups, each its own partition:
+
+* a **producer** gathers K and V tiles page by page with ``cp.async`` (zero-filled past
+  the sequence) into rings of shared memory and signals each buffer on an mbarrier when
+  its copies land; it waits on "empty" mbarriers before reusing a buffer;
+* two **consumers**, one per 64-row half of the 128-row Q-block, run `qblock_wgmma`'s
+  loop: per tile ``S_j = Q K_j^T`` issued with the previous tile's ``P V``, the softmax of
+  tile ``j`` while ``P_{j-1} V_{j-1}`` is on the tensor cores. Each keeps its Q rows in
+  its own shared buffer (in registers, as the A operand, they left too few registers for
+  the wgmma pipeline: ptxas serialized it) and releases a K buffer once its ``S_j`` is done
+  and a V buffer once its ``P V`` is.
+
+No CTA-wide barrier per tile: the two consumers run at their own pace, so one's softmax
+can overlap the other's matrix products, and neither spends issue slots on addresses.
+Registers are split by ``setmaxnreg``: 216 per consumer thread, 72 for the producer.
+
+Hopper only (sm_90), head sizes 64 and 128, fp16/bf16. Gluon has no interpreter: checked
+against the fp32 reference on the GPU (tests/test_kernels_hopper.py), compiled for sm_90 on
+CPU-only machines.
+"""
+
+from __future__ import annotations
+
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.ampere import async_copy
+from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, warpgroup_mma,
+                                                               warpgroup_mma_wait)
+
+from .blocks import (cp_async, cta_barrier, kv_tile_pointers, kv_tile_slots, locate_qblock, qblock_rows,
+                     row_layout, softmax_tile, tile_range)
+from .host import launch_qblock
+
+NUM_WARPS = 4  # the default partition (consumer 0); consumer 1 and the producer are workers
+# the two workers (consumer 1, producer) get 4 warps each and 216 / 72 registers per thread
+# (`warp_specialize` in the kernel); consumer 0 gets what is left of maxnreg x 12 warps
+LAUNCH_OPTIONS = {"maxnreg": 168}  # 168 x 384 threads fit the 64K registers of an SM
+K_STAGES = gl.constexpr(2)  # K tile j is read by S_j only: the producer can refill it one tile later
+V_STAGES = gl.constexpr(3)  # V tile j is read by P_j V_j, one tile after S_j: one more buffer
+
+
+@gluon.jit
+def _producer(k_ptr, v_ptr, bt_row, kv_head, seq_len, first_tile, end_tile,
+              stride_kb, stride_ks, stride_kh, stride_vb, stride_vs, stride_vh,
+              k_smem, v_smem, k_ready, k_empty, v_ready, v_empty,
+              BLOCK_SIZE: gl.constexpr, TILE_SIZE: gl.constexpr, HEAD_SIZE: gl.constexpr):
+    """Fill the K and V rings, one tile ahead of the consumers as far as buffers allow."""
+    layout: gl.constexpr = row_layout(HEAD_SIZE, 4)
+    for j in range(end_tile - first_tile):
+        page, slot, in_seq = kv_tile_slots(bt_row, first_tile + j, seq_len, BLOCK_SIZE, TILE_SIZE, layout)
+        rows_in_seq = gl.expand_dims(in_seq, 1)
+        # a buffer is free once both consumers have arrived on its "empty" barrier (the
+        # first pass through a ring waits on the phase before the first: already complete)
+        mbarrier.wait(k_empty.index(j % K_STAGES), ((j // K_STAGES) & 1) ^ 1)
+        cp_async(k_smem.index(j % K_STAGES), kv_tile_pointers(k_ptr, page, slot, kv_head, stride_kb, stride_ks,
+                                                              stride_kh, HEAD_SIZE, layout), rows_in_seq)
+        async_copy.mbarrier_arrive(k_ready.index(j % K_STAGES), increment_count=False)
+        mbarrier.wait(v_empty.index(j % V_STAGES), ((j // V_STAGES) & 1) ^ 1)
+        cp_async(v_smem.index(j % V_STAGES), kv_tile_pointers(v_ptr, page, slot, kv_head, stride_vb, stride_vs,
+                                                              stride_vh, HEAD_SIZE, layout), rows_in_seq)
+        async_copy.mbarrier_arrive(v_ready.index(j % V_STAGES), increment_count=False)
+
+
+@gluon.jit
+def _consumer(out_ptr, q_ptr, q_start, query_len, q_block_local, context_len, kv_head, first_tile, first_masked,
+              end_tile, qk_scale, softcap, sliding_window, stride_qt, stride_qh, stride_ot, stride_oh,
+              q_smem, k_smem, v_smem, k_ready, k_empty, v_ready, v_empty,
+              HALF: gl.constexpr, QPK: gl.constexpr, HEAD_SIZE: gl.constexpr, TILE_SIZE: gl.constexpr,
+              BLOCK_Q: gl.constexpr, USE_SOFTCAP: gl.constexpr, USE_WINDOW: gl.constexpr):
+    """One 64-row half (``HALF`` 0 or 1) of the Q-block: the overlapped loop of
+    `qblock_wgmma`, fed by the producer's mbarriers, then the normalized rows stored."""
+    s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                       instr_shape=[16, TILE_SIZE, 16])
+    o_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                       instr_shape=[16, HEAD_SIZE, 16])
+    p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
+    dtype: gl.constexpr = q_ptr.dtype.element_ty
+    rows: gl.constexpr = gl.SliceLayout(1, s_layout)
+
+    # this half's Q rows into its own shared buffer (the A operand of Q K^T), visible to the
+    # tensor cores and to the partition's four warps before the first product
+    io_layout: gl.constexpr = row_layout(HEAD_SIZE, 4)
+    tok, head, row_valid = qblock_rows(HALF * 64, q_block_local, query_len, kv_head, 64, BLOCK_Q, QPK,
+                                       gl.SliceLayout(1, io_layout))
+    offs_d = gl.arange(0, HEAD_SIZE, layout=gl.SliceLayout(0, io_layout))
+    q_rows = (q_start + tok).to(gl.int64) * stride_qt + head * stride_qh
+    q_smem.store(gl.load(q_ptr + gl.expand_dims(q_rows, 1) + gl.expand_dims(offs_d, 0),
+                         mask=gl.expand_dims(row_valid, 1), other=0.0))
+    fence_async_shared()
+    cta_barrier()  # in a partition: its own warps
+    pos_q = context_len + q_block_local * BLOCK_Q + (HALF * 64 + gl.arange(0, 64, layout=rows)) // QPK
+
+    m_i = gl.full([64], float("-inf"), gl.float32, layout=rows)
+    l_i = gl.zeros([64], gl.float32, layout=rows)
+    acc = gl.zeros([64, HEAD_SIZE], gl.float32, layout=o_layout)
+    s_zero = gl.zeros([64, TILE_SIZE], gl.float32, layout=s_layout)
+
+    n = end_tile - first_tile
+    if n > 0:
+        # tile 0: no P V to overlap with yet
+        mbarrier.wait(k_ready.index(0), 0)
+        fence_async_shared()  # the producer's cp.async writes, before the tensor cores read them
+        s = warpgroup_mma(q_smem, k_smem.index(0).permute((1, 0)), s_zero, use_acc=False, is_async=True)
+        s = warpgroup_mma_wait(num_outstanding=0, deps=(s,))
+        mbarrier.arrive(k_empty.index(0))
+        p, alpha, m_i, l_i = softmax_tile(s, m_i, l_i, first_tile, first_masked, pos_q, qk_scale, softcap,
+                                          sliding_window, TILE_SIZE, USE_SOFTCAP, USE_WINDOW)
+        p_op = gl.convert_layout(p.to(dtype), p_layout)
+
+        # tile j: S_j and P_{j-1} V_{j-1} in flight together, the softmax of tile j while
+        # P_{j-1} V_{j-1} is still on the tensor cores
+        for j in range(1, n):
+            mbarrier.wait(k_ready.index(j % K_STAGES), (j // K_STAGES) & 1)
+            mbarrier.wait(v_ready.index((j - 1) % V_STAGES), ((j - 1) // V_STAGES) & 1)
+            fence_async_shared()
+            s = warpgroup_mma(q_smem, k_smem.index(j % K_STAGES).permute((1, 0)), s_zero, use_acc=False, is_async=True)
+            acc = acc * gl.expand_dims(gl.convert_layout(alpha, gl.SliceLayout(1, o_layout)), 1)
+            acc = warpgroup_mma(p_op, v_smem.index((j - 1) % V_STAGES), acc, is_async=True)
+            s = warpgroup_mma_wait(num_outstanding=1, deps=(s,))
+            mbarrier.arrive(k_empty.index(j % K_STAGES))
+            p, alpha, m_i, l_i = softmax_tile(s, m_i, l_i, first_tile + j, first_masked, pos_q, qk_scale, softcap,
+                                              sliding_window, TILE_SIZE, USE_SOFTCAP, USE_WINDOW)
+            acc, p_op = warpgroup_mma_wait(num_outstanding=0, deps=(acc, p_op))
+            mbarrier.arrive(v_empty.index((j - 1) % V_STAGES))
+            p_op = gl.convert_layout(p.to(dtype), p_layout)
+
+        # the last tile's P V
+        mbarrier.wait(v_ready.index((n - 1) % V_STAGES), ((n - 1) // V_STAGES) & 1)
+        fence_async_shared()
+        acc = acc * gl.expand_dims(gl.convert_layout(alpha, gl.SliceLayout(1, o_layout)), 1)
+        acc = warpgroup_mma(p_op, v_smem.index((n - 1) % V_STAGES), acc, is_async=True)
+        acc, p_op = warpgroup_mma_wait(num_outstanding=0, deps=(acc, p_op))
+
+    # normalize and store this half's valid rows
+    l_o = gl.convert_layout(l_i, gl.SliceLayout(1, o_layout))
+    o = (acc / gl.expand_dims(gl.where(l_o == 0.0, 1.0, l_o), 1)).to(dtype)
+    tok_o, head_o, valid_o = qblock_rows(HALF * 64, q_block_local, query_len, kv_head, 64, BLOCK_Q, QPK,
+                                         gl.SliceLayout(1, o_layout))
+    offs_do = gl.arange(0, HEAD_SIZE, layout=gl.SliceLayout(0, o_layout))
+    o_rows = (q_start + tok_o).to(gl.int64) * stride_ot + head_o * stride_oh
+    gl.store(out_ptr + gl.expand_dims(o_rows, 1) + gl.expand_dims(offs_do, 0), o, mask=gl.expand_dims(valid_o, 1))
+
+
+@gluon.jit(do_not_specialize=["num_seqs"])
+def qblock_ws_kernel(
+    out_ptr, q_ptr, k_ptr, v_ptr,
+    block_table_ptr, cu_seqlens_q_ptr, seq_lens_ptr,
+    num_seqs, qk_scale, softcap, sliding_window,
+    stride_qt, stride_qh,
+    stride_ot, stride_oh,
+    stride_kb, stride_ks, stride_kh,
+    stride_vb, stride_vs, stride_vh,
+    stride_bt,
+    QPK: gl.constexpr, HEAD_SIZE: gl.constexpr,
+    BLOCK_SIZE: gl.constexpr, TILE_SIZE: gl.constexpr,
+    BLOCK_M: gl.constexpr, BLOCK_Q: gl.constexpr,
+    USE_SOFTCAP: gl.constexpr, USE_WINDOW: gl.constexpr,
+):
+    # -- which Q-block (last ones first: under the causal mask they see the most keys) and
+    #    its KV tiles; a Q-block past its sequence's query gets none, so every partition
+    #    skips its loop (no early return: the worker warps must reach the same end)
+    q_block = gl.num_programs(0) - 1 - gl.program_id(0)
+    kv_head = gl.program_id(1)
+    seq, q_start, query_len, q_block_local, seq_len = locate_qblock(cu_seqlens_q_ptr, seq_lens_ptr, q_block,
+                                                                    num_seqs, BLOCK_Q)
+    context_len = seq_len - query_len
+    bt_row = block_table_ptr + seq.to(gl.int64) * stride_bt
+    first_tile, first_masked, end_tile = tile_range(context_len, query_len, q_block_local, sliding_window,
+                                                    BLOCK_Q, TILE_SIZE, USE_WINDOW)
+    end_tile = gl.where(q_block_local * BLOCK_Q < query_len, end_tile, first_tile)
+
+    # -- the rings and their barriers: "ready" completes when the producer's 128 threads'
+    #    copies have landed, "empty" when both consumers are done with the buffer
+    kv_smem_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([TILE_SIZE, HEAD_SIZE], q_ptr.dtype.element_ty)
+    q_smem_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([64, HEAD_SIZE], q_ptr.dtype.element_ty)
+    q_smem = gl.allocate_shared_memory(q_ptr.dtype.element_ty, [2, 64, HEAD_SIZE], q_smem_layout)
+    k_smem = gl.allocate_shared_memory(q_ptr.dtype.element_ty, [K_STAGES, TILE_SIZE, HEAD_SIZE], kv_smem_layout)
+    v_smem = gl.allocate_shared_memory(q_ptr.dtype.element_ty, [V_STAGES, TILE_SIZE, HEAD_SIZE], kv_smem_layout)
+    k_ready = gl.allocate_shared_memory(gl.int64, [K_STAGES, 1], mbarrier.MBarrierLayout())
+    k_empty = gl.allocate_shared_memory(gl.int64, [K_STAGES, 1], mbarrier.MBarrierLayout())
+    v_ready = gl.allocate_shared_memory(gl.int64, [V_STAGES, 1], mbarrier.MBarrierLayout())
+    v_empty = gl.allocate_shared_memory(gl.int64, [V_STAGES, 1], mbarrier.MBarrierLayout())
+    for i in gl.static_range(K_STAGES):
+        mbarrier.init(k_ready.index(i), count=128)
+        mbarrier.init(k_empty.index(i), count=2)
+    for i in gl.static_range(V_STAGES):
+        mbarrier.init(v_ready.index(i), count=128)
+        mbarrier.init(v_empty.index(i), count=2)
+
+    gl.warp_specialize([
+        (_consumer, (out_ptr, q_ptr, q_start, query_len, q_block_local, context_len, kv_head, first_tile,
+                     first_masked, end_tile, qk_scale, softcap, sliding_window, stride_qt, stride_qh,
+                     stride_ot, stride_oh, q_smem.index(0), k_smem, v_smem, k_ready, k_empty, v_ready, v_empty,
+                     0, QPK, HEAD_SIZE, TILE_SIZE, BLOCK_Q, USE_SOFTCAP, USE_WINDOW)),
+        (_consumer, (out_ptr, q_ptr, q_start, query_len, q_block_local, context_len, kv_head, first_tile,
+                     first_masked, end_tile, qk_scale, softcap, sliding_window, stride_qt, stride_qh,
+                     stride_ot, stride_oh, q_smem.index(1), k_smem, v_smem, k_ready, k_empty, v_ready, v_empty,
+                     1, QPK, HEAD_SIZE, TILE_SIZE, BLOCK_Q, USE_SOFTCAP, USE_WINDOW)),
+        (_producer, (k_ptr, v_ptr, bt_row, kv_head, seq_len, first_tile, end_tile,
+                     stride_kb, stride_ks, stride_kh, stride_vb, stride_vs, stride_vh,
+                     k_smem, v_smem, k_ready, k_empty, v_ready, v_empty, BLOCK_SIZE, TILE_SIZE, HEAD_SIZE)),
+    ], [4, 4], [216, 72])  # worker warps and registers (module doc): consumer 1, producer
+
+
+def launch(out, q, k_cache, v_cache, block_table, cu_seqlens_q, seq_lens, *, scale: float,
+           sliding_window: int | None, softcap: float, tile_size: int = 128, compile_only: bool = False) -> None:
+    """`host.launch_qblock` with three warpgroups per program and the register cap that
+    lets ``setmaxnreg`` give the consumers 216 registers (module doc)."""
+    launch_qblock(qblock_ws_kernel, {"num_warps": NUM_WARPS, **LAUNCH_OPTIONS}, out, q, k_cache, v_cache,
+                  block_table, cu_seqlens_q, seq_lens, scale=scale, sliding_window=sliding_window,
+                  softcap=softcap, tile_size=tile_size, compile_only=compile_only)
