@@ -12,12 +12,15 @@
 # Jobs:
 #   calibrate          `attnbench calibrate` at 256 and 1024 streams x 1/2/4/8 client processes
 #                      (1 stub process at 256 streams, 4 at 1024)
-#   micro:NAME[@FLUSH] `attnbench microbench recipes/microbench/NAME.yaml` (CSV; with @read or @zero,
-#                      --l2-flush FLUSH into NAME-FLUSH.csv)
+#   micro:NAME[+IMPL,...][@FLUSH]
+#                      `attnbench microbench recipes/microbench/NAME.yaml` into NAME.csv; +IMPL,...: only
+#                      those implementations (--impl), into NAME+IMPL,....csv; @read or @zero: --l2-flush,
+#                      into ...-FLUSH.csv; under `timeout ${MICRO_TIMEOUT_S:-900}` (rows are kept per case)
 #   xcheck[:RUN]       docs/results/h100/cross-check.sh on RUN (default backends-custom)
 #   overhead           docs/results/h100/client-overhead.sh: both clients against the stub (OUTPUT_LEN=256)
 #   khost              `attnbench kernels overhead --json --profile`: host cost per kernel call
-#   gputest:FILE       `python3 -m pytest -q tests/FILE` (GPU kernel tests; the log is kept)
+#   gputest:FILE[@K]   `python3 -m pytest -q -x tests/FILE [-k K]` (GPU kernel tests, log kept) under
+#                      `timeout ${GPUTEST_TIMEOUT_S:-300}`: a kernel that hangs costs minutes, not the lease
 #   run:RUN[,RUN...]   `attnbench run recipes/h100.yaml --only RUN ... --resume`
 #   runs:PREFIX        the same for every run of recipes/h100.yaml whose name starts with PREFIX
 #   seed:PREFIX        copy the committed runs (docs/results/h100/h100/PREFIX*) whose recipe is
@@ -72,10 +75,15 @@ job() {
       done ;;
     micro)
       mkdir -p "$CAMPAIGN/micro"
-      local suite=${arg%@*} flush= csv=$arg
-      [ "$suite" != "$arg" ] && flush=${arg#*@} && csv=$suite-$flush
-      [ -s "$CAMPAIGN/micro/$csv.csv" ] || attnbench microbench "recipes/microbench/$suite.yaml" \
-        ${flush:+--l2-flush $flush} --out "$CAMPAIGN/micro/$csv.csv" ;;
+      local what=${arg%@*} flush= csv suite impls= flags=()
+      [ "$what" != "$arg" ] && flush=${arg#*@}
+      suite=${what%%+*}
+      [ "$suite" != "$what" ] && impls=${what#*+}
+      for i in ${impls//,/ }; do flags+=(--impl "$i"); done
+      [ -n "$flush" ] && flags+=(--l2-flush "$flush")
+      csv=$what${flush:+-$flush}
+      [ -s "$CAMPAIGN/micro/$csv.csv" ] || timeout "${MICRO_TIMEOUT_S:-900}" attnbench microbench \
+        "recipes/microbench/$suite.yaml" "${flags[@]}" --out "$CAMPAIGN/micro/$csv.csv" ;;
     xcheck)
       XCHECK_DIR="$CAMPAIGN/cross-check" bash docs/results/h100/cross-check.sh ${arg:-backends-custom} ;;
     overhead)
@@ -84,8 +92,13 @@ job() {
       [ -s "$CAMPAIGN/kernels-overhead.jsonl" ] || attnbench kernels overhead --json --profile \
         > "$CAMPAIGN/kernels-overhead.jsonl" 2> "$CAMPAIGN/kernels-overhead-profile.txt" ;;
     gputest)
-      python3 -m pytest -q -p no:cacheprovider "tests/$arg" > "$CAMPAIGN/gputest-${arg%.py}.log" 2>&1
-      tail -5 "$CAMPAIGN/gputest-${arg%.py}.log" ;;
+      local file=${arg%@*} select= log
+      [ "$file" != "$arg" ] && select=${arg#*@}
+      log="$CAMPAIGN/gputest-${file%.py}${select:+-$select}.log"
+      timeout "${GPUTEST_TIMEOUT_S:-300}" python3 -m pytest -q -x -p no:cacheprovider "tests/$file" \
+        ${select:+-k "$select"} > "$log" 2>&1
+      echo "exit $?" >> "$log"
+      tail -5 "$log" ;;
     run|runs)
       local only=() names=${arg//,/ }
       if [ "$name" = runs ]; then
