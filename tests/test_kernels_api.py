@@ -104,6 +104,17 @@ def test_checked_layouts_are_remembered_and_bad_ones_still_fail(batch, monkeypat
         paged_attention(**batch.attention_kwargs(), check_metadata=True)
     with pytest.raises(AssertionError, match="validate_inputs ran"):  # a new scalar: a new layout
         paged_attention(**{**batch.attention_kwargs(), "softcap": 5.0})
+    with pytest.raises(ValueError, match="max_seqlen_q/max_seqlen_k"):  # with a config given too
+        paged_attention(**{**batch.attention_kwargs(), "max_seqlen_q": 0}, config=KernelConfig("qblock"))
+
+    def chosen(*args, **kwargs):
+        raise AssertionError("a config was chosen")
+
+    # the config chosen for a layout and max lengths is remembered with the layout
+    monkeypatch.setattr(api, "_config_for", chosen)
+    paged_attention(**batch.attention_kwargs())
+    with pytest.raises(AssertionError, match="a config was chosen"):  # new max lengths: a new choice
+        paged_attention(**{**batch.attention_kwargs(), "max_seqlen_k": batch.max_seqlen_k + 1})
 
 
 def test_the_default_call_reads_no_tensor_value_on_the_host(batch, monkeypatch):

@@ -112,11 +112,12 @@ def validate_inputs(q, k_cache, v_cache, block_table, cu_seqlens_q, seq_lens, ou
             _fail("max_seqlen_k", f">= the longest sequence ({lens[s]} at sequence {s})", max_seqlen_k)
 
 
-# Tensor layouts that passed `validate_inputs` (a bounded map), each to the sizes the
-# config choice reads: a call whose tensors have the same metadata as an earlier valid one
-# skips the tensor checks and the size reads. The key holds every fact those checks read,
-# so a remembered call is exactly as checked as a fresh one; the max lengths, which change
-# at every decode step, are checked on every call.
+# Tensor layouts that passed `validate_inputs` (a bounded map), each to what later calls
+# with that layout need: a call whose tensors have the same metadata as an earlier valid one
+# skips the tensor checks, the size reads and (for max lengths seen before) the config
+# choice. The key holds every fact those checks read, so a remembered call is exactly as
+# checked as a fresh one; max lengths, which change at every decode step, are checked the
+# first time each pair is seen with a layout.
 class _Sizes(NamedTuple):
     """What the config choice reads of a call's tensors (the leading arguments of `_config_for`)."""
 
@@ -128,47 +129,64 @@ class _Sizes(NamedTuple):
     device: torch.device
 
 
-_VALID_LAYOUTS: dict[tuple, _Sizes] = {}
+class _Layout:
+    """A validated layout: its sizes, the default softmax scale, and the configs chosen for
+    it so far by (max_seqlen_q, max_seqlen_k, variant), every one of those checked."""
+
+    __slots__ = ("sizes", "default_scale", "configs")
+    MAX_CONFIGS = 4096
+
+    def __init__(self, sizes: _Sizes):
+        self.sizes = sizes
+        self.default_scale = sizes.head_size ** -0.5
+        self.configs: dict[tuple, KernelConfig] = {}
+
+    def choose(self, max_seqlen_q: int, max_seqlen_k: int, variant: str) -> KernelConfig:
+        """The config for these max lengths (checked here, once), remembered."""
+        _check_lengths(max_seqlen_q, max_seqlen_k)
+        config = _config_for(*self.sizes, max_seqlen_q, max_seqlen_k, variant)
+        if len(self.configs) >= self.MAX_CONFIGS:
+            self.configs.clear()
+        self.configs[(max_seqlen_q, max_seqlen_k, variant)] = config
+        return config
+
+
+_VALID_LAYOUTS: dict[tuple, _Layout] = {}
 _MAX_VALID_LAYOUTS = 4096
 
 
-def _layout_key(q, k_cache, v_cache, block_table, cu_seqlens_q, seq_lens, out, *scalars) -> tuple | None:
-    """The metadata `validate_inputs` checks (no tensor values), or None when an argument
-    is not tensor-like (the full check then names it)."""
-    try:
-        return (
-            q.shape, q.stride(), q.dtype, q.device,
-            k_cache.shape, k_cache.stride(), k_cache.dtype, k_cache.device,
-            v_cache.shape, v_cache.stride(), v_cache.dtype, v_cache.device,
-            block_table.shape, block_table.dtype, block_table.device,
-            cu_seqlens_q.shape, cu_seqlens_q.dtype, cu_seqlens_q.device,
-            seq_lens.shape, seq_lens.dtype, seq_lens.device,
-            None if out is None else (out.shape, out.stride(), out.dtype, out.device),
-            *scalars,
-        )
-    except (AttributeError, TypeError):
-        return None
-
-
-def _check_inputs(q, k_cache, v_cache, block_table, cu_seqlens_q, seq_lens, out,
-                  max_seqlen_q, max_seqlen_k, sliding_window, softcap, check_metadata) -> _Sizes:
+def _checked_layout(q, k_cache, v_cache, block_table, cu_seqlens_q, seq_lens, out,
+                    sliding_window, softcap, check_metadata, max_seqlen_q, max_seqlen_k) -> _Layout:
     """`validate_inputs`, skipped for a layout that passed before (unless values are
-    checked); returns the call's sizes."""
-    key = None if check_metadata else _layout_key(q, k_cache, v_cache, block_table, cu_seqlens_q,
-                                                  seq_lens, out, sliding_window, softcap)
-    sizes = _VALID_LAYOUTS.get(key) if key is not None else None
-    if sizes is not None:
-        _check_lengths(max_seqlen_q, max_seqlen_k)
-        return sizes
+    checked: then nothing is remembered)."""
+    key = None
+    if not check_metadata:
+        try:  # the metadata `validate_inputs` checks (no tensor values)
+            key = (
+                q.shape, q.stride(), q.dtype, q.device,
+                k_cache.shape, k_cache.stride(), k_cache.dtype, k_cache.device,
+                v_cache.shape, v_cache.stride(), v_cache.dtype, v_cache.device,
+                block_table.shape, block_table.dtype, block_table.device,
+                cu_seqlens_q.shape, cu_seqlens_q.dtype, cu_seqlens_q.device,
+                seq_lens.shape, seq_lens.dtype, seq_lens.device,
+                None if out is None else (out.shape, out.stride(), out.dtype, out.device),
+                sliding_window, softcap,
+            )
+        except (AttributeError, TypeError):
+            pass  # an argument that is not tensor-like: the full check names it
+        else:
+            layout = _VALID_LAYOUTS.get(key)
+            if layout is not None:
+                return layout
     validate_inputs(q, k_cache, v_cache, block_table, cu_seqlens_q, seq_lens, out,
                     max_seqlen_q, max_seqlen_k, sliding_window, softcap, check_metadata)
     num_tokens, num_q_heads, head_size = q.shape
-    sizes = _Sizes(seq_lens.shape[0], num_tokens, num_q_heads, k_cache.shape[2], head_size, q.device)
+    layout = _Layout(_Sizes(seq_lens.shape[0], num_tokens, num_q_heads, k_cache.shape[2], head_size, q.device))
     if key is not None:
         if len(_VALID_LAYOUTS) >= _MAX_VALID_LAYOUTS:
             _VALID_LAYOUTS.clear()
-        _VALID_LAYOUTS[key] = sizes
-    return sizes
+        _VALID_LAYOUTS[key] = layout
+    return layout
 
 
 @lru_cache(maxsize=4096)
@@ -206,15 +224,18 @@ def paged_attention(
     layouts raise ValueError naming the argument; ``check_metadata=True`` also checks the
     metadata's values, which costs a host sync (module doc).
     """
-    sizes = _check_inputs(q, k_cache, v_cache, block_table, cu_seqlens_q, seq_lens, out,
-                          max_seqlen_q, max_seqlen_k, sliding_window, softcap, check_metadata)
+    layout = _checked_layout(q, k_cache, v_cache, block_table, cu_seqlens_q, seq_lens, out,
+                             sliding_window, softcap, check_metadata, max_seqlen_q, max_seqlen_k)
     if config is None:
-        config = _config_for(*sizes, max_seqlen_q, max_seqlen_k, variant)
-    elif variant not in ("auto", config.variant):
-        _fail("config", f"a KernelConfig for variant {variant!r}", config.variant)
+        config = layout.configs.get((max_seqlen_q, max_seqlen_k, variant)) \
+            or layout.choose(max_seqlen_q, max_seqlen_k, variant)
+    else:
+        _check_lengths(max_seqlen_q, max_seqlen_k)
+        if variant not in ("auto", config.variant):
+            _fail("config", f"a KernelConfig for variant {variant!r}", config.variant)
     if out is None:
         out = torch.empty_like(q)
-    scale = sizes.head_size ** -0.5 if scale is None else float(scale)
+    scale = layout.default_scale if scale is None else float(scale)
     if not scale > 0:  # the kernels' mask-free tiles scale the row max, which needs scale > 0
         _fail("scale", "a positive softmax scale (default head_size ** -0.5)", scale)
     step(config.variant).launch(
