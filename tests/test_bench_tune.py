@@ -75,6 +75,16 @@ def test_microbench_checks_then_times_and_writes_the_schema(tmp_path, broken_imp
     assert by[("prefill", "qblock")]["num_tokens"] == "12" and by[("decode", "qblock")]["decode_share"] == "1.0"
 
 
+MICROBENCH_SUITES = sorted(p for p in (Path(__file__).resolve().parents[1] / "recipes" / "microbench").glob("*.yaml")
+                           if p.name != "tune-space.yaml")  # the tuner's search space: another schema
+
+
+@pytest.mark.parametrize("path", MICROBENCH_SUITES, ids=lambda p: p.name)
+def test_every_shipped_microbench_suite_loads(path):
+    suite = load_microbench_spec(path)
+    assert suite.all_cases() and suite.implementations  # hand-written cases and sweeps
+
+
 def test_microbench_spec_errors_name_file_and_field(tmp_path):
     bad = dict(SUITE, implementations=["qblock", "flashy"])
     with pytest.raises(SpecError, match=r"(?s)suite.yaml.*implementations: unknown \['flashy'\]"):
