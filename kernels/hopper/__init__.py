@@ -1,4 +1,6 @@
 """Kernels written for one GPU generation in Gluon (Triton's lower-level dialect), where
-Triton's own compiler does not give a step the schedule the hardware needs: `qblock_wgmma`
-is the Q-block step for Hopper (sm_90). Not steps of the paper: the microbenchmark times
-them beside the steps (`bench/implementations.py`)."""
+Triton's own compiler does not give a step the schedule the hardware needs: the Q-block
+step for Hopper (sm_90) as `qblock_wgmma` (the softmax overlapped with the tensor cores)
+and `qblock_ws` (the same with a warp-specialized producer), on the Gluon blocks of
+`blocks` and the launch of `host`. Not steps of the paper: the microbenchmark times them
+beside the steps (`bench/implementations.py`)."""
