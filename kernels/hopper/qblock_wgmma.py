@@ -7,7 +7,9 @@ sits between the two matrix products with the tensor cores idle). Here the progr
 when each asynchronous operation is issued and waited for:
 
 * K and V tiles are gathered page by page with ``cp.async`` (any page size, zero-filled past
-  the sequence) into rings of shared memory, one tile ahead of the tile being computed;
+  the sequence) into rings of shared memory, one tile ahead of the tile being computed, and
+  issued after that tile's matrix products so that their addresses are computed while the
+  tensor cores work;
 * per KV tile ``j`` the program issues ``S_j = Q K_j^T`` and, right behind it, the previous
   tile's ``O += P_{j-1} V_{j-1}``; it waits only for ``S_j`` and runs the softmax of tile
   ``j`` while ``P_{j-1} V_{j-1}`` is still on the tensor cores (FlashAttention 3's
@@ -141,13 +143,15 @@ def qblock_wgmma_kernel(
         async_copy.wait_group(0)
         fence_async_shared()
         cta_barrier()
+        s = warpgroup_mma(q_smem, k_smem.index(j % 2).permute((1, 0)), s_zero, use_acc=False, is_async=True)
+        acc = acc * gl.expand_dims(gl.convert_layout(alpha, gl.SliceLayout(1, o_layout)), 1)
+        acc = warpgroup_mma(p_op, v_smem.index((j - 1) % 3), acc, is_async=True)
+        # the next tile's gathers go out while both products run (their buffers held tiles
+        # j-1 and j-2, whose products every warpgroup has waited for)
         if tile + 1 < end_tile:
             _issue_kv_tile(k_smem.index((j + 1) % 2), v_smem.index((j + 1) % 3), k_ptr, v_ptr, bt_row, tile + 1,
                            seq_len, kv_head, stride_kb, stride_ks, stride_kh, stride_vb, stride_vs, stride_vh,
                            BLOCK_SIZE, TILE_SIZE, HEAD_SIZE, io_layout)
-        s = warpgroup_mma(q_smem, k_smem.index(j % 2).permute((1, 0)), s_zero, use_acc=False, is_async=True)
-        acc = acc * gl.expand_dims(gl.convert_layout(alpha, gl.SliceLayout(1, o_layout)), 1)
-        acc = warpgroup_mma(p_op, v_smem.index((j - 1) % 3), acc, is_async=True)
         s = warpgroup_mma_wait(num_outstanding=1, deps=(s,))
         p, alpha, m_i, l_i = softmax_tile(s, m_i, l_i, tile, first_masked, pos_q, qk_scale, softcap,
                                            sliding_window, TILE_SIZE, USE_SOFTCAP, USE_WINDOW)
