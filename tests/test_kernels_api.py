@@ -228,13 +228,13 @@ def test_hopper_kernels_overlap_softmax_with_pv(aot_builds):
     and wait for QK^T with a P V product still in flight (``wgmma.wait_group 1``: the
     overlap they exist for), which ptxas keeps (no C7512: wgmma serialized for lack of
     registers); Triton's own pipelining of the Q-block step waits for all (0)."""
-    by_kernel = {b["kernel"]: b for b in aot_builds if b["target"] == "sm_90"}
-    for kernel in ("qblock_wgmma_kernel", "qblock_ws_kernel"):
-        build = by_kernel[kernel]
+    by_variant = {b["variant"]: b for b in aot_builds if b["target"] == "sm_90"}
+    for variant in ("qblock_wgmma", "qblock_ws", "qblock_ws_pp"):
+        build = by_variant[variant]
         assert build["matrix_instructions"] == ["wgmma"] and build["shared_bytes"] <= 227 * 1024, build
         assert 1 in build["wgmma_waits"], build
         assert "Compiling entry function" in build["ptxas"] and "C7512" not in build["ptxas"], build["ptxas"]
-    assert by_kernel["qblock_attention_kernel"]["wgmma_waits"] == [0]
+    assert by_variant["qblock"]["wgmma_waits"] == [0]
 
 
 def _captured_decode_graph(variant: str, max_seqs: int, num_blocks: int):

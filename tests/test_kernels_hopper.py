@@ -63,17 +63,18 @@ def build_case(head_case: str, composition: str, seed: int) -> PagedBatch:
 @pytest.mark.parametrize("tile_size", [64, 128])
 @pytest.mark.parametrize("composition", sorted(COMPOSITIONS))
 @pytest.mark.parametrize("head_case", sorted(HEAD_CASES))
-@pytest.mark.parametrize("kernel", ["qblock_wgmma", "qblock_ws"])
+@pytest.mark.parametrize("kernel", ["qblock_wgmma", "qblock_ws", "qblock_ws_pp"])
 def test_hopper_kernel_matches_reference(kernel, head_case, composition, tile_size):
     import importlib
 
-    module = importlib.import_module(f"attnbench.kernels.hopper.{kernel}")
+    module = importlib.import_module(f"attnbench.kernels.hopper.{kernel.removesuffix('_pp')}")
+    options = {"pingpong": True} if kernel.endswith("_pp") else {}
     seed = fresh_seed()
     batch = build_case(head_case, composition, seed)
     out = poisoned_like(batch.q)
     module.launch(out, batch.q, batch.k_cache, batch.v_cache, batch.block_table, batch.cu_seqlens_q,
                   batch.seq_lens, scale=batch.head_size ** -0.5, sliding_window=batch.sliding_window,
-                  softcap=batch.softcap, tile_size=tile_size)
+                  softcap=batch.softcap, tile_size=tile_size, **options)
     problem = mismatch(out, batch.reference(), batch.dtype)
     assert problem is None, (
         f"seed={seed} seqs={[(s.query_len, s.context_len) for s in batch.seqs]} "

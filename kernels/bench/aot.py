@@ -17,6 +17,7 @@ import json
 import re
 import sys
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
 import torch
@@ -205,12 +206,12 @@ def hopper_launches() -> dict[str, list[Launch]]:
 
     batch = _llama3_mixed_batch()
     out = {}
-    for module in (qblock_wgmma, qblock_ws):
+    for name, launch in (("qblock_wgmma", qblock_wgmma.launch), ("qblock_ws", qblock_ws.launch),
+                         ("qblock_ws_pp", partial(qblock_ws.launch, pingpong=True))):
         with captured_launches() as launches:
-            module.launch(torch.empty_like(batch.q), batch.q, batch.k_cache, batch.v_cache, batch.block_table,
-                          batch.cu_seqlens_q, batch.seq_lens, scale=batch.head_size ** -0.5,
-                          sliding_window=None, softcap=0.0)
-        out[module.__name__.rsplit(".", 1)[1]] = launches
+            launch(torch.empty_like(batch.q), batch.q, batch.k_cache, batch.v_cache, batch.block_table,
+                   batch.cu_seqlens_q, batch.seq_lens, scale=batch.head_size ** -0.5, sliding_window=None, softcap=0.0)
+        out[name] = launches
     return out
 
 

