@@ -94,7 +94,7 @@ job() {
     gputest)
       local file=${arg%@*} select= log
       [ "$file" != "$arg" ] && select=${arg#*@}
-      log="$CAMPAIGN/gputest-${file%.py}${select:+-$select}.log"
+      log="$CAMPAIGN/gputest-${file%.py}${select:+-${select//[^A-Za-z0-9_]/_}}.log"
       timeout "${GPUTEST_TIMEOUT_S:-300}" python3 -m pytest -q -x -p no:cacheprovider "tests/$file" \
         ${select:+-k "$select"} > "$log" 2>&1
       echo "exit $?" >> "$log"
