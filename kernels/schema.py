@@ -18,6 +18,10 @@ VARIANT_ENV = "ATTNBENCH_VARIANT"
 HOPPER_KERNELS = ("qblock_wgmma", "qblock_wgmma_t64", "qblock_ws", "qblock_ws_t64", "qblock_ws_pp")
 COMPARATORS = ("fa3", "sdpa", "vllm_unified")
 
+# how L2 is emptied before each timed call (bench/timing.py): do_bench's zeroing (dirty
+# lines), or reading the buffer (clean lines); the first is the default
+L2_FLUSHES = ("zero", "read")
+
 # (column, meaning)
 MICROBENCH_COLUMNS: tuple[tuple[str, str], ...] = (
     ("suite", "name of the microbenchmark case list (YAML)"),

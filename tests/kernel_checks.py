@@ -11,7 +11,6 @@ from typing import Callable
 import torch
 
 from attnbench.kernels import PagedBatch
-
 from attnbench.kernels.bench.reference import TOLERANCES, within_tolerance
 
 DEVICE = "cpu" if os.environ.get("TRITON_INTERPRET") == "1" else "cuda"
@@ -46,11 +45,13 @@ def poisoned_like(q: torch.Tensor) -> torch.Tensor:
 def poison_past_sequences(batch: PagedBatch) -> None:
     """NaN in every cache slot of a sequence's last page past its length (and in the spare
     pages): a kernel that lets them into ``P V`` writes NaN."""
-    used = torch.zeros(batch.k_cache.shape[:2], dtype=torch.bool, device=batch.k_cache.device)
+    used = torch.zeros(batch.k_cache.shape[:2], dtype=torch.bool)
+    table = batch.block_table.cpu()  # one copy, not a device read per page
     for s, spec in enumerate(batch.seqs):
         for pos in range(0, spec.seq_len, batch.block_size):
-            page = int(batch.block_table[s, pos // batch.block_size])
+            page = int(table[s, pos // batch.block_size])
             used[page, : min(batch.block_size, spec.seq_len - pos)] = True
+    used = used.to(batch.k_cache.device)
     batch.k_cache[~used] = float("nan")
     batch.v_cache[~used] = float("nan")
 

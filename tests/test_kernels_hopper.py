@@ -18,6 +18,7 @@ import torch
 from attnbench.kernels import PagedBatch
 from kernel_checks import DEVICE, build_head_case, fresh_seed, mismatch, poisoned_like
 
+
 def _on_hopper() -> bool:
     return DEVICE == "cuda" and torch.cuda.is_available() and torch.cuda.get_device_capability()[0] == 9
 

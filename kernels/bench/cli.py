@@ -9,6 +9,8 @@ from pathlib import Path
 
 import click
 
+from ..schema import L2_FLUSHES
+
 
 def require_device(device: str) -> None:
     """One line instead of torch's assertion when the device is not there."""
@@ -28,7 +30,7 @@ def require_device(device: str) -> None:
 @click.option("--only", multiple=True, help="Case or sweep name to run (repeatable); default all.")
 @click.option("--impl", "impls", multiple=True, help="Implementation to time (repeatable); default the suite's.")
 @click.option("--device", default="cuda", show_default=True, help="torch device ('cpu' runs Triton's interpreter).")
-@click.option("--l2-flush", type=click.Choice(["zero", "read"]), default=None,
+@click.option("--l2-flush", type=click.Choice(L2_FLUSHES), default=None,
               help="Override the suite's timing.l2_flush: 'zero' (do_bench's flush, dirty L2) or 'read' (clean L2).")
 def microbench(suite_file: Path, out_csv: Path, only: tuple[str, ...], impls: tuple[str, ...], device: str,
                l2_flush: str | None):

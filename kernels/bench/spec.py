@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from attnbench.validation import validate_yaml
 
-from ..schema import COMPARATORS, HOPPER_KERNELS
+from ..schema import COMPARATORS, HOPPER_KERNELS, L2_FLUSHES
 from ..variants import AUTO, VARIANTS
 
 
@@ -107,7 +107,7 @@ class Timing(_Strict):
     warmup_ms: float = Field(25, gt=0)
     rep_ms: float = Field(100, gt=0)
     cuda_graph: bool = True
-    l2_flush: Literal["zero", "read"] = "zero"
+    l2_flush: Literal[L2_FLUSHES] = L2_FLUSHES[0]
 
 
 IMPLEMENTATIONS = (*VARIANTS, AUTO, *HOPPER_KERNELS, *COMPARATORS)

@@ -17,9 +17,10 @@ from typing import Callable
 import torch
 from triton.testing import do_bench
 
+from ..schema import L2_FLUSHES
+
 
 FLUSH_BYTES = 256 * 2**20  # do_bench's flush buffer: several times the L2 of any GPU here
-L2_FLUSHES = ("zero", "read")
 
 
 def clean_l2_bench(fn: Callable, warmup_ms: float, rep_ms: float) -> tuple[float, float, float]:

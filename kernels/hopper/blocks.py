@@ -19,6 +19,11 @@ cp_async = getattr(async_copy, "async_load", None) or async_copy.async_copy_glob
 
 LOG2E = gl.constexpr(kconfig.LOG2E)
 
+# the rings of KV tiles in shared memory: K tile j is read by S_j only, so its buffer can be
+# refilled one tile later; V tile j is read by P_j V_j, issued one tile after S_j: one more
+K_STAGES = gl.constexpr(2)
+V_STAGES = gl.constexpr(3)
+
 
 @gluon.constexpr_function
 def row_layout(head_size, num_warps):

@@ -30,8 +30,8 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, warpgroup_mma, warpgroup_mma_wait
 from triton.experimental.gluon.language.nvidia.ampere import async_copy
 
-from .blocks import (cp_async, cta_barrier, kv_tile_pointers, kv_tile_slots, locate_qblock, qblock_rows,
-                     row_layout, softmax_tile, tile_range)
+from .blocks import (K_STAGES, V_STAGES, cp_async, cta_barrier, kv_tile_pointers, kv_tile_slots,
+                     locate_qblock, qblock_rows, row_layout, softmax_tile, tile_range)
 from .host import launch_qblock
 
 NUM_WARPS = 8  # two warpgroups, 64 rows of the 128-row Q-block each
@@ -95,8 +95,8 @@ def qblock_wgmma_kernel(
 
     # -- shared memory: the Q-block, a ring of K tiles and a ring of V tiles
     q_smem = gl.allocate_shared_memory(dtype, [BLOCK_M, HEAD_SIZE], q_smem_layout)
-    k_smem = gl.allocate_shared_memory(dtype, [2, TILE_SIZE, HEAD_SIZE], kv_smem_layout)
-    v_smem = gl.allocate_shared_memory(dtype, [3, TILE_SIZE, HEAD_SIZE], kv_smem_layout)
+    k_smem = gl.allocate_shared_memory(dtype, [K_STAGES, TILE_SIZE, HEAD_SIZE], kv_smem_layout)
+    v_smem = gl.allocate_shared_memory(dtype, [V_STAGES, TILE_SIZE, HEAD_SIZE], kv_smem_layout)
 
     # the first tile's copies go out before the Q-block is loaded
     _issue_kv_tile(k_smem.index(0), v_smem.index(0), k_ptr, v_ptr, bt_row, first_tile, seq_len, kv_head,
@@ -139,17 +139,17 @@ def qblock_wgmma_kernel(
     for j in range(1, end_tile - first_tile):
         tile = first_tile + j
         # tile j's copies have landed (every thread's), and every warpgroup is past the
-        # waits of iteration j-1, so K buffer (j+1)%2 and V buffer (j+1)%3 are free
+        # waits of iteration j-1, so the K and V buffers of tile j+1 are free
         async_copy.wait_group(0)
         fence_async_shared()
         cta_barrier()
-        s = warpgroup_mma(q_smem, k_smem.index(j % 2).permute((1, 0)), s_zero, use_acc=False, is_async=True)
+        s = warpgroup_mma(q_smem, k_smem.index(j % K_STAGES).permute((1, 0)), s_zero, use_acc=False, is_async=True)
         acc = acc * gl.expand_dims(gl.convert_layout(alpha, gl.SliceLayout(1, o_layout)), 1)
-        acc = warpgroup_mma(p_op, v_smem.index((j - 1) % 3), acc, is_async=True)
+        acc = warpgroup_mma(p_op, v_smem.index((j - 1) % V_STAGES), acc, is_async=True)
         # the next tile's gathers go out while both products run (their buffers held tiles
         # j-1 and j-2, whose products every warpgroup has waited for)
         if tile + 1 < end_tile:
-            _issue_kv_tile(k_smem.index((j + 1) % 2), v_smem.index((j + 1) % 3), k_ptr, v_ptr, bt_row, tile + 1,
+            _issue_kv_tile(k_smem.index((j + 1) % K_STAGES), v_smem.index((j + 1) % V_STAGES), k_ptr, v_ptr, bt_row, tile + 1,
                            seq_len, kv_head, stride_kb, stride_ks, stride_kh, stride_vb, stride_vs, stride_vh,
                            BLOCK_SIZE, TILE_SIZE, HEAD_SIZE, io_layout)
         s = warpgroup_mma_wait(num_outstanding=1, deps=(s,))
@@ -161,7 +161,7 @@ def qblock_wgmma_kernel(
     # -- the last tile's P V, then normalize and store the valid rows
     last = end_tile - first_tile - 1
     acc = acc * gl.expand_dims(gl.convert_layout(alpha, gl.SliceLayout(1, o_layout)), 1)
-    acc = warpgroup_mma(p_op, v_smem.index(last % 3), acc, is_async=True)
+    acc = warpgroup_mma(p_op, v_smem.index(last % V_STAGES), acc, is_async=True)
     acc, p_op = warpgroup_mma_wait(num_outstanding=0, deps=(acc, p_op))
     l_o = gl.convert_layout(l_i, gl.SliceLayout(1, o_layout))
     o = acc / gl.expand_dims(gl.where(l_o == 0.0, 1.0, l_o), 1)

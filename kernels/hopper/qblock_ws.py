@@ -31,16 +31,14 @@ from triton.experimental.gluon.language.nvidia.ampere import async_copy
 from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, warpgroup_mma,
                                                                warpgroup_mma_wait)
 
-from .blocks import (cp_async, cta_barrier, kv_tile_pointers, kv_tile_slots, locate_qblock, qblock_rows,
-                     row_layout, softmax_tile, tile_range)
+from .blocks import (K_STAGES, V_STAGES, cp_async, cta_barrier, kv_tile_pointers, kv_tile_slots,
+                     locate_qblock, qblock_rows, row_layout, softmax_tile, tile_range)
 from .host import launch_qblock
 
 NUM_WARPS = 4  # the default partition (consumer 0); consumer 1 and the producer are workers
 # the two workers (consumer 1, producer) get 4 warps each and 216 / 72 registers per thread
 # (`warp_specialize` in the kernel); consumer 0 gets what is left of maxnreg x 12 warps
 LAUNCH_OPTIONS = {"maxnreg": 168}  # 168 x 384 threads fit the 64K registers of an SM
-K_STAGES = gl.constexpr(2)  # K tile j is read by S_j only: the producer can refill it one tile later
-V_STAGES = gl.constexpr(3)  # V tile j is read by P_j V_j, one tile after S_j: one more buffer
 
 
 @gluon.jit
@@ -87,10 +85,10 @@ def _pass_turn(turns, HALF: gl.constexpr, PINGPONG: gl.constexpr):
 def _consumer(out_ptr, q_ptr, q_start, query_len, q_block_local, context_len, kv_head, first_tile, first_masked,
               end_tile, qk_scale, softcap, sliding_window, stride_qt, stride_qh, stride_ot, stride_oh,
               q_smem, k_smem, v_smem, k_ready, k_empty, v_ready, v_empty, turns,
-              HALF: gl.constexpr, QPK: gl.constexpr, HEAD_SIZE: gl.constexpr, TILE_SIZE: gl.constexpr,
+              HALF: gl.constexpr, ROWS: gl.constexpr, QPK: gl.constexpr, HEAD_SIZE: gl.constexpr, TILE_SIZE: gl.constexpr,
               BLOCK_Q: gl.constexpr, USE_SOFTCAP: gl.constexpr, USE_WINDOW: gl.constexpr,
               PINGPONG: gl.constexpr):
-    """One 64-row half (``HALF`` 0 or 1) of the Q-block: the overlapped loop of
+    """One ``ROWS``-row half (``HALF`` 0 or 1) of the Q-block: the overlapped loop of
     `qblock_wgmma`, fed by the producer's mbarriers, then the normalized rows stored.
     With ``PINGPONG`` the two halves take turns to issue their products (`_take_turn`)."""
     s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
@@ -104,7 +102,7 @@ def _consumer(out_ptr, q_ptr, q_start, query_len, q_block_local, context_len, kv
     # this half's Q rows into its own shared buffer (the A operand of Q K^T), visible to the
     # tensor cores and to the partition's four warps before the first product
     io_layout: gl.constexpr = row_layout(HEAD_SIZE, 4)
-    tok, head, row_valid = qblock_rows(HALF * 64, q_block_local, query_len, kv_head, 64, BLOCK_Q, QPK,
+    tok, head, row_valid = qblock_rows(HALF * ROWS, q_block_local, query_len, kv_head, ROWS, BLOCK_Q, QPK,
                                        gl.SliceLayout(1, io_layout))
     offs_d = gl.arange(0, HEAD_SIZE, layout=gl.SliceLayout(0, io_layout))
     q_rows = (q_start + tok).to(gl.int64) * stride_qt + head * stride_qh
@@ -112,12 +110,12 @@ def _consumer(out_ptr, q_ptr, q_start, query_len, q_block_local, context_len, kv
                          mask=gl.expand_dims(row_valid, 1), other=0.0))
     fence_async_shared()
     cta_barrier()  # in a partition: its own warps
-    pos_q = context_len + q_block_local * BLOCK_Q + (HALF * 64 + gl.arange(0, 64, layout=rows)) // QPK
+    pos_q = context_len + q_block_local * BLOCK_Q + (HALF * ROWS + gl.arange(0, ROWS, layout=rows)) // QPK
 
-    m_i = gl.full([64], float("-inf"), gl.float32, layout=rows)
-    l_i = gl.zeros([64], gl.float32, layout=rows)
-    acc = gl.zeros([64, HEAD_SIZE], gl.float32, layout=o_layout)
-    s_zero = gl.zeros([64, TILE_SIZE], gl.float32, layout=s_layout)
+    m_i = gl.full([ROWS], float("-inf"), gl.float32, layout=rows)
+    l_i = gl.zeros([ROWS], gl.float32, layout=rows)
+    acc = gl.zeros([ROWS, HEAD_SIZE], gl.float32, layout=o_layout)
+    s_zero = gl.zeros([ROWS, TILE_SIZE], gl.float32, layout=s_layout)
 
     n = end_tile - first_tile
     if n > 0:
@@ -164,7 +162,7 @@ def _consumer(out_ptr, q_ptr, q_start, query_len, q_block_local, context_len, kv
     # normalize and store this half's valid rows
     l_o = gl.convert_layout(l_i, gl.SliceLayout(1, o_layout))
     o = (acc / gl.expand_dims(gl.where(l_o == 0.0, 1.0, l_o), 1)).to(dtype)
-    tok_o, head_o, valid_o = qblock_rows(HALF * 64, q_block_local, query_len, kv_head, 64, BLOCK_Q, QPK,
+    tok_o, head_o, valid_o = qblock_rows(HALF * ROWS, q_block_local, query_len, kv_head, ROWS, BLOCK_Q, QPK,
                                          gl.SliceLayout(1, o_layout))
     offs_do = gl.arange(0, HEAD_SIZE, layout=gl.SliceLayout(0, o_layout))
     o_rows = (q_start + tok_o).to(gl.int64) * stride_ot + head_o * stride_oh
@@ -202,8 +200,9 @@ def qblock_ws_kernel(
     # -- the rings and their barriers: "ready" completes when the producer's 128 threads'
     #    copies have landed, "empty" when both consumers are done with the buffer
     kv_smem_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([TILE_SIZE, HEAD_SIZE], q_ptr.dtype.element_ty)
-    q_smem_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([64, HEAD_SIZE], q_ptr.dtype.element_ty)
-    q_smem = gl.allocate_shared_memory(q_ptr.dtype.element_ty, [2, 64, HEAD_SIZE], q_smem_layout)
+    HALF_M: gl.constexpr = BLOCK_M // 2  # rows per consumer
+    q_smem_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([HALF_M, HEAD_SIZE], q_ptr.dtype.element_ty)
+    q_smem = gl.allocate_shared_memory(q_ptr.dtype.element_ty, [2, HALF_M, HEAD_SIZE], q_smem_layout)
     k_smem = gl.allocate_shared_memory(q_ptr.dtype.element_ty, [K_STAGES, TILE_SIZE, HEAD_SIZE], kv_smem_layout)
     v_smem = gl.allocate_shared_memory(q_ptr.dtype.element_ty, [V_STAGES, TILE_SIZE, HEAD_SIZE], kv_smem_layout)
     k_ready = gl.allocate_shared_memory(gl.int64, [K_STAGES, 1], mbarrier.MBarrierLayout())
@@ -225,11 +224,11 @@ def qblock_ws_kernel(
         (_consumer, (out_ptr, q_ptr, q_start, query_len, q_block_local, context_len, kv_head, first_tile,
                      first_masked, end_tile, qk_scale, softcap, sliding_window, stride_qt, stride_qh,
                      stride_ot, stride_oh, q_smem.index(0), k_smem, v_smem, k_ready, k_empty, v_ready, v_empty,
-                     turns, 0, QPK, HEAD_SIZE, TILE_SIZE, BLOCK_Q, USE_SOFTCAP, USE_WINDOW, PINGPONG)),
+                     turns, 0, HALF_M, QPK, HEAD_SIZE, TILE_SIZE, BLOCK_Q, USE_SOFTCAP, USE_WINDOW, PINGPONG)),
         (_consumer, (out_ptr, q_ptr, q_start, query_len, q_block_local, context_len, kv_head, first_tile,
                      first_masked, end_tile, qk_scale, softcap, sliding_window, stride_qt, stride_qh,
                      stride_ot, stride_oh, q_smem.index(1), k_smem, v_smem, k_ready, k_empty, v_ready, v_empty,
-                     turns, 1, QPK, HEAD_SIZE, TILE_SIZE, BLOCK_Q, USE_SOFTCAP, USE_WINDOW, PINGPONG)),
+                     turns, 1, HALF_M, QPK, HEAD_SIZE, TILE_SIZE, BLOCK_Q, USE_SOFTCAP, USE_WINDOW, PINGPONG)),
         (_producer, (k_ptr, v_ptr, bt_row, kv_head, seq_len, first_tile, end_tile,
                      stride_kb, stride_ks, stride_kh, stride_vb, stride_vs, stride_vh,
                      k_smem, v_smem, k_ready, k_empty, v_ready, v_empty, BLOCK_SIZE, TILE_SIZE, HEAD_SIZE)),
