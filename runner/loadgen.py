@@ -269,7 +269,12 @@ async def run_load(cfg: LoadConfig, requests: list[BenchRequest], offsets: Itera
             # One releaser walks the schedule in order, as `vllm bench serve`'s request
             # generator does. (A timer per request woke in arbitrary order when all were due
             # at once, e.g. at a start shared by several client processes, so the
-            # concurrency gate admitted them out of order.)
+            # concurrency gate admitted them out of order.) After each release it yields to
+            # the loop, so the request starts its connection and goes on the wire before the
+            # next one is released: a burst leaves in schedule order, and a request's
+            # ``sent_s`` is when it left, not when the whole burst had been set up. (Without
+            # that, each client process first started all of its share and wrote it
+            # afterwards, and the server took one process's share before another's.)
             for i in sorted(range(len(records)), key=lambda i: records[i].scheduled_s):
                 rec = records[i]
                 # the event loop may wake a timer up to a millisecond early: sleep again until due
@@ -277,6 +282,7 @@ async def run_load(cfg: LoadConfig, requests: list[BenchRequest], offsets: Itera
                     await asyncio.sleep(delay)
                 rec.dispatch_s = time.perf_counter() - t0
                 tasks.append(asyncio.create_task(one(requests[i], rec)))
+                await asyncio.sleep(0)  # let it start sending
 
         releaser = asyncio.create_task(dispatch())
         watch = asyncio.create_task(_watch_loop(stats)) if stats is not None else None

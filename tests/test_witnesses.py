@@ -194,8 +194,9 @@ def _docs_script(name: str):
 def _cross_check_tree(root):
     """A burst/ load as cross-check.sh leaves it: attnbench, attnbench-p1 and vllm bench
     serve, two runs each, every server scrape reading the same /metrics pages (600 ms mean
-    TTFT); attnbench's runs with gzipped per-request records (3 + 2 chunks), vllm bench's
-    with --save-detailed results (2 + 3 chunks)."""
+    TTFT); attnbench's runs with gzipped per-request records (3 + 2 chunks, the second
+    request answered first), vllm bench's with --save-detailed results (2 + 3 chunks, in
+    order)."""
     load = root / "burst"
     server = between(Snapshot.parse(METRICS_BEFORE), Snapshot.parse(METRICS_AFTER))
     for client, i, ttft in (("attnbench", 1, 640.0), ("attnbench", 2, 660.0),
@@ -205,14 +206,16 @@ def _cross_check_tree(root):
         run.joinpath("summary.json").write_text(json.dumps({
             "request_rate": "inf", "output_throughput": 1000.0, "median_ttft_ms": ttft, "mean_ttft_ms": ttft,
             "median_itl_ms": 20.0, "mean_itl_ms": 20.0, "mean_tpot_ms": 20.0, "server_metrics": server}))
-        records = json.dumps({"chunk_s": [0.1, 0.2, 0.3]}) + "\n" + json.dumps({"chunk_s": [0.1, 0.2]}) + "\n"
+        records = "".join(json.dumps({"index": i, "phase": "measure", "chunk_s": c}) + "\n"
+                          for i, c in enumerate(([0.1, 0.2, 0.3], [0.05, 0.2])))  # the second answered first
         run.joinpath("requests.jsonl.gz").write_bytes(gzip.compress(records.encode()))
     bench = load / "vllm-bench"
     bench.mkdir()
     for i, ttft in ((1, 800.0), (2, 820.0)):
         bench.joinpath(f"r{i}.json").write_text(json.dumps({
             "output_throughput": 1010.0, "median_ttft_ms": ttft, "mean_ttft_ms": ttft, "median_itl_ms": 20.2,
-            "mean_itl_ms": 20.2, "mean_tpot_ms": 20.2, "ttfts": [0.8, 0.8], "itls": [[0.02], [0.02, 0.02]]}))
+            "mean_itl_ms": 20.2, "mean_tpot_ms": 20.2, "ttfts": [0.8, 0.8], "itls": [[0.02], [0.02, 0.02]],
+            "start_times": [10.0, 10.1]}))
         bench.joinpath(f"r{i}.before.prom").write_text(METRICS_BEFORE)
         bench.joinpath(f"r{i}.after.prom").write_text(METRICS_AFTER)
     (root / "prompts.json").write_text("[]")
@@ -231,8 +234,9 @@ def test_cross_check_verdict_sets_each_client_beside_the_server(tmp_path):
     # 650 and 810 ms over the server's 600; these pages have no ITL histogram: "-"
     assert "| attnbench | 600.0 | 50.0 | - |" in text and "| vllm-bench | 600.0 | 210.0 | - |" in text
     assert "| median_ttft_ms | 790.0 | 810.0 | -2.5% |" in text and "| attnbench-p1 | 600.0 | 190.0 | - |" in text
-    assert "| attnbench | r2 | 1,000 | 660.0 | 20.00 | 600.0 | - | 5 |" in text  # 3 + 2 chunks
-    assert "| vllm-bench | r2 | 1,010 | 820.0 | 20.20 | 600.0 | - | 5 |" in text
+    # 3 + 2 chunks; first tokens against request order: reversed (-1) and in order (1)
+    assert "| attnbench | r2 | 1,000 | 660.0 | 20.00 | 600.0 | - | 5 | -1.00 |" in text
+    assert "| vllm-bench | r2 | 1,010 | 820.0 | 20.20 | 600.0 | - | 5 | 1.00 |" in text
 
 
 def test_archived_cross_check_keeps_the_verdict(tmp_path):

@@ -4,9 +4,9 @@
 
 Keeps every summary, /metrics page, CPU record and comparison.md; the per-request records
 of the first repeat of each client and load (attnbench's requests.jsonl.gz, vllm bench
-serve's --save-detailed JSON); of the other repeats only the chunk count each client saw
-(attnbench: ``chunks.txt``; vllm bench: a ``chunks`` field in its summary JSON), which is
-what compare_clients.py reads from an archived copy. Text is gzipped; prompts.json is left
+serve's --save-detailed JSON); of the other repeats only the chunk count each client saw and the order the server answered
+in (attnbench: ``chunks.txt``, ``order.txt``; vllm bench: ``chunks`` and ``order`` fields in
+its summary JSON), which is what compare_clients.py reads from an archived copy. Text is gzipped; prompts.json is left
 out (`attnbench dataset export --seed 0` writes it again).
 """
 
@@ -18,7 +18,8 @@ import shutil
 import sys
 from pathlib import Path
 
-from compare_clients import attnbench_chunks, text_of, vllm_bench_chunks
+from compare_clients import (attnbench_chunks, attnbench_first_token_order, text_of, vllm_bench_chunks,
+                             vllm_bench_first_token_order)
 
 DETAIL = ("input_lens", "output_lens", "ttfts", "itls", "start_times", "generated_texts", "errors")
 
@@ -41,14 +42,17 @@ def archive(src: Path, dest: Path) -> None:
         if name == "requests.jsonl":
             if _keep_records(rel.parent.name):
                 _gzip_to(text_of(path), dest / rel)
-            else:  # only the count compare_clients.py reads
+            else:  # only the chunk count and the answer order compare_clients.py reads
                 (dest / rel.parent / "chunks.txt").write_text(f"{attnbench_chunks(text_of(path))}\n")
+                if (order := attnbench_first_token_order(text_of(path))) is not None:
+                    (dest / rel.parent / "order.txt").write_text(f"{order}\n")
         elif rel.parent.name == "vllm-bench" and name.endswith(".json"):
             result = json.loads(text_of(path))
             if _keep_records(name):
                 _gzip_to(json.dumps(result), dest / rel)
             else:
                 result["chunks"] = vllm_bench_chunks(result)
+                result["order"] = vllm_bench_first_token_order(result)
                 (dest / rel.parent / name).write_text(json.dumps({k: v for k, v in result.items() if k not in DETAIL}))
         elif name.endswith((".prom", ".log")):
             _gzip_to(text_of(path), dest / rel)

@@ -9,7 +9,9 @@ cross-check.sh ran it), each client's run-to-run spread (max - min over median),
 issue's criteria (medians within 5%; attnbench's spread no wider than vllm bench's + 2
 points). Then the evidence: what the server itself measured for each client's runs (vLLM's
 /metrics), how many chunks each client saw, the client's event-loop lag and coalesced
-reads, the CPU seconds of the server's processes and of each client, kernel compiles;
+reads, the order in which the server answered the requests (rank correlation of each
+request's number with the time of its first token: 1.0 is first come, first served in the
+dataset's order, as a burst from one process gets), the CPU seconds of the server's processes and of each client, kernel compiles;
 and each client's latencies minus the server's own for the same requests (the third witness).
 """
 
@@ -55,15 +57,40 @@ def vllm_bench_chunks(result: dict) -> int:
     return sum(len(gaps) + 1 for gaps, ttft in zip(result["itls"], result.get("ttfts", [])) if ttft)
 
 
+def _rank_correlation(times: list[float]) -> float | None:
+    """Spearman's rho between request number (0..n-1) and ``times``."""
+    if len(times) < 2:
+        return None
+    ranks = [0] * len(times)
+    for rank, i in enumerate(sorted(range(len(times)), key=times.__getitem__)):
+        ranks[i] = rank
+    return statistics.correlation(list(range(len(times))), ranks)
+
+
+def attnbench_first_token_order(records: str) -> float | None:
+    """How closely the server's first tokens followed the request numbers (attnbench records)."""
+    first = {r["index"]: r["chunk_s"][0] for r in map(json.loads, filter(None, records.splitlines()))
+             if r["phase"] == "measure" and r["chunk_s"]}
+    return _rank_correlation([first[i] for i in sorted(first)])
+
+
+def vllm_bench_first_token_order(result: dict) -> float | None:
+    """The same from a vllm bench serve --save-detailed result (requests in dataset order)."""
+    return _rank_correlation([start + ttft for start, ttft in zip(result["start_times"], result["ttfts"]) if ttft])
+
+
 def attnbench_runs(load_dir: Path, client: str = "attnbench") -> list[dict]:
     runs = []
     for summary in sorted(load_dir.glob(f"{client}/r*/summary.json"), key=_repeat):
         s = json.loads(summary.read_text())
         records = summary.parent / "requests.jsonl.gz"
         if records.exists():
-            s["chunks"] = attnbench_chunks(text_of(records))
-        elif (summary.parent / "chunks.txt").exists():  # archived copies keep only the count
+            text = text_of(records)
+            s["chunks"], s["order"] = attnbench_chunks(text), attnbench_first_token_order(text)
+        elif (summary.parent / "chunks.txt").exists():  # archived copies keep only these
             s["chunks"] = int((summary.parent / "chunks.txt").read_text())
+            order = summary.parent / "order.txt"
+            s["order"] = float(order.read_text()) if order.exists() else None
         s["server"] = s.get("server_metrics") or {}
         s["repeat"] = _repeat(summary)
         runs.append(s)
@@ -77,6 +104,8 @@ def vllm_bench_runs(load_dir: Path) -> list[dict]:
         i = _repeat(path)
         if s.get("itls") is not None:  # --save-detailed; archived copies keep only the count
             s["chunks"] = vllm_bench_chunks(s)
+            if s.get("start_times"):
+                s["order"] = vllm_bench_first_token_order(s)
         scrapes = [next(iter(sorted(load_dir.glob(f"vllm-bench/r{i}.{w}.prom*"))), None) for w in ("before", "after")]
         s["server"] = between(*(Snapshot.parse(text_of(p)) for p in scrapes)) if all(scrapes) else {}
         s["repeat"] = i
@@ -143,11 +172,13 @@ def report(root: Path) -> list[str]:
                       "interleaved with the others" + ("; one client process, as vllm bench serve has)" if n == "1"
                                                        else ")"), ""]
             lines += _criteria_table(runs, theirs, name)
-        lines += ["", "Per run (the server's own view from vLLM's /metrics; chunks the client saw; client health; "
+        lines += ["", "Per run (the server's own view from vLLM's /metrics; chunks the client saw; the order the "
+                  "server answered in (rank correlation of request number and first-token time); client health; "
                   "CPU seconds during the run):", "",
                   "| client | run | out tok/s | median TTFT ms | median ITL ms | server mean TTFT ms | server mean ITL ms "
-                  "| chunks | loop lag p99 ms | coalesced | JIT compiles | CPU s: client / server processes |",
-                  "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+                  "| chunks | first tokens in request order | loop lag p99 ms | coalesced | JIT compiles "
+                  "| CPU s: client / server processes |",
+                  "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
         clients = [("attnbench", ours), *fixed.items(), ("vllm-bench", theirs)]
         for client, runs in clients:
             for r in runs:
@@ -159,7 +190,7 @@ def report(root: Path) -> list[str]:
                 lines.append(
                     f"| {client} | r{r['repeat']} | {_fmt(r.get('output_throughput'), 0)} | {_fmt(r.get('median_ttft_ms'))} "
                     f"| {_fmt(r.get('median_itl_ms'), 2)} | {_fmt(s.get('mean_ttft_ms'))} | {_fmt(s.get('mean_itl_ms'), 2)} "
-                    f"| {r.get('chunks', '-')} | {_fmt(lag, 2)} | {'-' if coalesced is None else f'{coalesced:.1%}'} "
+                    f"| {r.get('chunks', '-')} | {_fmt(r.get('order'), 2)} | {_fmt(lag, 2)} | {'-' if coalesced is None else f'{coalesced:.1%}'} "
                     f"| {len(r.get('jit_compiles', [])) if 'jit_compiles' in r else '-'} "
                     f"| {_fmt(cpu.get('client'))} / {procs or '-'} |")
         lines += ["", "The server as third witness: each client's mean TTFT and mean ITL minus the server's own "
