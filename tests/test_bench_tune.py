@@ -114,6 +114,32 @@ def test_the_l2_flush_is_a_suite_setting_and_a_cli_override(tmp_path):
         assert [r["l2_flush"] for r in csv.DictReader(fh)] == ["zero"]
 
 
+def test_kernels_run_checks_one_case_for_a_profiler(tmp_path, broken_impls, monkeypatch):
+    """`attnbench kernels run`: one implementation (or named config) on one case, checked
+    against the reference before it runs for the profiler; a wrong one is refused, and an
+    unknown case or implementation is named with the choices."""
+    from click.testing import CliRunner
+
+    import attnbench.kernels.bench.spec as spec
+    from attnbench.kernels.bench.cli import kernels_group
+
+    monkeypatch.setattr(spec, "IMPLEMENTATIONS", spec.IMPLEMENTATIONS + ("broken", "crashing"))
+    path = suite_file(tmp_path, SUITE)
+
+    def run(*args):
+        return CliRunner().invoke(kernels_group, ["run", str(path), "--device", DEVICE, "--repeat", "2", *args])
+
+    result = run("--case", "prefill", "--impl", "qb-t16")
+    assert result.exit_code == 0, result.output
+    assert "prefill qb-t16: attnbench qblock" in result.output and '"tile_size": 16' in result.output
+    result = run("--case", "decode", "--impl", "broken")
+    assert result.exit_code == 2 and "broken on decode: output differs from the fp32 reference" in result.output
+    result = run("--case", "nope", "--impl", "qblock")
+    assert result.exit_code == 2 and "--case: expected one of ['decode', 'prefill'], got 'nope'" in result.output
+    result = run("--case", "decode", "--impl", "fa9")
+    assert result.exit_code == 2 and "'fa9' not in the suite's implementations" in result.output
+
+
 def test_tuner_sweeps_fits_and_emits_working_heuristics(tmp_path):
     suite = load_microbench_spec(suite_file(tmp_path, dict(SUITE, implementations=["qblock"], configs={})))
     space = SearchSpace(variants={"qblock": {"tile_size": [16, 32], "num_warps": [4]},

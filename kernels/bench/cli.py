@@ -72,7 +72,7 @@ def microbench(suite_file: Path, out_csv: Path, only: tuple[str, ...], impls: tu
 
 @click.group("kernels")
 def kernels_group():
-    """Kernel utilities: ahead-of-time builds (no GPU), the API's host overhead."""
+    """Kernel utilities: ahead-of-time builds (no GPU), the API's host overhead, one case for a profiler."""
 
 
 @kernels_group.command("compile")
@@ -85,6 +85,35 @@ def compile_cmd(targets: tuple[str, ...]):
     if bad:
         raise click.BadParameter(f"{bad}; expected some of {sorted(TARGETS)}", param_hint="TARGETS")
     raise SystemExit(main(list(targets)))
+
+
+@kernels_group.command("run")
+@click.argument("suite_file", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--case", "case_name", required=True, help="Case of the suite.")
+@click.option("--impl", "impl", required=True, help="Implementation or named config of the suite.")
+@click.option("--repeat", type=click.IntRange(min=1), default=3, show_default=True,
+              help="Launches inside the NVTX range, after one checked run.")
+@click.option("--device", default="cuda", show_default=True)
+def run_cmd(suite_file: Path, case_name: str, impl: str, repeat: int, device: str):
+    """Run one implementation on one case, for a profiler: checked once against the fp32
+    reference, then REPEAT launches inside an NVTX range named 'attnbench', e.g.
+    `ncu --nvtx --nvtx-include attnbench/ --set full -o prof attnbench kernels run ...`."""
+    from .microbench import run_for_profiler
+    from .spec import SpecError, load_microbench_spec
+
+    try:
+        suite = load_microbench_spec(suite_file)
+    except SpecError as e:
+        raise click.UsageError(str(e)) from None
+    if impl not in suite.implementations and impl not in suite.configs:
+        raise click.BadParameter(f"{impl!r} not in the suite's implementations {suite.implementations} "
+                                 f"or configs {sorted(suite.configs)}", param_hint="--impl")
+    require_device(device)
+    try:
+        prepared = run_for_profiler(suite, case_name, impl, device, repeat)
+    except ValueError as e:
+        raise click.UsageError(str(e)) from None
+    click.echo(f"{case_name} {impl}: {prepared.kernel} {prepared.config}, checked, then {repeat} launches")
 
 
 @click.command("tune")

@@ -27,7 +27,7 @@ from ..config import Platform
 from ..dispatch.heuristics import choose_config, with_overrides
 from ..schema import MICROBENCH_FIELDS
 from .batch import PagedBatch
-from .implementations import Unsupported, prepare
+from .implementations import Prepared, Unsupported, prepare
 from .reference import within_tolerance
 from .spec import Case, MicrobenchSuite
 from .timing import time_graph_us, time_us
@@ -99,6 +99,41 @@ def _case_columns(suite: MicrobenchSuite, case: Case, batch: PagedBatch, ceiling
                 copy_gbps=ceilings.copy_bytes_s / 1e9, matmul_tflops=ceilings.matmul_flops_s / 1e12)
 
 
+def prepare_named(suite: MicrobenchSuite, name: str, batch: PagedBatch) -> Prepared:
+    """An implementation of the suite, or one of its named configs, ready to run on ``batch``."""
+    named = suite.configs.get(name)
+    if named is None:
+        return prepare(name, batch)
+    config = with_overrides(choose_config(batch.shape, Platform.detect(batch.q.device), named.variant),
+                            **named.overrides())
+    return prepare(named.variant, batch, config)
+
+
+def run_for_profiler(suite: MicrobenchSuite, case_name: str, name: str, device: str, repeat: int) -> Prepared:
+    """Run one implementation on one case of ``suite``: once to compile and check it against
+    the fp32 reference, then ``repeat`` times inside an NVTX range named ``attnbench``
+    (``ncu --nvtx --nvtx-include attnbench/`` profiles exactly those launches)."""
+    cases = {c.name: c for c in suite.all_cases()}
+    if case_name not in cases:
+        raise ValueError(f"--case: expected one of {sorted(cases)}, got {case_name!r}")
+    dev = torch.device(device)
+    batch = build_batch(suite, cases[case_name], dev, suite.seed + list(cases).index(case_name))
+    prepared = prepare_named(suite, name, batch)
+    err, ok = within_tolerance(prepared.run()[: batch.num_tokens], batch.reference()[: batch.num_tokens], batch.dtype)
+    if not ok:
+        raise ValueError(f"{name} on {case_name}: output differs from the fp32 reference (max abs err {err:.3g})")
+    if dev.type != "cuda":  # the interpreter: nothing to profile, the runs only
+        for _ in range(repeat):
+            prepared.run()
+        return prepared
+    torch.cuda.synchronize(dev)
+    with torch.cuda.nvtx.range("attnbench"):
+        for _ in range(repeat):
+            prepared.run()
+        torch.cuda.synchronize(dev)
+    return prepared
+
+
 def measure_case(suite: MicrobenchSuite, case: Case, implementations: Iterable[str],
                  device: torch.device, ceilings: Ceilings | None, env: dict, seed: int) -> list[dict]:
     """All rows of one case: one per implementation."""
@@ -114,14 +149,7 @@ def measure_case(suite: MicrobenchSuite, case: Case, implementations: Iterable[s
             rows.append(dict(row, status="skipped", message=f"floor {base['floor_us']:.0f} us > max_floor_us {limit}"))
             continue
         try:
-            named = suite.configs.get(name)
-            if named is not None:
-                variant = named.variant
-                config = with_overrides(choose_config(batch.shape, Platform.detect(device), variant),
-                                        **named.overrides())
-                prepared = prepare(variant, batch, config)
-            else:
-                prepared = prepare(name, batch)
+            prepared = prepare_named(suite, name, batch)
             row["config"], row["kernel"] = prepared.config, prepared.kernel
             out = prepared.run()
             err, ok = within_tolerance(out[: batch.num_tokens], ref[: batch.num_tokens], batch.dtype)

@@ -19,6 +19,10 @@
 #   xcheck[:RUN]       docs/results/h100/cross-check.sh on RUN (default backends-custom)
 #   overhead           docs/results/h100/client-overhead.sh: both clients against the stub (OUTPUT_LEN=256)
 #   khost              `attnbench kernels overhead --json --profile`: host cost per kernel call
+#   ncu:SUITE/CASE/IMPL[,IMPL...]
+#                      Nsight Compute's full set on one launch of each IMPL on CASE of
+#                      recipes/microbench/SUITE.yaml (`attnbench kernels run`, checked first), into
+#                      ncu/CASE-IMPL.ncu-rep and its details page ncu/CASE-IMPL.txt
 #   gputest:FILE[@K]   `python3 -m pytest -q -x tests/FILE [-k K]` (GPU kernel tests, log kept) under
 #                      `timeout ${GPUTEST_TIMEOUT_S:-300}`: a kernel that hangs costs minutes, not the lease
 #   run:RUN[,RUN...]   `attnbench run recipes/h100.yaml --only RUN ... --resume`
@@ -38,6 +42,7 @@ pack() {  # what the worker has so far, in pieces small enough for the trip back
   cp "$CAMPAIGN/worker.log" "$OUT/" 2>/dev/null
   [ -d "$CAMPAIGN/results" ] && tar czf "$OUT/runs.tgz" -C "$CAMPAIGN" results
   [ -d "$CAMPAIGN/micro" ] && tar czf "$OUT/micro.tgz" -C "$CAMPAIGN" micro
+  [ -d "$CAMPAIGN/ncu" ] && tar czf "$OUT/ncu.tgz" -C "$CAMPAIGN" ncu
   [ -f "$CAMPAIGN/calibrate.jsonl" ] && cp "$CAMPAIGN/calibrate.jsonl" "$OUT/"
   cp "$CAMPAIGN"/kernels-overhead* "$CAMPAIGN"/gputest-*.log "$OUT/" 2>/dev/null
   [ -d "$CAMPAIGN/cross-check" ] && tar czf "$OUT/cross-check.tgz" -C "$CAMPAIGN" cross-check
@@ -91,6 +96,21 @@ job() {
     khost)
       [ -s "$CAMPAIGN/kernels-overhead.jsonl" ] || attnbench kernels overhead --json --profile \
         > "$CAMPAIGN/kernels-overhead.jsonl" 2> "$CAMPAIGN/kernels-overhead-profile.txt" ;;
+    ncu)
+      mkdir -p "$CAMPAIGN/ncu"
+      local suite=${arg%%/*} rest=${arg#*/} case impl impls ncu
+      case=${rest%%/*}
+      ncu=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | tail -1)
+      impls=${rest#*/}
+      for impl in ${impls//,/ }; do
+        [ -s "$CAMPAIGN/ncu/$case-$impl.txt" ] && continue
+        timeout "${NCU_TIMEOUT_S:-300}" "$ncu" --nvtx --nvtx-include "attnbench/" --set full --clock-control none \
+          --target-processes all -f -o "$CAMPAIGN/ncu/$case-$impl" \
+          attnbench kernels run "recipes/microbench/$suite.yaml" --case "$case" --impl "$impl" --repeat 1 \
+          > "$CAMPAIGN/ncu/$case-$impl.log" 2>&1
+        "$ncu" -i "$CAMPAIGN/ncu/$case-$impl.ncu-rep" --page details > "$CAMPAIGN/ncu/$case-$impl.txt" 2>&1
+        tail -3 "$CAMPAIGN/ncu/$case-$impl.log"
+      done ;;
     gputest)
       local file=${arg%@*} select= log
       [ "$file" != "$arg" ] && select=${arg#*@}
