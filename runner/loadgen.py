@@ -7,8 +7,9 @@ that is off by default because it is not free: serializing usage into every chun
 vLLM's API-server process, and at hundreds of streams on a fast GPU that process becomes
 the bottleneck, merges tokens into late chunks and so changes the latencies being measured
 (docs/results/h100/README.md, "Cross-check"). Requests are released on an arrival schedule
-(all at once, constant rate, Poisson or gamma gaps) and gated by an optional concurrency
-limit. Each request becomes one `RequestRecord` handed to a sink as soon as it finishes
+(all at once, constant rate, Poisson or gamma gaps), in schedule order, and gated by an
+optional concurrency limit; the requests due at the start get their connections before the
+clock starts, so that a burst reaches the server at once and in order. Each request becomes one `RequestRecord` handed to a sink as soon as it finishes
 (one JSONL line), so an interrupted run keeps everything already measured.
 
 Times are seconds from the load's start (``time.perf_counter``), recorded raw; metrics are
@@ -222,6 +223,21 @@ async def _stream_one(session: aiohttp.ClientSession, cfg: LoadConfig, req: Benc
         rec.end_s = clock() - t0
 
 
+async def open_connections(session: aiohttp.ClientSession, base_url: str, count: int) -> int:
+    """Open ``count`` keep-alive connections to the server and leave them in ``session``'s
+    pool: that many concurrent ``GET /v1/models``. Returns how many answered; a server that
+    does not answer is left for the load's own requests to report."""
+    async def one() -> bool:
+        try:
+            async with session.get(base_url + "/v1/models") as resp:
+                await resp.read()
+                return True
+        except (aiohttp.ClientError, asyncio.TimeoutError, ConnectionError):
+            return False
+
+    return sum(await asyncio.gather(*(one() for _ in range(count))))
+
+
 async def run_load(cfg: LoadConfig, requests: list[BenchRequest], offsets: Iterable[float],
                    sink: Callable[[RequestRecord], None], phase: str = "measure",
                    on_done: Callable[[RequestRecord], None] | None = None, *,
@@ -249,6 +265,12 @@ async def run_load(cfg: LoadConfig, requests: list[BenchRequest], offsets: Itera
                for i, r, o in zip(indices, requests, offsets)]
 
     async with aiohttp.ClientSession(timeout=timeout, connector=connector) as session:
+        # The requests due at the start (a burst) get their connections now, before the
+        # clock starts, so that at the start each one only has to be written. (Connecting
+        # at the start made each client process connect all of its share before it wrote
+        # any of it, and that time was counted in every request's TTFT.)
+        due_at_start = sum(o <= min(offsets, default=0.0) for o in offsets)
+        await open_connections(session, cfg.base_url, min(due_at_start, cfg.max_concurrency or due_at_start))
         t0 = time.perf_counter() if start is None else start()
 
         async def one(req: BenchRequest, rec: RequestRecord):
@@ -270,11 +292,11 @@ async def run_load(cfg: LoadConfig, requests: list[BenchRequest], offsets: Itera
             # generator does. (A timer per request woke in arbitrary order when all were due
             # at once, e.g. at a start shared by several client processes, so the
             # concurrency gate admitted them out of order.) After each release it yields to
-            # the loop, so the request starts its connection and goes on the wire before the
-            # next one is released: a burst leaves in schedule order, and a request's
-            # ``sent_s`` is when it left, not when the whole burst had been set up. (Without
-            # that, each client process first started all of its share and wrote it
-            # afterwards, and the server took one process's share before another's.)
+            # the loop, so the request is written before the next one is released: a burst
+            # leaves in schedule order, and a request's ``sent_s`` is when it left. (Without
+            # that, each client process started all of its share before writing any of it,
+            # even on open connections, and the server took one process's share before
+            # another's.)
             for i in sorted(range(len(records)), key=lambda i: records[i].scheduled_s):
                 rec = records[i]
                 # the event loop may wake a timer up to a millisecond early: sleep again until due

@@ -39,6 +39,11 @@ class FakeServer:
         self.max_in_flight = 0
         self.bodies = []
         self.arrived = {}  # prompt -> time.perf_counter() when its request arrived
+        self.connections_before = []  # per GET /v1/models: completions requests seen before it
+
+    async def models(self, request):
+        self.connections_before.append(len(self.bodies))
+        return web.json_response({"object": "list", "data": [{"id": "m", "object": "model"}]})
 
     async def completions(self, request):
         body = await request.json()
@@ -94,6 +99,7 @@ async def _start(fake: FakeServer) -> tuple[web.AppRunner, str]:
     """Serve ``fake`` on a free loopback port: (runner to clean up, base URL)."""
     app = web.Application()
     app.router.add_post("/v1/completions", fake.completions)
+    app.router.add_get("/v1/models", fake.models)
     runner = web.AppRunner(app)
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0, backlog=4096)  # a burst's SYNs must not overflow it (1 s retry)
@@ -354,6 +360,17 @@ def test_a_burst_from_several_processes_reaches_the_server_in_request_order():
     order = np.argsort(np.argsort([arrived[f"ok-{i}"] for i in range(n)]))  # arrival rank of request i
     rho = np.corrcoef(np.arange(n), order)[0, 1]  # Spearman's: one process's share first gives ~0.5
     assert rho > 0.75, rho
+
+
+@pytest.mark.parametrize("offsets,limit,opened", [([0.0] * 12, None, 12), ([0.0] * 12, 5, 5),
+                                                  ([0.0, 0.0, 0.05, 0.1], None, 2)])
+def test_requests_due_at_the_start_get_their_connections_first(offsets, limit, opened):
+    """Before the clock starts, one connection per request due at the start (at most the
+    concurrency limit) is opened and left in the pool, so at the start a burst is only
+    written; later requests connect when they are sent."""
+    fake, recs, _ = load([BenchRequest("ok", 3, 2) for _ in offsets], offsets, max_concurrency=limit)
+    assert fake.connections_before == [0] * opened
+    assert all(r.status == "ok" for r in recs)
 
 
 def test_client_processes_ctrl_c_keeps_what_was_measured():
