@@ -251,3 +251,7 @@ def test_archived_cross_check_keeps_the_verdict(tmp_path):
     assert (kept / "vllm-bench/r2.after.prom.gz").exists() and not (tmp_path / "kept/prompts.json").exists()
     compare = _docs_script("compare_clients")
     assert compare.report(tmp_path / "kept") == compare.report(tmp_path / "full")
+    # --no-records, from the archived copy: no per-request file left, the same verdict
+    _docs_script("archive_cross_check").archive(tmp_path / "kept", tmp_path / "lean", records=False)
+    assert not list((tmp_path / "lean").rglob("requests.jsonl*")) and "itls" not in (tmp_path / "lean/burst/vllm-bench/r1.json").read_text()
+    assert compare.report(tmp_path / "lean") == compare.report(tmp_path / "full")

@@ -1,21 +1,23 @@
 """Shrink a cross-check tree (cross-check.sh's output) to what the repository keeps.
 
-    python3 archive_cross_check.py SRC_DIR DEST_DIR
+    python3 archive_cross_check.py SRC_DIR DEST_DIR [--no-records]
 
 Keeps every summary, /metrics page, CPU record and comparison.md; the per-request records
 of the first repeat of each client and load (attnbench's requests.jsonl.gz, vllm bench
 serve's --save-detailed JSON); of the other repeats only the chunk count each client saw and the order the server answered
 in (attnbench: ``chunks.txt``, ``order.txt``; vllm bench: ``chunks`` and ``order`` fields in
 its summary JSON), which is what compare_clients.py reads from an archived copy. Text is gzipped; prompts.json is left
-out (`attnbench dataset export --seed 0` writes it again).
+out (`attnbench dataset export --seed 0` writes it again). ``--no-records`` keeps no
+per-request records at all, r1's neither (for trees kept as evidence beside the current one;
+it also shrinks an archived tree).
 """
 
 from __future__ import annotations
 
+import argparse
 import gzip
 import json
 import shutil
-import sys
 from pathlib import Path
 
 from compare_clients import (attnbench_chunks, attnbench_first_token_order, text_of, vllm_bench_chunks,
@@ -28,11 +30,10 @@ def _gzip_to(text: str, dest: Path) -> None:
     dest.with_name(dest.name.removesuffix(".gz") + ".gz").write_bytes(gzip.compress(text.encode(), mtime=0))
 
 
-def _keep_records(run: str) -> bool:
-    return run in ("r1", "r1.json")
+def archive(src: Path, dest: Path, records: bool = True) -> None:
+    def _keep_records(run: str) -> bool:
+        return records and run in ("r1", "r1.json")
 
-
-def archive(src: Path, dest: Path) -> None:
     for path in sorted(p for p in src.rglob("*") if p.is_file()):
         rel = path.relative_to(src)
         name = rel.name.removesuffix(".gz")
@@ -51,8 +52,9 @@ def archive(src: Path, dest: Path) -> None:
             if _keep_records(name):
                 _gzip_to(json.dumps(result), dest / rel)
             else:
-                result["chunks"] = vllm_bench_chunks(result)
-                result["order"] = vllm_bench_first_token_order(result)
+                if "itls" in result:  # not yet archived
+                    result["chunks"] = vllm_bench_chunks(result)
+                    result["order"] = vllm_bench_first_token_order(result)
                 (dest / rel.parent / name).write_text(json.dumps({k: v for k, v in result.items() if k not in DETAIL}))
         elif name.endswith((".prom", ".log")):
             _gzip_to(text_of(path), dest / rel)
@@ -61,4 +63,9 @@ def archive(src: Path, dest: Path) -> None:
 
 
 if __name__ == "__main__":
-    archive(Path(sys.argv[1]), Path(sys.argv[2]))
+    cli = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    cli.add_argument("src", type=Path)
+    cli.add_argument("dest", type=Path)
+    cli.add_argument("--no-records", action="store_true", help="keep no per-request records, r1's neither")
+    args = cli.parse_args()
+    archive(args.src, args.dest, records=not args.no_records)
