@@ -269,7 +269,8 @@ async def run_load(cfg: LoadConfig, requests: list[BenchRequest], offsets: Itera
         # clock starts, so that at the start each one only has to be written. (Connecting
         # at the start made each client process connect all of its share before it wrote
         # any of it, and that time was counted in every request's TTFT.)
-        due_at_start = sum(o <= min(offsets, default=0.0) for o in offsets)
+        first = min(offsets, default=0.0)
+        due_at_start = sum(o <= first for o in offsets)
         await open_connections(session, cfg.base_url, min(due_at_start, cfg.max_concurrency or due_at_start))
         t0 = time.perf_counter() if start is None else start()
 

@@ -137,7 +137,7 @@ def test_kernels_run_checks_one_case_for_a_profiler(tmp_path, broken_impls, monk
     result = run("--case", "nope", "--impl", "qblock")
     assert result.exit_code == 2 and "--case: expected one of ['decode', 'prefill'], got 'nope'" in result.output
     result = run("--case", "decode", "--impl", "fa9")
-    assert result.exit_code == 2 and "'fa9' not in the suite's implementations" in result.output
+    assert result.exit_code == 2 and "['fa9'] not in the suite's implementations" in result.output
 
 
 def test_tuner_sweeps_fits_and_emits_working_heuristics(tmp_path):

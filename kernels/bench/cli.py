@@ -23,6 +23,14 @@ def require_device(device: str) -> None:
                                    "or with --device cpu in Triton's interpreter (TRITON_INTERPRET=1, very slow)")
 
 
+def _check_impls(suite, impls) -> None:
+    """--impl names must be the suite's implementations or named configs."""
+    unknown = [i for i in impls if i not in suite.implementations and i not in suite.configs]
+    if unknown:
+        raise click.BadParameter(f"{unknown} not in the suite's implementations {suite.implementations} "
+                                 f"or configs {sorted(suite.configs)}", param_hint="--impl")
+
+
 @click.command("microbench")
 @click.argument("suite_file", type=click.Path(dir_okay=False, path_type=Path))
 @click.option("--out", "out_csv", type=click.Path(dir_okay=False, path_type=Path), required=True,
@@ -46,10 +54,7 @@ def microbench(suite_file: Path, out_csv: Path, only: tuple[str, ...], impls: tu
     require_device(device)
     if l2_flush:
         suite = suite.model_copy(update={"timing": suite.timing.model_copy(update={"l2_flush": l2_flush})})
-    unknown = [i for i in impls if i not in suite.implementations and i not in suite.configs]
-    if unknown:
-        raise click.BadParameter(f"{unknown} not in the suite's implementations {suite.implementations}",
-                                 param_hint="--impl")
+    _check_impls(suite, impls)
 
     def show(rows):
         for r in rows:
@@ -105,9 +110,7 @@ def run_cmd(suite_file: Path, case_name: str, impl: str, repeat: int, device: st
         suite = load_microbench_spec(suite_file)
     except SpecError as e:
         raise click.UsageError(str(e)) from None
-    if impl not in suite.implementations and impl not in suite.configs:
-        raise click.BadParameter(f"{impl!r} not in the suite's implementations {suite.implementations} "
-                                 f"or configs {sorted(suite.configs)}", param_hint="--impl")
+    _check_impls(suite, [impl])
     require_device(device)
     try:
         prepared = run_for_profiler(suite, case_name, impl, device, repeat)

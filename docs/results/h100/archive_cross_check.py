@@ -4,12 +4,13 @@
 
 Keeps every summary, /metrics page, CPU record and comparison.md; the per-request records
 of the first repeat of each client and load (attnbench's requests.jsonl.gz, vllm bench
-serve's --save-detailed JSON); of the other repeats only the chunk count each client saw and the order the server answered
-in (attnbench: ``chunks.txt``, ``order.txt``; vllm bench: ``chunks`` and ``order`` fields in
-its summary JSON), which is what compare_clients.py reads from an archived copy. Text is gzipped; prompts.json is left
-out (`attnbench dataset export --seed 0` writes it again). ``--no-records`` keeps no
-per-request records at all, r1's neither (for trees kept as evidence beside the current one;
-it also shrinks an archived tree).
+serve's --save-detailed JSON); of the other repeats only the chunk count each client saw
+and the order the server answered in (attnbench: ``chunks.txt``, ``order.txt``; vllm
+bench: ``chunks`` and ``order`` fields in its summary JSON), which is what
+compare_clients.py reads from an archived copy. Text is gzipped; prompts.json is left out
+(`attnbench dataset export --seed 0` writes it again). ``--no-records`` keeps no
+per-request records at all, r1's neither (for trees kept as evidence beside the current
+one; it also shrinks an archived tree).
 """
 
 from __future__ import annotations

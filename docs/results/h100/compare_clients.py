@@ -11,8 +11,9 @@ points). Then the evidence: what the server itself measured for each client's ru
 /metrics), how many chunks each client saw, the client's event-loop lag and coalesced
 reads, the order in which the server answered the requests (rank correlation of each
 request's number with the time of its first token: 1.0 is first come, first served in the
-dataset's order, as a burst from one process gets), the CPU seconds of the server's processes and of each client, kernel compiles;
-and each client's latencies minus the server's own for the same requests (the third witness).
+dataset's order), the CPU seconds of the server's processes and of each client, kernel
+compiles; and each client's latencies minus the server's own for the same requests (the
+third witness).
 """
 
 from __future__ import annotations
