@@ -22,7 +22,8 @@
 #   ncu:SUITE/CASE/IMPL[,IMPL...]
 #                      Nsight Compute's full set on one launch of each IMPL on CASE of
 #                      recipes/microbench/SUITE.yaml (`attnbench kernels run`, checked first), into
-#                      ncu/CASE-IMPL.ncu-rep and its details page ncu/CASE-IMPL.txt
+#                      ncu/CASE-IMPL.ncu-rep and its details page ncu/CASE-IMPL.txt, each under
+#                      `timeout ${NCU_TIMEOUT_S:-300}` (packed into ncu.tgz: ~1 MB per profile)
 #   gputest:FILE[@K]   `python3 -m pytest -q -x tests/FILE [-k K]` (GPU kernel tests, log kept) under
 #                      `timeout ${GPUTEST_TIMEOUT_S:-300}`: a kernel that hangs costs minutes, not the lease
 #   run:RUN[,RUN...]   `attnbench run recipes/h100.yaml --only RUN ... --resume`
