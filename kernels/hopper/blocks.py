@@ -96,17 +96,22 @@ def kv_tile_slots(bt_row, tile, seq_len, BLOCK_SIZE: gl.constexpr, TILE_SIZE: gl
     page 0 and are flagged (`steps.blocks.kv_tile_slots`)."""
     pos_k = tile * TILE_SIZE + gl.arange(0, TILE_SIZE, layout=gl.SliceLayout(1, layout))
     in_seq = pos_k < seq_len
-    page = gl.load(bt_row + pos_k // BLOCK_SIZE, mask=in_seq, other=0).to(gl.int64)
-    return page, (pos_k % BLOCK_SIZE).to(gl.int64), in_seq
+    pos_k = pos_k.to(gl.uint32)  # never negative: the page and slot are a shift and a mask
+    page = gl.load(bt_row + pos_k // BLOCK_SIZE, mask=in_seq, other=0)
+    return page, pos_k % BLOCK_SIZE, in_seq
 
 
 @gluon.jit
-def kv_tile_pointers(cache_ptr, page, slot, kv_head, stride_b, stride_s, stride_h,
-                     HEAD_SIZE: gl.constexpr, layout: gl.constexpr):
-    """Addresses ``[TILE_SIZE, HEAD_SIZE]`` (``layout``) of a KV tile's rows in one cache."""
-    rows = page * stride_b + slot * stride_s + kv_head * stride_h
+def kv_tile_offsets(page, slot, stride_b, stride_s, HEAD_SIZE: gl.constexpr, layout: gl.constexpr):
+    """Element offsets ``[TILE_SIZE, HEAD_SIZE]`` (``layout``) of a KV tile's rows from the
+    start of their KV head in a cache. K and V share them (`host.launch_qblock` requires the
+    two caches' strides to be equal, as vLLM's are), so a tile's addresses cost one 64-bit
+    row offset per (page, slot) and one add per copied vector."""
+    # pages are numbered from 0: zero-extended, one 64-bit product per row; the offset in
+    # the page (slot x token stride) stays within 32 bits
+    rows = page.to(gl.uint32).to(gl.int64) * stride_b + slot * stride_s
     offs_d = gl.arange(0, HEAD_SIZE, layout=gl.SliceLayout(0, layout))
-    return cache_ptr + gl.expand_dims(rows, 1) + gl.expand_dims(offs_d, 0)
+    return gl.expand_dims(rows, 1) + gl.expand_dims(offs_d, 0)
 
 
 @gluon.jit

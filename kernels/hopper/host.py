@@ -37,6 +37,9 @@ def launch_qblock(kernel, extra: dict, out, q, k_cache, v_cache, block_table, cu
 
     if tile_size not in TILE_SIZES:
         raise ValueError(f"tile_size: expected one of {TILE_SIZES}, got {tile_size}")
+    if k_cache.stride() != v_cache.stride():  # the kernels address K and V with one set of offsets
+        raise ValueError(f"v_cache: expected the strides of k_cache {tuple(k_cache.stride())}, "
+                         f"got {tuple(v_cache.stride())}")
     g = Geometry.of(q, k_cache, seq_lens)
     block_q = BLOCK_M // g.qpk
     grid = (g.q_blocks_bound(block_q), g.num_kv_heads)

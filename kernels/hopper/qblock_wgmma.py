@@ -30,7 +30,7 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, warpgroup_mma, warpgroup_mma_wait
 from triton.experimental.gluon.language.nvidia.ampere import async_copy
 
-from .blocks import (K_STAGES, V_STAGES, cp_async, cta_barrier, kv_tile_pointers, kv_tile_slots,
+from .blocks import (K_STAGES, V_STAGES, cp_async, cta_barrier, kv_tile_offsets, kv_tile_slots,
                      locate_qblock, qblock_rows, row_layout, softmax_tile, tile_range)
 from .host import launch_qblock
 
@@ -38,19 +38,18 @@ NUM_WARPS = 8  # two warpgroups, 64 rows of the 128-row Q-block each
 
 
 @gluon.jit
-def _issue_kv_tile(k_buf, v_buf, k_ptr, v_ptr, bt_row, tile, seq_len, kv_head,
-                   stride_kb, stride_ks, stride_kh, stride_vb, stride_vs, stride_vh,
+def _issue_kv_tile(k_buf, v_buf, k_head_ptr, v_head_ptr, bt_row, tile, seq_len, stride_b, stride_s,
                    BLOCK_SIZE: gl.constexpr, TILE_SIZE: gl.constexpr, HEAD_SIZE: gl.constexpr,
                    load_layout: gl.constexpr):
-    """Start copying KV tile ``tile`` into ``k_buf`` / ``v_buf`` ([TILE_SIZE, HEAD_SIZE]) and
-    commit the copies as one group. Rows past ``seq_len`` are zero-filled (their scores are
-    masked, and zeros keep ``P V`` finite whatever the cache holds there)."""
+    """Start copying KV tile ``tile`` of one KV head (``k_head_ptr`` / ``v_head_ptr``: the
+    caches offset to that head) into ``k_buf`` / ``v_buf`` ([TILE_SIZE, HEAD_SIZE]) and commit
+    the copies as one group. Rows past ``seq_len`` are zero-filled (their scores are masked,
+    and zeros keep ``P V`` finite whatever the cache holds there)."""
     page, slot, in_seq = kv_tile_slots(bt_row, tile, seq_len, BLOCK_SIZE, TILE_SIZE, load_layout)
     rows_in_seq = gl.expand_dims(in_seq, 1)
-    cp_async(k_buf, kv_tile_pointers(k_ptr, page, slot, kv_head, stride_kb, stride_ks, stride_kh,
-                                     HEAD_SIZE, load_layout), rows_in_seq)
-    cp_async(v_buf, kv_tile_pointers(v_ptr, page, slot, kv_head, stride_vb, stride_vs, stride_vh,
-                                     HEAD_SIZE, load_layout), rows_in_seq)
+    offs = kv_tile_offsets(page, slot, stride_b, stride_s, HEAD_SIZE, load_layout)
+    cp_async(k_buf, k_head_ptr + offs, rows_in_seq)
+    cp_async(v_buf, v_head_ptr + offs, rows_in_seq)
     async_copy.commit_group()
 
 
@@ -90,6 +89,8 @@ def qblock_wgmma_kernel(
         return
     context_len = seq_len - query_len
     bt_row = block_table_ptr + seq.to(gl.int64) * stride_bt
+    k_head = k_ptr + kv_head * stride_kh  # this program's KV head in each cache
+    v_head = v_ptr + kv_head * stride_vh
     first_tile, first_masked, end_tile = tile_range(context_len, query_len, q_block_local, sliding_window,
                                                     BLOCK_Q, TILE_SIZE, USE_WINDOW)
 
@@ -99,9 +100,8 @@ def qblock_wgmma_kernel(
     v_smem = gl.allocate_shared_memory(dtype, [V_STAGES, TILE_SIZE, HEAD_SIZE], kv_smem_layout)
 
     # the first tile's copies go out before the Q-block is loaded
-    _issue_kv_tile(k_smem.index(0), v_smem.index(0), k_ptr, v_ptr, bt_row, first_tile, seq_len, kv_head,
-                   stride_kb, stride_ks, stride_kh, stride_vb, stride_vs, stride_vh,
-                   BLOCK_SIZE, TILE_SIZE, HEAD_SIZE, io_layout)
+    _issue_kv_tile(k_smem.index(0), v_smem.index(0), k_head, v_head, bt_row, first_tile, seq_len,
+                   stride_kb, stride_ks, BLOCK_SIZE, TILE_SIZE, HEAD_SIZE, io_layout)
 
     # -- the Q-block: BLOCK_Q tokens x QPK heads of one KV head as BLOCK_M rows (sec. 4.4)
     tok, head, row_valid = qblock_rows(0, q_block_local, query_len, kv_head, BLOCK_M, BLOCK_Q, QPK,
@@ -125,9 +125,8 @@ def qblock_wgmma_kernel(
     fence_async_shared()
     cta_barrier()
     if first_tile + 1 < end_tile:
-        _issue_kv_tile(k_smem.index(1), v_smem.index(1), k_ptr, v_ptr, bt_row, first_tile + 1, seq_len, kv_head,
-                       stride_kb, stride_ks, stride_kh, stride_vb, stride_vs, stride_vh,
-                       BLOCK_SIZE, TILE_SIZE, HEAD_SIZE, io_layout)
+        _issue_kv_tile(k_smem.index(1), v_smem.index(1), k_head, v_head, bt_row, first_tile + 1, seq_len,
+                       stride_kb, stride_ks, BLOCK_SIZE, TILE_SIZE, HEAD_SIZE, io_layout)
     s = warpgroup_mma(q_smem, k_smem.index(0).permute((1, 0)), s_zero, use_acc=False, is_async=True)
     s = warpgroup_mma_wait(num_outstanding=0, deps=(s,))
     p, alpha, m_i, l_i = softmax_tile(s, m_i, l_i, first_tile, first_masked, pos_q, qk_scale, softcap,
@@ -149,9 +148,9 @@ def qblock_wgmma_kernel(
         # the next tile's gathers go out while both products run (their buffers held tiles
         # j-1 and j-2, whose products every warpgroup has waited for)
         if tile + 1 < end_tile:
-            _issue_kv_tile(k_smem.index((j + 1) % K_STAGES), v_smem.index((j + 1) % V_STAGES), k_ptr, v_ptr, bt_row, tile + 1,
-                           seq_len, kv_head, stride_kb, stride_ks, stride_kh, stride_vb, stride_vs, stride_vh,
-                           BLOCK_SIZE, TILE_SIZE, HEAD_SIZE, io_layout)
+            _issue_kv_tile(k_smem.index((j + 1) % K_STAGES), v_smem.index((j + 1) % V_STAGES), k_head, v_head,
+                           bt_row, tile + 1, seq_len, stride_kb, stride_ks, BLOCK_SIZE, TILE_SIZE, HEAD_SIZE,
+                           io_layout)
         s = warpgroup_mma_wait(num_outstanding=1, deps=(s,))
         p, alpha, m_i, l_i = softmax_tile(s, m_i, l_i, tile, first_masked, pos_q, qk_scale, softcap,
                                            sliding_window, TILE_SIZE, USE_SOFTCAP, USE_WINDOW)

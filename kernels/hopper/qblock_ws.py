@@ -31,7 +31,7 @@ from triton.experimental.gluon.language.nvidia.ampere import async_copy
 from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, warpgroup_mma,
                                                                warpgroup_mma_wait)
 
-from .blocks import (K_STAGES, V_STAGES, cp_async, cta_barrier, kv_tile_pointers, kv_tile_slots,
+from .blocks import (K_STAGES, V_STAGES, cp_async, cta_barrier, kv_tile_offsets, kv_tile_slots,
                      locate_qblock, qblock_rows, row_layout, softmax_tile, tile_range)
 from .host import launch_qblock
 
@@ -43,23 +43,24 @@ LAUNCH_OPTIONS = {"maxnreg": 168}  # 168 x 384 threads fit the 64K registers of 
 
 @gluon.jit
 def _producer(k_ptr, v_ptr, bt_row, kv_head, seq_len, first_tile, end_tile,
-              stride_kb, stride_ks, stride_kh, stride_vb, stride_vs, stride_vh,
+              stride_kb, stride_ks, stride_kh, stride_vh,
               k_smem, v_smem, k_ready, k_empty, v_ready, v_empty,
               BLOCK_SIZE: gl.constexpr, TILE_SIZE: gl.constexpr, HEAD_SIZE: gl.constexpr):
     """Fill the K and V rings, one tile ahead of the consumers as far as buffers allow."""
     layout: gl.constexpr = row_layout(HEAD_SIZE, 4)
+    k_head = k_ptr + kv_head * stride_kh  # this program's KV head in each cache
+    v_head = v_ptr + kv_head * stride_vh
     for j in range(end_tile - first_tile):
         page, slot, in_seq = kv_tile_slots(bt_row, first_tile + j, seq_len, BLOCK_SIZE, TILE_SIZE, layout)
         rows_in_seq = gl.expand_dims(in_seq, 1)
+        offs = kv_tile_offsets(page, slot, stride_kb, stride_ks, HEAD_SIZE, layout)  # K's and V's
         # a buffer is free once both consumers have arrived on its "empty" barrier (the
         # first pass through a ring waits on the phase before the first: already complete)
         mbarrier.wait(k_empty.index(j % K_STAGES), ((j // K_STAGES) & 1) ^ 1)
-        cp_async(k_smem.index(j % K_STAGES), kv_tile_pointers(k_ptr, page, slot, kv_head, stride_kb, stride_ks,
-                                                              stride_kh, HEAD_SIZE, layout), rows_in_seq)
+        cp_async(k_smem.index(j % K_STAGES), k_head + offs, rows_in_seq)
         async_copy.mbarrier_arrive(k_ready.index(j % K_STAGES), increment_count=False)
         mbarrier.wait(v_empty.index(j % V_STAGES), ((j // V_STAGES) & 1) ^ 1)
-        cp_async(v_smem.index(j % V_STAGES), kv_tile_pointers(v_ptr, page, slot, kv_head, stride_vb, stride_vs,
-                                                              stride_vh, HEAD_SIZE, layout), rows_in_seq)
+        cp_async(v_smem.index(j % V_STAGES), v_head + offs, rows_in_seq)
         async_copy.mbarrier_arrive(v_ready.index(j % V_STAGES), increment_count=False)
 
 
@@ -230,7 +231,7 @@ def qblock_ws_kernel(
                      stride_ot, stride_oh, q_smem.index(1), k_smem, v_smem, k_ready, k_empty, v_ready, v_empty,
                      turns, 1, HALF_M, QPK, HEAD_SIZE, TILE_SIZE, BLOCK_Q, USE_SOFTCAP, USE_WINDOW, PINGPONG)),
         (_producer, (k_ptr, v_ptr, bt_row, kv_head, seq_len, first_tile, end_tile,
-                     stride_kb, stride_ks, stride_kh, stride_vb, stride_vs, stride_vh,
+                     stride_kb, stride_ks, stride_kh, stride_vh,
                      k_smem, v_smem, k_ready, k_empty, v_ready, v_empty, BLOCK_SIZE, TILE_SIZE, HEAD_SIZE)),
     ], [4, 4], [216, 72])  # worker warps and registers (module doc): consumer 1, producer
 
