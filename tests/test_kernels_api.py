@@ -237,6 +237,20 @@ def test_hopper_kernels_overlap_softmax_with_pv(aot_builds):
     assert by_variant["qblock"]["wgmma_waits"] == [0]
 
 
+def test_hopper_kernels_refuse_k_and_v_caches_with_different_strides():
+    """The Gluon kernels address K and V with one set of offsets: a V cache laid out
+    differently is refused by name before anything is built or launched."""
+    from attnbench.kernels.hopper import qblock_ws
+
+    batch = PagedBatch.build([(3, 20)], num_q_heads=4, num_kv_heads=2, head_size=64, block_size=16,
+                             dtype=torch.bfloat16, device="cpu", seed=0)
+    v_cache = batch.v_cache.transpose(1, 2).contiguous().transpose(1, 2)  # same shape, other strides
+    with pytest.raises(ValueError, match=r"v_cache: expected the strides of k_cache"):
+        qblock_ws.launch(torch.empty_like(batch.q), batch.q, batch.k_cache, v_cache, batch.block_table,
+                         batch.cu_seqlens_q, batch.seq_lens, scale=0.125, sliding_window=None, softcap=0.0,
+                         compile_only=True)
+
+
 def _captured_decode_graph(variant: str, max_seqs: int, num_blocks: int):
     """A CUDA graph of the default `paged_attention` call on static decode buffers for up to
     ``max_seqs`` sequences; returns a function that replays it on a fresh random batch of
