@@ -9,8 +9,9 @@ the bottleneck, merges tokens into late chunks and so changes the latencies bein
 (docs/results/h100/README.md, "Cross-check"). Requests are released on an arrival schedule
 (all at once, constant rate, Poisson or gamma gaps), in schedule order, and gated by an
 optional concurrency limit; the requests due at the start get their connections before the
-clock starts, so that a burst reaches the server at once and in order. Each request becomes one `RequestRecord` handed to a sink as soon as it finishes
-(one JSONL line), so an interrupted run keeps everything already measured.
+clock starts, so that a burst reaches the server at once and in order. Each request
+becomes one `RequestRecord` handed to a sink as soon as it finishes (one JSONL line), so
+an interrupted run keeps everything already measured.
 
 Times are seconds from the load's start (``time.perf_counter``), recorded raw; metrics are
 derived later (`metrics.py`).
@@ -223,19 +224,18 @@ async def _stream_one(session: aiohttp.ClientSession, cfg: LoadConfig, req: Benc
         rec.end_s = clock() - t0
 
 
-async def open_connections(session: aiohttp.ClientSession, base_url: str, count: int) -> int:
+async def open_connections(session: aiohttp.ClientSession, base_url: str, count: int) -> None:
     """Open ``count`` keep-alive connections to the server and leave them in ``session``'s
-    pool: that many concurrent ``GET /v1/models``. Returns how many answered; a server that
-    does not answer is left for the load's own requests to report."""
-    async def one() -> bool:
+    pool: that many concurrent ``GET /v1/models``. A server that does not answer is left for
+    the load's own requests to report."""
+    async def one() -> None:
         try:
             async with session.get(base_url + "/v1/models") as resp:
                 await resp.read()
-                return True
         except (aiohttp.ClientError, asyncio.TimeoutError, ConnectionError):
-            return False
+            pass
 
-    return sum(await asyncio.gather(*(one() for _ in range(count))))
+    await asyncio.gather(*(one() for _ in range(count)))
 
 
 async def run_load(cfg: LoadConfig, requests: list[BenchRequest], offsets: Iterable[float],

@@ -12,6 +12,7 @@ appended to the CSV as they are measured, so an interrupted run keeps what it me
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import datetime as dt
 import importlib.metadata as md
@@ -122,15 +123,14 @@ def run_for_profiler(suite: MicrobenchSuite, case_name: str, name: str, device: 
     err, ok = within_tolerance(prepared.run()[: batch.num_tokens], batch.reference()[: batch.num_tokens], batch.dtype)
     if not ok:
         raise ValueError(f"{name} on {case_name}: output differs from the fp32 reference (max abs err {err:.3g})")
-    if dev.type != "cuda":  # the interpreter: nothing to profile, the runs only
-        for _ in range(repeat):
-            prepared.run()
-        return prepared
-    torch.cuda.synchronize(dev)
-    with torch.cuda.nvtx.range("attnbench"):
-        for _ in range(repeat):
-            prepared.run()
+    on_gpu = dev.type == "cuda"  # the interpreter has nothing to profile: the runs only
+    if on_gpu:
         torch.cuda.synchronize(dev)
+    with torch.cuda.nvtx.range("attnbench") if on_gpu else contextlib.nullcontext():
+        for _ in range(repeat):
+            prepared.run()
+        if on_gpu:
+            torch.cuda.synchronize(dev)
     return prepared
 
 

@@ -42,11 +42,12 @@ def archive(src: Path, dest: Path, records: bool = True) -> None:
             continue
         (dest / rel.parent).mkdir(parents=True, exist_ok=True)
         if name == "requests.jsonl":
+            text = text_of(path)
             if _keep_records(rel.parent.name):
-                _gzip_to(text_of(path), dest / rel)
+                _gzip_to(text, dest / rel)
             else:  # only the chunk count and the answer order compare_clients.py reads
-                (dest / rel.parent / "chunks.txt").write_text(f"{attnbench_chunks(text_of(path))}\n")
-                if (order := attnbench_first_token_order(text_of(path))) is not None:
+                (dest / rel.parent / "chunks.txt").write_text(f"{attnbench_chunks(text)}\n")
+                if (order := attnbench_first_token_order(text)) is not None:
                     (dest / rel.parent / "order.txt").write_text(f"{order}\n")
         elif rel.parent.name == "vllm-bench" and name.endswith(".json"):
             result = json.loads(text_of(path))
