@@ -255,3 +255,23 @@ def test_archived_cross_check_keeps_the_verdict(tmp_path):
     _docs_script("archive_cross_check").archive(tmp_path / "kept", tmp_path / "lean", records=False)
     assert not list((tmp_path / "lean").rglob("requests.jsonl*")) and "itls" not in (tmp_path / "lean/burst/vllm-bench/r1.json").read_text()
     assert compare.report(tmp_path / "lean") == compare.report(tmp_path / "full")
+
+
+def test_pooled_burst_takes_the_servers_merging_out():
+    """Two campaigns at one rate are pooled, and each criterion is fitted over the chunk count
+    the client saw: here every run's TPOT is 100 ms - 2 ms per 1,000 chunks, +1 ms for
+    attnbench and -1 ms for vllm bench, so the fit must give a slope of -2 and a difference
+    of +2 ms net of the chunks with nothing left over, though the raw medians differ by less
+    (the clients' runs saw different chunk counts)."""
+    def run(chunks, offset):
+        return {"chunks": chunks, "mean_tpot_ms": 100 - 2 * chunks / 1000 + offset,
+                "median_itl_ms": 30.0 + offset, "median_ttft_ms": 2000.0, "output_throughput": 6000.0}
+
+    ours = [run(c, +1) for c in (95_000, 99_000, 104_000)]
+    theirs = [run(c, -1) for c in (96_000, 98_000, 103_000)]
+    text = "\n".join(_docs_script("compare_clients")._pooled("inf", [("burst", ours[:2], theirs[:2]),
+                                                                     ("burst-2", ours[2:], theirs[2:])]))
+    assert "pooled (burst/, burst-2/: 3 attnbench and 3 vllm bench serve runs)" in text
+    assert "| mean_tpot_ms | -2.00 | " in text and "| +2.00 | 0.00 |" in text
+    assert "| median_itl_ms | +0.00 | " in text  # a constant offset, no slope
+    assert "| output_throughput | 6,000.0 | 6,000.0 | 0.0% |" in text

@@ -149,23 +149,19 @@ def _fmt(v, nd=1) -> str:
 
 
 def report(root: Path) -> list[str]:
-    lines = ["# attnbench load vs vllm bench serve", ""]
-    log = next(iter(sorted(root.glob("server.log*"))), None)
-    if log is not None:
-        text = text_of(log)
-        started = text.rfind("Application startup complete")
-        compiles = jit_compiles(text[max(started, 0):].splitlines())
-        lines += [f"Kernel compiles the server logged after it answered /health: {len(compiles)}", ""]
-        lines += [f"- `{c[:200]}`" for c in compiles] + ([""] if compiles else [])
+    lines = ["# attnbench load vs vllm bench serve", ""] + _compiles(root, "the server")
+    by_rate: dict[object, list[tuple[str, list[dict], list[dict]]]] = {}
     for load_dir in sorted(p for p in root.iterdir() if p.is_dir() and (p / "attnbench").exists()):
         ours, theirs = attnbench_runs(load_dir), vllm_bench_runs(load_dir)
         if not ours or not theirs:
             continue
+        by_rate.setdefault(ours[0].get("request_rate"), []).append((load_dir.name, ours, theirs))
         fixed = {d.name: attnbench_runs(load_dir, d.name)  # optional: attnbench held to N client processes
                  for d in sorted(load_dir.glob(f"{FIXED}*"), key=lambda d: int(d.name[len(FIXED):]))}
         rate = ours[0].get("request_rate")
         lines += [f"## {load_dir.name} (request rate {rate} req/s; {len(ours)} attnbench and {len(theirs)} "
                   "vllm bench serve runs, alternating)", ""]
+        lines += _compiles(load_dir, f"{load_dir.name}'s server (its own launch)")
         lines += _criteria_table(ours, theirs, "attnbench")
         for name, runs in fixed.items():
             n = name[len(FIXED):]
@@ -205,7 +201,61 @@ def report(root: Path) -> list[str]:
             server = _med([r["server"].get("mean_ttft_ms") for r in runs])
             lines.append(f"| {client} | {_fmt(server)} | {_fmt(ttft)} | {_fmt(itl, 2)} |")
         lines.append("")
+    for rate, loads in by_rate.items():
+        if len(loads) > 1:
+            lines += _pooled(rate, loads)
     return lines
+
+
+def _compiles(where: Path, whose: str) -> list[str]:
+    """Kernel compiles logged after /health by the server whose log lies in `where` (none: no lines)."""
+    log = next(iter(sorted(where.glob("server.log*"))), None)
+    if log is None:
+        return []
+    text = text_of(log)
+    started = text.rfind("Application startup complete")
+    compiles = jit_compiles(text[max(started, 0):].splitlines())
+    return ([f"Kernel compiles {whose} logged after it answered /health: {len(compiles)}", ""]
+            + [f"- `{c[:200]}`" for c in compiles] + ([""] if compiles else []))
+
+
+def _pooled(rate, loads: list[tuple[str, list[dict], list[dict]]]) -> list[str]:
+    """Every campaign at one request rate taken together, and the server's own variation taken out.
+
+    At a burst, how far vLLM's API server falls behind the engine decides how many tokens it
+    merges into one chunk, and that moves every run's ITL and TPOT for either client. Each
+    criterion is fitted as one line over the chunk count with its own offset per client
+    (least squares, common slope): the difference of the offsets is attnbench - vllm bench
+    net of the server's merging, to be read against the residuals' standard deviation.
+    """
+    names = ", ".join(f"{name}/" for name, _, _ in loads)
+    ours = [r for _, runs, _ in loads for r in runs]
+    theirs = [r for _, _, runs in loads for r in runs]
+    lines = [f"## All runs at request rate {rate} req/s pooled ({names}: {len(ours)} attnbench and "
+             f"{len(theirs)} vllm bench serve runs)", ""]
+    lines += _criteria_table(ours, theirs, "attnbench")
+    groups = [[r for r in runs if r.get("chunks")] for runs in (ours, theirs)]
+    if min(len(g) for g in groups) < 2:
+        return lines + [""]
+    lines += ["", "Net of the server's merging (each criterion fitted over the chunks the client saw, one "
+              "slope for all runs, one offset per client):", "",
+              "| metric | change per 1,000 more chunks | correlation | attnbench - vllm bench, net | "
+              "residual std |", "|---|---|---|---|---|"]
+    for k in CRITERIA[1:]:
+        xs = [[r["chunks"] / 1000 for r in g] for g in groups]
+        ys = [[r.get(k) for r in g] for g in groups]
+        flat_y = [y for g in ys for y in g]
+        if None in flat_y or len(set(flat_y)) < 2:
+            continue  # missing, or nothing to fit
+        centred = [([x - statistics.fmean(gx) for x in gx], [y - statistics.fmean(gy) for y in gy])
+                   for gx, gy in zip(xs, ys)]
+        sxx = sum(x * x for cx, _ in centred for x in cx)
+        slope = sum(x * y for cx, cy in centred for x, y in zip(cx, cy)) / sxx if sxx else 0.0
+        offsets = [statistics.fmean(gy) - slope * statistics.fmean(gx) for gx, gy in zip(xs, ys)]
+        residuals = [y - slope * x for cx, cy in centred for x, y in zip(cx, cy)]
+        lines.append(f"| {k} | {slope:+.2f} | {statistics.correlation([x for g in xs for x in g], flat_y):+.2f} "
+                     f"| {offsets[0] - offsets[1]:+.2f} | {statistics.pstdev(residuals):.2f} |")
+    return lines + [""]
 
 
 def _criteria_table(ours: list[dict], theirs: list[dict], label: str) -> list[str]:
