@@ -26,6 +26,9 @@ def next_power_of_2(n: int) -> int:
     return 1 if n <= 1 else 1 << (n - 1).bit_length()
 
 
+KERNELS = ("triton", "gluon_ws")  # KernelConfig.kernel: who implements the step
+
+
 @dataclass(frozen=True)
 class KernelConfig:
     """Launch parameters of one kernel variant.
@@ -39,6 +42,9 @@ class KernelConfig:
                      static_grid: segments per decode sequence (1 = no split)
     programs_per_sm  static_grid: programs per SM/CU in the fixed grid
     reduce_num_warps warps of the segment-reduction kernels
+    kernel           which kernel runs the step: "triton" (`steps/`, every platform) or, for
+                     qblock on Hopper, "gluon_ws" (`hopper/qblock_ws.py`, warp-specialized;
+                     block_m 128, tile_size 64 or 128; num_warps/num_stages are its own)
     """
 
     variant: str
@@ -49,10 +55,16 @@ class KernelConfig:
     num_segments: int = 1
     programs_per_sm: float = 1.0
     reduce_num_warps: int = 4
+    kernel: str = "triton"
 
     def __post_init__(self):
         if self.variant not in VARIANTS:
             raise ValueError(f"KernelConfig.variant: expected one of {VARIANTS}, got {self.variant!r}")
+        if self.kernel not in KERNELS:
+            raise ValueError(f"KernelConfig.kernel: expected one of {KERNELS}, got {self.kernel!r}")
+        if self.kernel == "gluon_ws" and (self.variant, self.block_m) != ("qblock", 128):
+            raise ValueError("KernelConfig.kernel: 'gluon_ws' runs the qblock step with block_m 128, got "
+                             f"variant {self.variant!r}, block_m {self.block_m}")
         for name in ("tile_size", "block_m"):
             v = getattr(self, name)
             if v < 1 or v & (v - 1):
@@ -77,6 +89,7 @@ class Platform:
     vendor: str  # "cuda", "hip" or "cpu" (CPU: Triton interpreter)
     num_sms: int  # SMs (NVIDIA) or CUs (AMD)
     device_name: str = ""
+    arch: str = ""  # "sm_90" (compute capability), "gfx942" (AMD); "" on the CPU or unknown
 
     @classmethod
     def detect(cls, device) -> "Platform":
@@ -91,8 +104,9 @@ def _detect_platform(device_type: str, index: int | None) -> Platform:
     if device_type != "cuda":
         return Platform("cpu", CPU_SMS, "cpu")
     props = torch.cuda.get_device_properties(index if index is not None else torch.cuda.current_device())
-    vendor = "hip" if torch.version.hip else "cuda"
-    return Platform(vendor, props.multi_processor_count, props.name)
+    if torch.version.hip:
+        return Platform("hip", props.multi_processor_count, props.name, props.gcnArchName.split(":")[0])
+    return Platform("cuda", props.multi_processor_count, props.name, f"sm_{props.major}{props.minor}")
 
 
 @dataclass(frozen=True)

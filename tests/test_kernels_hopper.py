@@ -87,3 +87,57 @@ def test_reference_of_a_poisoned_batch_is_finite():
     the CPU machine too)."""
     batch = build_case("gqa4-h128-bf16-bs16", "prefill", fresh_seed())
     assert torch.isnan(batch.k_cache).any() and torch.isfinite(batch.reference()).all()
+
+
+def _auto_call(batch: PagedBatch, out: torch.Tensor, v_cache: torch.Tensor | None = None):
+    from attnbench.kernels import paged_attention
+
+    return paged_attention(q=batch.q, k_cache=batch.k_cache, v_cache=batch.v_cache if v_cache is None else v_cache,
+                           block_table=batch.block_table, cu_seqlens_q=batch.cu_seqlens_q, seq_lens=batch.seq_lens,
+                           out=out, max_seqlen_q=batch.max_seqlen_q, max_seqlen_k=batch.max_seqlen_k,
+                           sliding_window=batch.sliding_window, softcap=batch.softcap)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("composition", sorted(COMPOSITIONS))
+@pytest.mark.parametrize("head_case", ["gqa4-h128-bf16-bs16", "window-softcap-mqa-h128-bf16-bs48"])
+def test_auto_runs_the_gluon_kernel_on_hopper(head_case, composition):
+    """The default call picks `qblock_ws` for prefill and mixed batches on an H100, runs it
+    through `paged_attention`, and the result matches the reference; captured in a CUDA graph
+    and replayed, it writes the same."""
+    from attnbench.kernels.config import Platform
+    from attnbench.kernels.dispatch.heuristics import choose_config
+
+    seed = fresh_seed()
+    batch = build_case(head_case, composition, seed)
+    assert choose_config(batch.shape, Platform.detect(batch.q.device)).kernel == "gluon_ws"
+    out = poisoned_like(batch.q)
+    _auto_call(batch, out)
+    problem = mismatch(out, batch.reference(), batch.dtype)
+    assert problem is None, f"seed={seed} {head_case} {composition}: {problem}"
+    eager = out.clone()
+    out.fill_(float("nan"))
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        _auto_call(batch, out)
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(out, eager)
+
+
+@pytest.mark.gpu
+def test_auto_with_a_differently_strided_v_cache_runs_the_triton_kernel():
+    """The Gluon kernel addresses K and V with one set of offsets; a V cache laid out
+    otherwise (here a slice of a wider tensor) makes the default call fall back to the
+    Triton kernel, and the result still matches."""
+    seed = fresh_seed()
+    batch = build_case("gqa4-h128-bf16-bs16", "prefill", seed)
+    wide = torch.full((*batch.v_cache.shape[:3], batch.head_size * 2), float("nan"), dtype=batch.dtype,
+                      device=batch.v_cache.device)
+    wide[..., :batch.head_size] = batch.v_cache
+    v_cache = wide[..., :batch.head_size]
+    assert v_cache.stride() != batch.k_cache.stride()
+    out = poisoned_like(batch.q)
+    _auto_call(batch, out, v_cache=v_cache)
+    problem = mismatch(out, batch.reference(), batch.dtype)
+    assert problem is None, f"seed={seed}: {problem}"

@@ -21,6 +21,7 @@ from kernel_checks import DEVICE, fresh_seed
 
 H100 = Platform("cuda", 132, "NVIDIA H100 80GB HBM3")
 MI300X = Platform("hip", 304, "AMD Instinct MI300X")
+H100_SM90 = Platform("cuda", 132, "NVIDIA H100 80GB HBM3", "sm_90")  # with the Gluon kernel
 LIMITS = (64, 512, 2048)  # max_num_seqs, max_num_batched_tokens, max_model_len
 
 
@@ -35,7 +36,7 @@ def _random_shape(rng: random.Random, heads: tuple[int, int, int]) -> BatchShape
     return BatchShape(n, sum(q_lens), max(q_lens), max(kv), *heads)
 
 
-@pytest.mark.parametrize("platform", [H100, MI300X], ids=["h100", "mi300x"])
+@pytest.mark.parametrize("platform", [H100, H100_SM90, MI300X], ids=["h100", "h100-sm90", "mi300x"])
 @pytest.mark.parametrize("variant", ["auto", "naive", "qblock", "parallel_tiled", "static_grid"])
 def test_reachable_configs_cover_random_batches(variant, platform):
     heads = (32, 8, 128)
@@ -85,9 +86,14 @@ def test_no_compilation_after_precompile_on_the_gpu(variant):
     layout, random batches of that server compile nothing."""
     from attnbench.kernels.steps import naive, parallel_tiled, qblock, static_grid
     from attnbench.kernels.dispatch.api import paged_attention, precompile
+    from attnbench.kernels.hopper import host as hopper
     from triton import knobs
 
-    for module in (naive, parallel_tiled, qblock, static_grid):  # forget earlier tests' binaries
+    modules = [naive, parallel_tiled, qblock, static_grid]
+    if hopper.available():  # auto runs the Gluon kernel on an H100
+        from attnbench.kernels.hopper import qblock_ws
+        modules.append(qblock_ws)
+    for module in modules:  # forget earlier tests' binaries
         for kernel in vars(module).values():
             if hasattr(kernel, "device_caches"):
                 kernel.device_caches.clear()

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from attnbench.kernels.config import BatchShape, Platform
+from attnbench.kernels.config import BatchShape, KernelConfig, Platform
 from attnbench.kernels.variants import AUTO, CHOICES, VARIANTS, check_variant, step
 
 H100 = Platform("cuda", 132, "test")
@@ -47,3 +47,51 @@ def test_the_registry_loads_without_torch():
             "print(sorted(m for m in ('torch', 'triton') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0 and out.stdout.strip() == "[]", out.stderr[-1000:]
+
+
+H100_SM90 = Platform("cuda", 132, "NVIDIA H100 80GB HBM3", "sm_90")
+
+
+@pytest.mark.parametrize("gluon", [True, False])
+def test_hopper_prefill_and_mixed_batches_get_the_gluon_kernel(monkeypatch, gluon):
+    """On sm_90, with Gluon's Hopper API, prefill and mixed batches run `qblock_ws` (64-token
+    tiles, 128 rows); decodes, other architectures, other head shapes and a Triton without
+    Gluon keep the Triton kernel."""
+    from attnbench.kernels.dispatch.heuristics import choose_config
+    from attnbench.kernels.hopper import host
+
+    monkeypatch.setattr(host, "available", lambda: gluon)
+    prefill, mixed = SHAPES[2], SHAPES[3]
+    for shape in (prefill, mixed):
+        config = choose_config(shape, H100_SM90)
+        expected = ("gluon_ws", 64) if gluon else ("triton", 128)
+        assert (config.variant, config.block_m, config.kernel, config.tile_size) == ("qblock", 128, *expected)
+        assert choose_config(shape, H100).kernel == "triton"  # architecture unknown
+        assert choose_config(shape, Platform("cuda", 108, "A100", "sm_80")).kernel == "triton"
+        assert choose_config(shape, H100_SM90, "qblock") == config  # the qblock step's own tree
+    for shape in SHAPES[:2]:  # decodes
+        assert choose_config(shape, H100_SM90).kernel == "triton"
+    assert choose_config(BatchShape(4, 8192, 2048, 2048, 32, 8, 256), H100_SM90).kernel == "triton"  # head 256
+    assert choose_config(BatchShape(1, 512, 512, 512, 256, 1, 64), H100_SM90).kernel == "triton"  # 256 per KV head
+
+
+def test_the_gluon_kernel_runs_only_the_qblock_step_with_128_rows():
+    with pytest.raises(ValueError, match=r"KernelConfig.kernel: expected one of \('triton', 'gluon_ws'\), got 'cuda'"):
+        KernelConfig("qblock", kernel="cuda")
+    with pytest.raises(ValueError, match="'gluon_ws' runs the qblock step with block_m 128, got variant "
+                                         "'parallel_tiled', block_m 128"):
+        KernelConfig("parallel_tiled", block_m=128, kernel="gluon_ws")
+    with pytest.raises(ValueError, match="block_m 16"):
+        KernelConfig("qblock", block_m=16, kernel="gluon_ws")
+
+
+def test_a_gluon_config_off_hopper_is_refused_by_name():
+    import torch
+
+    from attnbench.kernels import PagedBatch, paged_attention
+
+    batch = PagedBatch.build([(20, 5)], num_q_heads=4, num_kv_heads=2, head_size=64, block_size=16,
+                             dtype=torch.float16, device="cpu", seed=0)
+    config = KernelConfig("qblock", kernel="gluon_ws", tile_size=64, block_m=128)
+    with pytest.raises(ValueError, match=r"config: kernel 'gluon_ws' needs an sm_90 \(Hopper\) GPU"):
+        paged_attention(**batch.attention_kwargs(), config=config)

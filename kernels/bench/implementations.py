@@ -70,6 +70,8 @@ def _ours(variant: str):
             return paged_attention(**kwargs, out=out, config=config)
 
         chosen = config.variant if variant == config.variant else f"{variant} -> {config.variant}"
+        if config.kernel != "triton":
+            chosen += f" ({config.kernel})"
         return Prepared(run, f"attnbench {chosen}", json.dumps(config.as_dict(), sort_keys=True))
 
     return prepare

@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from attnbench.validation import validate_yaml
 
+from ..config import KERNELS
 from ..schema import COMPARATORS, HOPPER_KERNELS, L2_FLUSHES
 from ..variants import AUTO, VARIANTS
 
@@ -114,9 +115,11 @@ IMPLEMENTATIONS = (*VARIANTS, AUTO, *HOPPER_KERNELS, *COMPARATORS)
 
 
 class NamedConfig(_Strict):
-    """A fixed launch config timed as its own implementation (e.g. Fig. 7's tile sizes)."""
+    """A fixed launch config timed as its own implementation (e.g. Fig. 7's tile sizes).
+    ``kernel`` defaults to Triton's, whatever the heuristics would pick on this device."""
 
     variant: str
+    kernel: Literal[KERNELS] = KERNELS[0]
     tile_size: int | None = None
     block_m: int | None = None
     num_warps: int | None = None

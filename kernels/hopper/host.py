@@ -6,23 +6,49 @@ and the same grid; they differ in what runs inside a program and in their launch
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 BLOCK_M = 128  # rows of a Q-block: two warpgroups of 64
 HEAD_SIZES = (64, 128)
 TILE_SIZES = (64, 128)
+ARCH = "sm_90"
 
 
-def unsupported_reason(q, k_cache) -> str | None:
-    """Why these kernels cannot run a call with these tensors here, or None when they can."""
+@lru_cache(maxsize=None)
+def available() -> bool:
+    """Whether this Triton has the Gluon Hopper API these kernels are written in."""
+    try:
+        import triton.experimental.gluon.language.nvidia.hopper  # noqa: F401
+    except Exception:  # noqa: BLE001 - any failure means "not usable here"
+        return False
+    return True
+
+
+def shape_reason(head_size: int, queries_per_kv: int) -> str | None:
+    """Why the kernels cannot take heads of this shape, or None when they can."""
+    if head_size not in HEAD_SIZES:
+        return f"head size {head_size} (supported: {HEAD_SIZES})"
+    if queries_per_kv > BLOCK_M:
+        return f"{queries_per_kv} query heads per KV head (at most {BLOCK_M})"
+    return None
+
+
+@lru_cache(maxsize=None)  # on the default call's path: a lookup, not a device query
+def _is_hopper(device_type: str, index: int | None) -> bool:
     import torch
 
-    if q.device.type != "cuda" or torch.version.hip or torch.cuda.get_device_capability(q.device)[0] != 9:
+    return device_type == "cuda" and not torch.version.hip and torch.cuda.get_device_capability(index)[0] == 9
+
+
+def unsupported_reason(q, k_cache, v_cache=None) -> str | None:
+    """Why these kernels cannot run a call with these tensors here, or None when they can."""
+    if not _is_hopper(q.device.type, q.device.index):
         return "needs an sm_90 (Hopper) GPU"
-    if q.shape[2] not in HEAD_SIZES:
-        return f"head size {q.shape[2]} (supported: {HEAD_SIZES})"
-    qpk = q.shape[1] // k_cache.shape[2]
-    if qpk > BLOCK_M:
-        return f"{qpk} query heads per KV head (at most {BLOCK_M})"
-    return None
+    if not available():
+        return "needs Triton's Gluon Hopper API (triton.experimental.gluon)"
+    if v_cache is not None and k_cache.stride() != v_cache.stride():  # one set of offsets for both
+        return f"a V cache with the strides of the K cache {tuple(k_cache.stride())}, got {tuple(v_cache.stride())}"
+    return shape_reason(q.shape[2], q.shape[1] // k_cache.shape[2])
 
 
 def launch_qblock(kernel, extra: dict, out, q, k_cache, v_cache, block_table, cu_seqlens_q, seq_lens, *,

@@ -16,6 +16,7 @@ import triton
 import triton.language as tl
 
 from ..config import BatchShape, KernelConfig, Platform, Step
+from ..hopper import host as hopper
 from .blocks import Geometry, attend_qblock, launch_or_compile, locate_qblock, per_token_args, store_rows
 
 
@@ -53,6 +54,11 @@ def qblock_attention_kernel(
     store_rows(out_ptr, acc, l_i, q_start, tok, head, row_valid, stride_ot, stride_oh, HEAD_SIZE, HEAD_PAD)
 
 
+# the Triton kernel's prefill config: where a "gluon_ws" config meets tensors the Hopper
+# kernel cannot address (K and V caches with different strides), this runs instead
+TRITON_PREFILL = KernelConfig("qblock", tile_size=128, block_m=128, num_warps=8, num_stages=2)
+
+
 def launch(out, q, k_cache, v_cache, block_table, cu_seqlens_q, seq_lens, *,
            scale: float, sliding_window: int | None, softcap: float,
            config: KernelConfig, compile_only: bool = False, **_unused) -> None:
@@ -61,7 +67,22 @@ def launch(out, q, k_cache, v_cache, block_table, cu_seqlens_q, seq_lens, *,
     ``num_tokens // BLOCK_Q + num_seqs`` bounds the Q-blocks of any batch with these token
     and sequence counts (see `find_seq_idx`); surplus programs return at once. For a
     decode-only batch that is about one Q-block per sequence.
+
+    ``config.kernel == "gluon_ws"`` runs the warp-specialized Gluon kernel of
+    `hopper/qblock_ws.py` on the same grid instead (ValueError where it cannot run at all;
+    the Triton kernel where only the caches' layout stands in its way).
     """
+    if config.kernel == "gluon_ws":
+        reason = hopper.unsupported_reason(q, k_cache, v_cache)
+        if reason is None:
+            from ..hopper import qblock_ws
+            qblock_ws.launch(out, q, k_cache, v_cache, block_table, cu_seqlens_q, seq_lens, scale=scale,
+                             sliding_window=sliding_window, softcap=softcap, tile_size=config.tile_size,
+                             compile_only=compile_only)
+            return
+        if not reason.startswith("a V cache"):
+            raise ValueError(f"config: kernel 'gluon_ws' {reason}")
+        config = TRITON_PREFILL
     g = Geometry.of(q, k_cache, seq_lens)
     block_m, block_q = g.q_block(config)
     grid = (g.q_blocks_bound(block_q), g.num_kv_heads)
@@ -90,9 +111,15 @@ def default_config(shape: BatchShape, p: Platform) -> KernelConfig:
     if shape.max_seqlen_q <= 16:
         # speculative decodes and tiny chunks: a 16-row Q-block wastes no rows
         return KernelConfig("qblock", tile_size=64, block_m=16, num_warps=4, num_stages=3)
+    if p.arch == hopper.ARCH and hopper.shape_reason(shape.head_size, shape.queries_per_kv) is None \
+            and hopper.available():
+        # Hopper: the warp-specialized Gluon kernel (a producer warpgroup gathers the pages,
+        # two consumers overlap softmax and wgmma): 1.20-1.33x the Triton kernel on prefill
+        # and mixed batches (docs/perf/kernels-h100.md); 64-token tiles (128-token ones spill)
+        return KernelConfig("qblock", kernel="gluon_ws", tile_size=64, block_m=128, num_warps=12, num_stages=2)
     # prefill and mixed batches: 128-row Q-blocks cut K/V re-reads 8x versus 16 rows and
     # feed the tensor cores (wgmma) with 8 warps
-    return KernelConfig("qblock", tile_size=128, block_m=128, num_warps=8, num_stages=2)
+    return TRITON_PREFILL
 
 
 STEP = Step("qblock", "sec. 4.4, Listing 4, with the decoupled tile size of sec. 4.6", launch, default_config)
