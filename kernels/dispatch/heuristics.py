@@ -17,19 +17,34 @@ from dataclasses import replace
 from functools import lru_cache
 
 from ..config import BatchShape, KernelConfig, Platform
+from ..hopper import host as hopper
 from ..variants import AUTO, check_variant, step
 
 
+# the Q-block step in Gluon for Hopper (`hopper/qblock_ws.py`): 64-token tiles (128-token
+# ones spill registers); num_warps and num_stages as that kernel fixes them (3 warpgroups,
+# a 2-deep K ring)
+GLUON_WS = KernelConfig("qblock", kernel="gluon_ws", tile_size=64, block_m=128, num_warps=12, num_stages=2)
+
+
 def _auto(shape: BatchShape, p: Platform) -> KernelConfig:
-    """2D vs 3D as in the paper, the split-k lesson and vLLM's backend.
+    """2D vs 3D as in the paper, the split-k lesson and vLLM's backend; on Hopper, prefill
+    and mixed batches go to the warp-specialized Gluon kernel.
 
     Split the tiles across programs only when the 2D grid cannot fill the GPU: a decode
     batch with at most one (sequence, KV head) pair per SM, long enough that 16 segments
-    of 64-token tiles all have work.
+    of 64-token tiles all have work. Where the Q-block step would take 128-row blocks
+    (queries longer than 16 tokens) on an sm_90 GPU with Gluon's Hopper API and heads the
+    Gluon kernel takes, it runs that kernel: 1.20-1.33x the Triton kernel on every prefill
+    and mixed case of llama3-8b-hopper (docs/perf/kernels-h100.md). The paper's steps
+    themselves (``variant="qblock"``, Fig. 6-8) stay Triton.
     """
     few_programs = shape.num_seqs * shape.num_kv_heads <= p.num_sms
     if shape.decode_only and few_programs and shape.max_seqlen_k >= 1024:
         return step("parallel_tiled").default_config(shape, p)
+    if shape.max_seqlen_q > 16 and p.arch == hopper.ARCH and hopper.available() \
+            and hopper.shape_reason(shape.head_size, shape.queries_per_kv) is None:
+        return GLUON_WS
     return step("qblock").default_config(shape, p)
 
 

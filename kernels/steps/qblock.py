@@ -54,8 +54,8 @@ def qblock_attention_kernel(
     store_rows(out_ptr, acc, l_i, q_start, tok, head, row_valid, stride_ot, stride_oh, HEAD_SIZE, HEAD_PAD)
 
 
-# the Triton kernel's prefill config: where a "gluon_ws" config meets tensors the Hopper
-# kernel cannot address (K and V caches with different strides), this runs instead
+# the Triton kernel's prefill config; also what runs where a "gluon_ws" config (`auto` on
+# Hopper) meets tensors the Gluon kernel cannot address (K and V with different strides)
 TRITON_PREFILL = KernelConfig("qblock", tile_size=128, block_m=128, num_warps=8, num_stages=2)
 
 
@@ -111,12 +111,6 @@ def default_config(shape: BatchShape, p: Platform) -> KernelConfig:
     if shape.max_seqlen_q <= 16:
         # speculative decodes and tiny chunks: a 16-row Q-block wastes no rows
         return KernelConfig("qblock", tile_size=64, block_m=16, num_warps=4, num_stages=3)
-    if p.arch == hopper.ARCH and hopper.shape_reason(shape.head_size, shape.queries_per_kv) is None \
-            and hopper.available():
-        # Hopper: the warp-specialized Gluon kernel (a producer warpgroup gathers the pages,
-        # two consumers overlap softmax and wgmma): 1.20-1.33x the Triton kernel on prefill
-        # and mixed batches (docs/perf/kernels-h100.md); 64-token tiles (128-token ones spill)
-        return KernelConfig("qblock", kernel="gluon_ws", tile_size=64, block_m=128, num_warps=12, num_stages=2)
     # prefill and mixed batches: 128-row Q-blocks cut K/V re-reads 8x versus 16 rows and
     # feed the tensor cores (wgmma) with 8 warps
     return TRITON_PREFILL
