@@ -71,6 +71,9 @@ def test_hopper_prefill_and_mixed_batches_get_the_gluon_kernel(monkeypatch, gluo
         assert choose_config(shape, H100_SM90, "qblock").kernel == "triton"  # the paper's step: Triton
     for shape in SHAPES[:2]:  # decodes
         assert choose_config(shape, H100_SM90).kernel == "triton"
+    monkeypatch.setenv("ATTNBENCH_GLUON", "0")  # the A/B switch
+    assert choose_config(prefill, H100_SM90).kernel == "triton"
+    monkeypatch.delenv("ATTNBENCH_GLUON")
     assert choose_config(BatchShape(4, 8192, 2048, 2048, 32, 8, 256), H100_SM90).kernel == "triton"  # head 256
     assert choose_config(BatchShape(1, 512, 512, 512, 256, 1, 64), H100_SM90).kernel == "triton"  # 256 per KV head
 

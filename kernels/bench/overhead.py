@@ -23,8 +23,11 @@ from ..variants import AUTO, step
 from .batch import PagedBatch
 from .microbench import environment
 
-# Llama-3-8B heads; a decode step and a small mixed batch (kernels of a few microseconds)
-CASES = {"decode-b1-ctx1k": [(1, 1023)], "mixed-b4": [(1, 300), (1, 700), (16, 0), (5, 60)]}
+# Llama-3-8B heads; a decode step and small mixed batches (kernels of a few microseconds):
+# queries of at most 16 tokens (Triton's Q-block kernel), and a 32-token chunk (on an H100
+# `auto` runs the Gluon kernel there)
+CASES = {"decode-b1-ctx1k": [(1, 1023)], "mixed-b4": [(1, 300), (1, 700), (16, 0), (5, 60)],
+         "mixed-b4-chunk32": [(1, 300), (1, 700), (32, 0), (5, 60)]}
 
 
 @dataclass

@@ -35,14 +35,14 @@ def _auto(shape: BatchShape, p: Platform) -> KernelConfig:
     batch with at most one (sequence, KV head) pair per SM, long enough that 16 segments
     of 64-token tiles all have work. Where the Q-block step would take 128-row blocks
     (queries longer than 16 tokens) on an sm_90 GPU with Gluon's Hopper API and heads the
-    Gluon kernel takes, it runs that kernel: 1.20-1.33x the Triton kernel on every prefill
+    Gluon kernel takes, it runs that kernel (unless ``ATTNBENCH_GLUON=0``): 1.20-1.33x the Triton kernel on every prefill
     and mixed case of llama3-8b-hopper (docs/perf/kernels-h100.md). The paper's steps
     themselves (``variant="qblock"``, Fig. 6-8) stay Triton.
     """
     few_programs = shape.num_seqs * shape.num_kv_heads <= p.num_sms
     if shape.decode_only and few_programs and shape.max_seqlen_k >= 1024:
         return step("parallel_tiled").default_config(shape, p)
-    if shape.max_seqlen_q > 16 and p.arch == hopper.ARCH and hopper.available() \
+    if shape.max_seqlen_q > 16 and p.arch == hopper.ARCH and hopper.chosen_by_auto() \
             and hopper.shape_reason(shape.head_size, shape.queries_per_kv) is None:
         return GLUON_WS
     return step("qblock").default_config(shape, p)

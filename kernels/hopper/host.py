@@ -6,12 +6,22 @@ and the same grid; they differ in what runs inside a program and in their launch
 
 from __future__ import annotations
 
+import os
 from functools import lru_cache
 
 BLOCK_M = 128  # rows of a Q-block: two warpgroups of 64
 HEAD_SIZES = (64, 128)
 TILE_SIZES = (64, 128)
 ARCH = "sm_90"
+
+
+GLUON_ENV = "ATTNBENCH_GLUON"  # "0": `auto` keeps Triton's kernels on Hopper too (A/B runs)
+
+
+def chosen_by_auto() -> bool:
+    """Whether `auto` may pick these kernels: Gluon's Hopper API is there and ``ATTNBENCH_GLUON``
+    is not "0" (read per call: a server's environment is fixed, a test's may change)."""
+    return os.environ.get(GLUON_ENV, "1") != "0" and available()
 
 
 @lru_cache(maxsize=None)
