@@ -35,9 +35,10 @@ def _auto(shape: BatchShape, p: Platform) -> KernelConfig:
     batch with at most one (sequence, KV head) pair per SM, long enough that 16 segments
     of 64-token tiles all have work. Where the Q-block step would take 128-row blocks
     (queries longer than 16 tokens) on an sm_90 GPU with Gluon's Hopper API and heads the
-    Gluon kernel takes, it runs that kernel (unless ``ATTNBENCH_GLUON=0``): 1.20-1.33x the Triton kernel on every prefill
-    and mixed case of llama3-8b-hopper (docs/perf/kernels-h100.md). The paper's steps
-    themselves (``variant="qblock"``, Fig. 6-8) stay Triton.
+    Gluon kernel takes, it runs that kernel (unless ``ATTNBENCH_GLUON=0``): 1.19-1.35x the
+    Triton kernel on every prefill and mixed case of llama3-8b-hopper on the H100
+    (docs/perf/kernels-h100.md). The paper's steps themselves (``variant="qblock"``,
+    Fig. 7-8) stay Triton.
     """
     few_programs = shape.num_seqs * shape.num_kv_heads <= p.num_sms
     if shape.decode_only and few_programs and shape.max_seqlen_k >= 1024:

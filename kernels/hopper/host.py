@@ -50,14 +50,13 @@ def _is_hopper(device_type: str, index: int | None) -> bool:
     return device_type == "cuda" and not torch.version.hip and torch.cuda.get_device_capability(index)[0] == 9
 
 
-def unsupported_reason(q, k_cache, v_cache=None) -> str | None:
-    """Why these kernels cannot run a call with these tensors here, or None when they can."""
+def unsupported_reason(q, k_cache) -> str | None:
+    """Why these kernels cannot run a call with these tensors here, or None when they can
+    (the caches' strides are `launch_qblock`'s check)."""
     if not _is_hopper(q.device.type, q.device.index):
         return "needs an sm_90 (Hopper) GPU"
     if not available():
         return "needs Triton's Gluon Hopper API (triton.experimental.gluon)"
-    if v_cache is not None and k_cache.stride() != v_cache.stride():  # one set of offsets for both
-        return f"a V cache with the strides of the K cache {tuple(k_cache.stride())}, got {tuple(v_cache.stride())}"
     return shape_reason(q.shape[2], q.shape[1] // k_cache.shape[2])
 
 

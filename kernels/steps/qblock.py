@@ -73,15 +73,15 @@ def launch(out, q, k_cache, v_cache, block_table, cu_seqlens_q, seq_lens, *,
     the Triton kernel where only the caches' layout stands in its way).
     """
     if config.kernel == "gluon_ws":
-        reason = hopper.unsupported_reason(q, k_cache, v_cache)
-        if reason is None:
+        if k_cache.stride() == v_cache.stride():  # the Gluon kernel's one set of K/V offsets
+            reason = hopper.unsupported_reason(q, k_cache)
+            if reason is not None:
+                raise ValueError(f"config: kernel 'gluon_ws' {reason}")
             from ..hopper import qblock_ws
             qblock_ws.launch(out, q, k_cache, v_cache, block_table, cu_seqlens_q, seq_lens, scale=scale,
                              sliding_window=sliding_window, softcap=softcap, tile_size=config.tile_size,
                              compile_only=compile_only)
             return
-        if not reason.startswith("a V cache"):
-            raise ValueError(f"config: kernel 'gluon_ws' {reason}")
         config = TRITON_PREFILL
     g = Geometry.of(q, k_cache, seq_lens)
     block_m, block_q = g.q_block(config)
