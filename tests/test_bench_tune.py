@@ -184,3 +184,35 @@ def test_an_older_csv_is_not_appended_to(tmp_path):
     old.write_text(",".join(f for f in MICROBENCH_FIELDS if f != "kernel") + "\n")
     with pytest.raises(ValueError, match="old.csv: its columns are another version's"):
         CsvSink(old)
+
+
+def test_the_shipped_search_space_holds_the_gluon_kernel_once_per_tile():
+    """tune-space.yaml's qblock space is two products: Triton's 16 configs, and the Gluon
+    kernel with its fixed warps and stages at both tile sizes (no aliases of one binary)."""
+    from attnbench.kernels.bench.tune import load_space
+
+    configs = [c for c in load_space("recipes/microbench/tune-space.yaml").configs() if c.variant == "qblock"]
+    gluon = [c for c in configs if c.kernel == "gluon_ws"]
+    assert len(configs) == 18 and sorted(c.tile_size for c in gluon) == [64, 128]
+    assert all((c.block_m, c.num_warps, c.num_stages) == (128, 12, 2) for c in gluon)
+
+
+def test_a_tuned_gluon_choice_yields_where_gluon_cannot_run(monkeypatch):
+    """A tree fitted on an H100 may pick the Gluon kernel; where Gluon is off (here
+    ATTNBENCH_GLUON=0) the qblock step's own Triton config runs instead, and Triton
+    choices of the tree stand."""
+    from attnbench.kernels.config import BatchShape, Platform
+    from attnbench.kernels.dispatch import heuristics
+
+    gluon = {"variant": "qblock", "kernel": "gluon_ws", "tile_size": 64, "block_m": 128, "num_warps": 12}
+    triton = {"variant": "qblock", "tile_size": 128, "block_m": 16, "num_warps": 8}
+    monkeypatch.setattr(heuristics, "_tuned_tree",
+                        lambda name: lambda shape, p: gluon if shape.max_seqlen_q > 1 else triton)
+    h100 = Platform("cuda", 132, "NVIDIA H100 80GB HBM3", "sm_90")
+    prefill, decode = BatchShape(1, 4096, 4096, 4096, 32, 8, 128), BatchShape(8, 8, 1, 4096, 32, 8, 128)
+    monkeypatch.setattr(heuristics.hopper, "available", lambda: True)
+    assert heuristics.choose_config(prefill, h100).kernel == "gluon_ws"
+    monkeypatch.setenv("ATTNBENCH_GLUON", "0")
+    config = heuristics.choose_config(prefill, h100)
+    assert config == heuristics.step("qblock").default_config(prefill, h100) and config.kernel == "triton"
+    assert heuristics.choose_config(decode, h100).tile_size == 128

@@ -28,21 +28,24 @@ FEATURES = ("decode_only", "max_seqlen_q", "avg_seqlen_q", "max_seqlen_k", "num_
 
 
 class SearchSpace(BaseModel):
-    """Per variant, the values to try for each KernelConfig field (cartesian product)."""
+    """Per variant, the values to try for each KernelConfig field (cartesian product); a list
+    of such products where parts of a variant's space differ in kind (the Gluon kernel of
+    the qblock step fixes its own warps and stages)."""
 
     model_config = ConfigDict(extra="forbid")
-    variants: dict[str, dict[str, list]] = Field(min_length=1)
+    variants: dict[str, dict[str, list] | list[dict[str, list]]] = Field(min_length=1)
 
     def configs(self):
         from ..config import KernelConfig
 
-        for variant, axes in self.variants.items():
-            names = sorted(axes)
-            for values in itertools.product(*(axes[n] for n in names)):
-                try:
-                    yield KernelConfig(variant=variant, **dict(zip(names, values)))
-                except ValueError:
-                    continue  # e.g. a tile too small for tl.dot
+        for variant, spaces in self.variants.items():
+            for axes in spaces if isinstance(spaces, list) else [spaces]:
+                names = sorted(axes)
+                for values in itertools.product(*(axes[n] for n in names)):
+                    try:
+                        yield KernelConfig(variant=variant, **dict(zip(names, values)))
+                    except ValueError:
+                        continue  # e.g. a tile too small for tl.dot
 
 
 def load_space(path: str | Path) -> SearchSpace:

@@ -70,7 +70,11 @@ def choose_config(shape: BatchShape, platform: Platform, variant: str = AUTO) ->
     if check_variant(variant) == AUTO:
         tuned = _tuned_tree(platform.device_name)
         if tuned is not None:
-            return KernelConfig(**tuned(shape, platform))
+            config = KernelConfig(**tuned(shape, platform))
+            if config.kernel == "triton" or hopper.chosen_by_auto():
+                return config
+            # fitted where Gluon ran; here it cannot (or ATTNBENCH_GLUON=0): the step's own tree
+            return step(config.variant).default_config(shape, platform)
         return _auto(shape, platform)
     return step(variant).default_config(shape, platform)
 

@@ -19,6 +19,9 @@
 #   xcheck[:RUN]       docs/results/h100/cross-check.sh on RUN (default backends-custom)
 #   overhead           docs/results/h100/client-overhead.sh: both clients against the stub (OUTPUT_LEN=256)
 #   khost              `attnbench kernels overhead --json --profile`: host cost per kernel call
+#   tune:SUITE         `attnbench tune recipes/microbench/SUITE.yaml` over recipes/microbench/tune-space.yaml:
+#                      the sweep into tune/SUITE.csv, the fitted tree into tune/tuned_SUITE.py (to review,
+#                      then copy to kernels/dispatch/tuned_<device>.py), under `timeout ${TUNE_TIMEOUT_S:-900}`
 #   ncu:SUITE/CASE/IMPL[,IMPL...]
 #                      Nsight Compute's full set on one launch of each IMPL on CASE of
 #                      recipes/microbench/SUITE.yaml (`attnbench kernels run`, checked first), into
@@ -44,6 +47,7 @@ pack() {  # what the worker has so far, in pieces small enough for the trip back
   [ -d "$CAMPAIGN/results" ] && tar czf "$OUT/runs.tgz" -C "$CAMPAIGN" results
   [ -d "$CAMPAIGN/micro" ] && tar czf "$OUT/micro.tgz" -C "$CAMPAIGN" micro
   [ -d "$CAMPAIGN/ncu" ] && tar czf "$OUT/ncu.tgz" -C "$CAMPAIGN" ncu
+  [ -d "$CAMPAIGN/tune" ] && tar czf "$OUT/tune.tgz" -C "$CAMPAIGN" tune
   [ -f "$CAMPAIGN/calibrate.jsonl" ] && cp "$CAMPAIGN/calibrate.jsonl" "$OUT/"
   cp "$CAMPAIGN"/kernels-overhead* "$CAMPAIGN"/gputest-*.log "$OUT/" 2>/dev/null
   [ -d "$CAMPAIGN/cross-check" ] && tar czf "$OUT/cross-check.tgz" -C "$CAMPAIGN" cross-check
@@ -97,6 +101,11 @@ job() {
     khost)
       [ -s "$CAMPAIGN/kernels-overhead.jsonl" ] || attnbench kernels overhead --json --profile \
         > "$CAMPAIGN/kernels-overhead.jsonl" 2> "$CAMPAIGN/kernels-overhead-profile.txt" ;;
+    tune)
+      mkdir -p "$CAMPAIGN/tune"
+      [ -s "$CAMPAIGN/tune/tuned_$arg.py" ] || timeout "${TUNE_TIMEOUT_S:-900}" attnbench tune \
+        "recipes/microbench/$arg.yaml" --space recipes/microbench/tune-space.yaml --rows "$CAMPAIGN/tune/$arg.csv" \
+        --emit "$CAMPAIGN/tune/tuned_$arg.py" ;;
     ncu)
       mkdir -p "$CAMPAIGN/ncu"
       local suite=${arg%%/*} rest=${arg#*/} case impl impls ncu
