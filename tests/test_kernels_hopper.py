@@ -55,6 +55,13 @@ def mixed_seqs(rng: random.Random) -> list[tuple[int, int]]:
 
 COMPOSITIONS = {"prefill": prefill_seqs, "mixed": mixed_seqs}
 
+# test name -> (module of kernels/hopper, launch options); ``persistent``: one program per
+# SM walks the work items, so a program's rings and barriers carry on from one Q-block to
+# the next
+KERNEL_RUNS = {"qblock_wgmma": ("qblock_wgmma", {}), "qblock_ws": ("qblock_ws", {}),
+               "qblock_ws_pp": ("qblock_ws", {"pingpong": True}),
+               "qblock_ws_persistent": ("qblock_ws", {"persistent": True})}
+
 
 def build_case(head_case: str, composition: str, seed: int) -> PagedBatch:
     return build_head_case(HEAD_CASES[head_case], COMPOSITIONS[composition], seed, window_range=(20, 300))
@@ -64,12 +71,13 @@ def build_case(head_case: str, composition: str, seed: int) -> PagedBatch:
 @pytest.mark.parametrize("tile_size", [64, 128])
 @pytest.mark.parametrize("composition", sorted(COMPOSITIONS))
 @pytest.mark.parametrize("head_case", sorted(HEAD_CASES))
-@pytest.mark.parametrize("kernel", ["qblock_wgmma", "qblock_ws", "qblock_ws_pp"])
+@pytest.mark.parametrize("kernel", sorted(KERNEL_RUNS))
 def test_hopper_kernel_matches_reference(kernel, head_case, composition, tile_size):
+    """Every Hopper kernel and launch mode (`KERNEL_RUNS`)."""
     import importlib
 
-    module = importlib.import_module(f"attnbench.kernels.hopper.{kernel.removesuffix('_pp')}")
-    options = {"pingpong": True} if kernel.endswith("_pp") else {}
+    name, options = KERNEL_RUNS[kernel]
+    module = importlib.import_module(f"attnbench.kernels.hopper.{name}")
     seed = fresh_seed()
     batch = build_case(head_case, composition, seed)
     out = poisoned_like(batch.q)

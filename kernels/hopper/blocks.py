@@ -57,6 +57,27 @@ def locate_qblock(cu_seqlens_q_ptr, seq_lens_ptr, q_block, num_seqs, BLOCK_Q: gl
 
 
 @gluon.jit
+def qblock_item(item, num_q_blocks, cu_seqlens_q_ptr, seq_lens_ptr, block_table_ptr, num_seqs, sliding_window,
+                stride_bt, BLOCK_Q: gl.constexpr, TILE_SIZE: gl.constexpr, USE_WINDOW: gl.constexpr):
+    """Work item ``item`` of a flat list of (Q-block, KV head) pairs, Q-blocks innermost and
+    last ones first (under the causal mask they see the most keys, so a program that walks
+    the list takes the longest first): (KV head, first query row, query length, Q-block
+    within its sequence, context length, sequence length, block-table row, first tile, first
+    masked tile, end tile). A Q-block past its sequence's query gets no tiles."""
+    q_block = num_q_blocks - 1 - item % num_q_blocks
+    kv_head = item // num_q_blocks
+    seq, q_start, query_len, q_block_local, seq_len = locate_qblock(cu_seqlens_q_ptr, seq_lens_ptr, q_block,
+                                                                    num_seqs, BLOCK_Q)
+    context_len = seq_len - query_len
+    bt_row = block_table_ptr + seq.to(gl.int64) * stride_bt
+    first_tile, first_masked, end_tile = tile_range(context_len, query_len, q_block_local, sliding_window,
+                                                    BLOCK_Q, TILE_SIZE, USE_WINDOW)
+    end_tile = gl.where(q_block_local * BLOCK_Q < query_len, end_tile, first_tile)
+    return (kv_head, q_start, query_len, q_block_local, context_len, seq_len, bt_row, first_tile, first_masked,
+            end_tile)
+
+
+@gluon.jit
 def tile_range(context_len, query_len, q_block_local, sliding_window,
                BLOCK_Q: gl.constexpr, TILE_SIZE: gl.constexpr, USE_WINDOW: gl.constexpr):
     """(first tile, first tile that needs masks, end tile) of a Q-block's KV range

@@ -55,14 +55,25 @@ def unsupported_reason(q, k_cache) -> str | None:
     return shape_reason(q.shape[2], q.shape[1] // k_cache.shape[2])
 
 
+# how a kernel that walks a flat list of (Q-block, KV head) work items is launched
+ONE_PER_ITEM = "one per item"
+PERSISTENT = "one per SM"
+
+
 def launch_qblock(kernel, extra: dict, out, q, k_cache, v_cache, block_table, cu_seqlens_q, seq_lens, *,
                   scale: float, sliding_window: int | None, softcap: float, tile_size: int,
-                  compile_only: bool = False) -> None:
+                  compile_only: bool = False, items: str | None = None) -> None:
     """Launch ``kernel`` with ``extra`` keywords (launch options: warps, register cap; and
     the kernel's own constexprs beyond the shared ones). Grid: (Q-blocks, KV
     heads), as `steps.qblock.launch`: ``num_tokens // BLOCK_Q + num_seqs`` bounds the
     Q-blocks of any batch with these token and sequence counts; surplus programs have no
-    rows (they return, or run no tile). One Q-block is ``BLOCK_M = 128`` rows."""
+    rows (they return, or run no tile). One Q-block is ``BLOCK_M = 128`` rows.
+
+    A kernel that walks the (Q-block, KV head) pairs as a flat list of work items
+    (`blocks.qblock_item`; it takes ``num_q_blocks`` and ``num_items``) gets a 1-D grid
+    instead: ``items=ONE_PER_ITEM``, one program per item; ``PERSISTENT``, at most one per
+    SM, each program taking every ``programs``-th item."""
+    from ..config import Platform
     from ..steps.blocks import Geometry, launch_or_compile, per_token_args
 
     if tile_size not in TILE_SIZES:
@@ -72,7 +83,11 @@ def launch_qblock(kernel, extra: dict, out, q, k_cache, v_cache, block_table, cu
                          f"got {tuple(v_cache.stride())}")
     g = Geometry.of(q, k_cache, seq_lens)
     block_q = BLOCK_M // g.qpk
-    grid = (g.q_blocks_bound(block_q), g.num_kv_heads)
+    grid, walk = (g.q_blocks_bound(block_q), g.num_kv_heads), {}
+    if items is not None:
+        num_items = grid[0] * grid[1]
+        programs = num_items if items == ONE_PER_ITEM else min(num_items, Platform.detect(q.device).num_sms)
+        grid, walk = (programs,), {"num_q_blocks": grid[0], "num_items": num_items}
     launch_or_compile(
         kernel, grid, compile_only,
         *per_token_args(g, out, q, k_cache, v_cache, block_table, cu_seqlens_q, seq_lens, scale, softcap,
@@ -80,5 +95,5 @@ def launch_qblock(kernel, extra: dict, out, q, k_cache, v_cache, block_table, cu
         QPK=g.qpk, HEAD_SIZE=g.head_size, BLOCK_SIZE=g.block_size, TILE_SIZE=tile_size,
         BLOCK_M=BLOCK_M, BLOCK_Q=block_q,
         USE_SOFTCAP=softcap > 0, USE_WINDOW=sliding_window is not None,
-        **extra,
+        **walk, **extra,
     )

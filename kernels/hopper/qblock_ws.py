@@ -31,9 +31,9 @@ from triton.experimental.gluon.language.nvidia.ampere import async_copy
 from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, warpgroup_mma,
                                                                warpgroup_mma_wait)
 
-from .blocks import (K_STAGES, V_STAGES, cp_async, cta_barrier, kv_tile_offsets, kv_tile_slots,
-                     locate_qblock, qblock_rows, row_layout, softmax_tile, tile_range)
-from .host import launch_qblock
+from .blocks import (K_STAGES, V_STAGES, cp_async, cta_barrier, kv_tile_offsets, kv_tile_slots, qblock_item,
+                     qblock_rows, row_layout, softmax_tile)
+from .host import ONE_PER_ITEM, PERSISTENT, launch_qblock
 
 NUM_WARPS = 4  # the default partition (consumer 0); consumer 1 and the producer are workers
 # the two workers (consumer 1, producer) get 4 warps each and 216 / 72 registers per thread
@@ -42,26 +42,35 @@ LAUNCH_OPTIONS = {"maxnreg": 168}  # 168 x 384 threads fit the 64K registers of 
 
 
 @gluon.jit
-def _producer(k_ptr, v_ptr, bt_row, kv_head, seq_len, first_tile, end_tile,
-              stride_kb, stride_ks, stride_kh, stride_vh,
+def _producer(k_ptr, v_ptr, cu_seqlens_q_ptr, seq_lens_ptr, block_table_ptr, num_seqs, num_q_blocks, num_items,
+              sliding_window, stride_bt, stride_kb, stride_ks, stride_kh, stride_vh,
               k_smem, v_smem, k_ready, k_empty, v_ready, v_empty,
-              BLOCK_SIZE: gl.constexpr, TILE_SIZE: gl.constexpr, HEAD_SIZE: gl.constexpr):
-    """Fill the K and V rings, one tile ahead of the consumers as far as buffers allow."""
+              BLOCK_SIZE: gl.constexpr, TILE_SIZE: gl.constexpr, HEAD_SIZE: gl.constexpr, BLOCK_Q: gl.constexpr,
+              USE_WINDOW: gl.constexpr):
+    """Fill the K and V rings for every work item of this program, one tile ahead of the
+    consumers as far as buffers allow."""
     layout: gl.constexpr = row_layout(HEAD_SIZE, 4)
-    k_head = k_ptr + kv_head * stride_kh  # this program's KV head in each cache
-    v_head = v_ptr + kv_head * stride_vh
-    for j in range(end_tile - first_tile):
-        page, slot, in_seq = kv_tile_slots(bt_row, first_tile + j, seq_len, BLOCK_SIZE, TILE_SIZE, layout)
-        rows_in_seq = gl.expand_dims(in_seq, 1)
-        offs = kv_tile_offsets(page, slot, stride_kb, stride_ks, HEAD_SIZE, layout)  # K's and V's
-        # a buffer is free once both consumers have arrived on its "empty" barrier (the
-        # first pass through a ring waits on the phase before the first: already complete)
-        mbarrier.wait(k_empty.index(j % K_STAGES), ((j // K_STAGES) & 1) ^ 1)
-        cp_async(k_smem.index(j % K_STAGES), k_head + offs, rows_in_seq)
-        async_copy.mbarrier_arrive(k_ready.index(j % K_STAGES), increment_count=False)
-        mbarrier.wait(v_empty.index(j % V_STAGES), ((j // V_STAGES) & 1) ^ 1)
-        cp_async(v_smem.index(j % V_STAGES), v_head + offs, rows_in_seq)
-        async_copy.mbarrier_arrive(v_ready.index(j % V_STAGES), increment_count=False)
+    t = gl.program_id(0) * 0  # tiles of this program's earlier items: the rings' position
+    for item in range(gl.program_id(0), num_items, gl.num_programs(0)):
+        (kv_head, q_start, query_len, q_block_local, context_len, seq_len, bt_row, first_tile, first_masked,
+         end_tile) = qblock_item(item, num_q_blocks, cu_seqlens_q_ptr, seq_lens_ptr, block_table_ptr, num_seqs,
+                                 sliding_window, stride_bt, BLOCK_Q, TILE_SIZE, USE_WINDOW)
+        k_head = k_ptr + kv_head * stride_kh  # the item's KV head in each cache
+        v_head = v_ptr + kv_head * stride_vh
+        for j in range(end_tile - first_tile):
+            page, slot, in_seq = kv_tile_slots(bt_row, first_tile + j, seq_len, BLOCK_SIZE, TILE_SIZE, layout)
+            rows_in_seq = gl.expand_dims(in_seq, 1)
+            offs = kv_tile_offsets(page, slot, stride_kb, stride_ks, HEAD_SIZE, layout)  # K's and V's
+            # a buffer is free once both consumers have arrived on its "empty" barrier (the
+            # first pass through a ring waits on the phase before the first: already complete)
+            g = t + j
+            mbarrier.wait(k_empty.index(g % K_STAGES), ((g // K_STAGES) & 1) ^ 1)
+            cp_async(k_smem.index(g % K_STAGES), k_head + offs, rows_in_seq)
+            async_copy.mbarrier_arrive(k_ready.index(g % K_STAGES), increment_count=False)
+            mbarrier.wait(v_empty.index(g % V_STAGES), ((g // V_STAGES) & 1) ^ 1)
+            cp_async(v_smem.index(g % V_STAGES), v_head + offs, rows_in_seq)
+            async_copy.mbarrier_arrive(v_ready.index(g % V_STAGES), increment_count=False)
+        t += end_tile - first_tile
 
 
 @gluon.jit
@@ -83,15 +92,17 @@ def _pass_turn(turns, HALF: gl.constexpr, PINGPONG: gl.constexpr):
 
 
 @gluon.jit
-def _consumer(out_ptr, q_ptr, q_start, query_len, q_block_local, context_len, kv_head, first_tile, first_masked,
-              end_tile, qk_scale, softcap, sliding_window, stride_qt, stride_qh, stride_ot, stride_oh,
-              q_smem, k_smem, v_smem, k_ready, k_empty, v_ready, v_empty, turns,
-              HALF: gl.constexpr, ROWS: gl.constexpr, QPK: gl.constexpr, HEAD_SIZE: gl.constexpr, TILE_SIZE: gl.constexpr,
-              BLOCK_Q: gl.constexpr, USE_SOFTCAP: gl.constexpr, USE_WINDOW: gl.constexpr,
-              PINGPONG: gl.constexpr):
-    """One ``ROWS``-row half (``HALF`` 0 or 1) of the Q-block: the overlapped loop of
-    `qblock_wgmma`, fed by the producer's mbarriers, then the normalized rows stored.
-    With ``PINGPONG`` the two halves take turns to issue their products (`_take_turn`)."""
+def _consumer_item(out_ptr, q_ptr, q_start, query_len, q_block_local, context_len, kv_head, first_tile,
+                   first_masked, end_tile, t, k, qk_scale, softcap, sliding_window, stride_qt, stride_qh, stride_ot,
+                   stride_oh, q_smem, k_smem, v_smem, k_ready, k_empty, v_ready, v_empty, turns,
+                   HALF: gl.constexpr, ROWS: gl.constexpr, QPK: gl.constexpr, HEAD_SIZE: gl.constexpr,
+                   TILE_SIZE: gl.constexpr, BLOCK_Q: gl.constexpr, USE_SOFTCAP: gl.constexpr,
+                   USE_WINDOW: gl.constexpr, PINGPONG: gl.constexpr):
+    """One ``ROWS``-row half (``HALF`` 0 or 1) of one work item's Q-block: the overlapped
+    loop of `qblock_wgmma`, fed by the producer's mbarriers, then the normalized rows
+    stored. Its tiles sit at ring positions ``t, t + 1, ...`` and its product issues at turn
+    ``k, k + 1, ...`` (the counts of the program's earlier items). With ``PINGPONG`` the two
+    halves take turns to issue their products (`_take_turn`)."""
     s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                        instr_shape=[16, TILE_SIZE, 16])
     o_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
@@ -121,13 +132,14 @@ def _consumer(out_ptr, q_ptr, q_start, query_len, q_block_local, context_len, kv
     n = end_tile - first_tile
     if n > 0:
         # tile 0: no P V to overlap with yet
-        mbarrier.wait(k_ready.index(0), 0)
+        mbarrier.wait(k_ready.index(t % K_STAGES), (t // K_STAGES) & 1)
         fence_async_shared()  # the producer's cp.async writes, before the tensor cores read them
-        _take_turn(turns, 0, HALF, PINGPONG)
-        s = warpgroup_mma(q_smem, k_smem.index(0).permute((1, 0)), s_zero, use_acc=False, is_async=True)
+        _take_turn(turns, k, HALF, PINGPONG)
+        s = warpgroup_mma(q_smem, k_smem.index(t % K_STAGES).permute((1, 0)), s_zero, use_acc=False,
+                          is_async=True)
         _pass_turn(turns, HALF, PINGPONG)
         s = warpgroup_mma_wait(num_outstanding=0, deps=(s,))
-        mbarrier.arrive(k_empty.index(0))
+        mbarrier.arrive(k_empty.index(t % K_STAGES))
         p, alpha, m_i, l_i = softmax_tile(s, m_i, l_i, first_tile, first_masked, pos_q, qk_scale, softcap,
                                           sliding_window, TILE_SIZE, USE_SOFTCAP, USE_WINDOW)
         p_op = gl.convert_layout(p.to(dtype), p_layout)
@@ -135,28 +147,30 @@ def _consumer(out_ptr, q_ptr, q_start, query_len, q_block_local, context_len, kv
         # tile j: S_j and P_{j-1} V_{j-1} in flight together, the softmax of tile j while
         # P_{j-1} V_{j-1} is still on the tensor cores
         for j in range(1, n):
-            mbarrier.wait(k_ready.index(j % K_STAGES), (j // K_STAGES) & 1)
-            mbarrier.wait(v_ready.index((j - 1) % V_STAGES), ((j - 1) // V_STAGES) & 1)
+            g = t + j  # this tile's ring position; the previous tile's is g - 1
+            mbarrier.wait(k_ready.index(g % K_STAGES), (g // K_STAGES) & 1)
+            mbarrier.wait(v_ready.index((g - 1) % V_STAGES), ((g - 1) // V_STAGES) & 1)
             fence_async_shared()
             acc = acc * gl.expand_dims(gl.convert_layout(alpha, gl.SliceLayout(1, o_layout)), 1)
-            _take_turn(turns, j, HALF, PINGPONG)
-            s = warpgroup_mma(q_smem, k_smem.index(j % K_STAGES).permute((1, 0)), s_zero, use_acc=False, is_async=True)
-            acc = warpgroup_mma(p_op, v_smem.index((j - 1) % V_STAGES), acc, is_async=True)
+            _take_turn(turns, k + j, HALF, PINGPONG)
+            s = warpgroup_mma(q_smem, k_smem.index(g % K_STAGES).permute((1, 0)), s_zero, use_acc=False, is_async=True)
+            acc = warpgroup_mma(p_op, v_smem.index((g - 1) % V_STAGES), acc, is_async=True)
             _pass_turn(turns, HALF, PINGPONG)
             s = warpgroup_mma_wait(num_outstanding=1, deps=(s,))
-            mbarrier.arrive(k_empty.index(j % K_STAGES))
+            mbarrier.arrive(k_empty.index(g % K_STAGES))
             p, alpha, m_i, l_i = softmax_tile(s, m_i, l_i, first_tile + j, first_masked, pos_q, qk_scale, softcap,
                                               sliding_window, TILE_SIZE, USE_SOFTCAP, USE_WINDOW)
             acc, p_op = warpgroup_mma_wait(num_outstanding=0, deps=(acc, p_op))
-            mbarrier.arrive(v_empty.index((j - 1) % V_STAGES))
+            mbarrier.arrive(v_empty.index((g - 1) % V_STAGES))
             p_op = gl.convert_layout(p.to(dtype), p_layout)
 
-        # the last tile's P V
-        mbarrier.wait(v_ready.index((n - 1) % V_STAGES), ((n - 1) // V_STAGES) & 1)
+        # the last tile's P V (its ring position: t + n - 1)
+        last = t + n - 1
+        mbarrier.wait(v_ready.index(last % V_STAGES), (last // V_STAGES) & 1)
         fence_async_shared()
         acc = acc * gl.expand_dims(gl.convert_layout(alpha, gl.SliceLayout(1, o_layout)), 1)
-        _take_turn(turns, n, HALF, PINGPONG)
-        acc = warpgroup_mma(p_op, v_smem.index((n - 1) % V_STAGES), acc, is_async=True)
+        _take_turn(turns, k + n, HALF, PINGPONG)
+        acc = warpgroup_mma(p_op, v_smem.index(last % V_STAGES), acc, is_async=True)
         _pass_turn(turns, HALF, PINGPONG)
         acc, p_op = warpgroup_mma_wait(num_outstanding=0, deps=(acc, p_op))
 
@@ -170,7 +184,30 @@ def _consumer(out_ptr, q_ptr, q_start, query_len, q_block_local, context_len, kv
     gl.store(out_ptr + gl.expand_dims(o_rows, 1) + gl.expand_dims(offs_do, 0), o, mask=gl.expand_dims(valid_o, 1))
 
 
-@gluon.jit(do_not_specialize=["num_seqs"])
+@gluon.jit
+def _consumer(out_ptr, q_ptr, cu_seqlens_q_ptr, seq_lens_ptr, block_table_ptr, num_seqs, num_q_blocks, num_items,
+              qk_scale, softcap, sliding_window, stride_qt, stride_qh, stride_ot, stride_oh, stride_bt,
+              q_smem, k_smem, v_smem, k_ready, k_empty, v_ready, v_empty, turns,
+              HALF: gl.constexpr, ROWS: gl.constexpr, QPK: gl.constexpr, HEAD_SIZE: gl.constexpr,
+              TILE_SIZE: gl.constexpr, BLOCK_Q: gl.constexpr, USE_SOFTCAP: gl.constexpr,
+              USE_WINDOW: gl.constexpr, PINGPONG: gl.constexpr):
+    """This half's part of every work item of the program, in the producer's order."""
+    t = gl.program_id(0) * 0  # tiles of this program's earlier items: the rings' position
+    k = gl.program_id(0) * 0  # product issues of its earlier items: the turns' position
+    for item in range(gl.program_id(0), num_items, gl.num_programs(0)):
+        (kv_head, q_start, query_len, q_block_local, context_len, seq_len, bt_row, first_tile, first_masked,
+         end_tile) = qblock_item(item, num_q_blocks, cu_seqlens_q_ptr, seq_lens_ptr, block_table_ptr, num_seqs,
+                                 sliding_window, stride_bt, BLOCK_Q, TILE_SIZE, USE_WINDOW)
+        _consumer_item(out_ptr, q_ptr, q_start, query_len, q_block_local, context_len, kv_head, first_tile,
+                       first_masked, end_tile, t, k, qk_scale, softcap, sliding_window, stride_qt, stride_qh,
+                       stride_ot, stride_oh, q_smem, k_smem, v_smem, k_ready, k_empty, v_ready, v_empty, turns,
+                       HALF, ROWS, QPK, HEAD_SIZE, TILE_SIZE, BLOCK_Q, USE_SOFTCAP, USE_WINDOW, PINGPONG)
+        n = end_tile - first_tile
+        t += n
+        k += gl.where(n > 0, n + 1, 0)  # an item with tiles issues n + 1 times
+
+
+@gluon.jit(do_not_specialize=["num_seqs", "num_q_blocks", "num_items"])
 def qblock_ws_kernel(
     out_ptr, q_ptr, k_ptr, v_ptr,
     block_table_ptr, cu_seqlens_q_ptr, seq_lens_ptr,
@@ -180,26 +217,17 @@ def qblock_ws_kernel(
     stride_kb, stride_ks, stride_kh,
     stride_vb, stride_vs, stride_vh,  # equal to K's (launch_qblock checks): V reuses K's offsets
     stride_bt,
+    num_q_blocks, num_items,
     QPK: gl.constexpr, HEAD_SIZE: gl.constexpr,
     BLOCK_SIZE: gl.constexpr, TILE_SIZE: gl.constexpr,
     BLOCK_M: gl.constexpr, BLOCK_Q: gl.constexpr,
     USE_SOFTCAP: gl.constexpr, USE_WINDOW: gl.constexpr, PINGPONG: gl.constexpr,
 ):
-    # -- which Q-block (last ones first: under the causal mask they see the most keys) and
-    #    its KV tiles; a Q-block past its sequence's query gets none, so every partition
-    #    skips its loop (no early return: the worker warps must reach the same end)
-    q_block = gl.num_programs(0) - 1 - gl.program_id(0)
-    kv_head = gl.program_id(1)
-    seq, q_start, query_len, q_block_local, seq_len = locate_qblock(cu_seqlens_q_ptr, seq_lens_ptr, q_block,
-                                                                    num_seqs, BLOCK_Q)
-    context_len = seq_len - query_len
-    bt_row = block_table_ptr + seq.to(gl.int64) * stride_bt
-    first_tile, first_masked, end_tile = tile_range(context_len, query_len, q_block_local, sliding_window,
-                                                    BLOCK_Q, TILE_SIZE, USE_WINDOW)
-    end_tile = gl.where(q_block_local * BLOCK_Q < query_len, end_tile, first_tile)
-
     # -- the rings and their barriers: "ready" completes when the producer's 128 threads'
-    #    copies have landed, "empty" when both consumers are done with the buffer
+    #    copies have landed, "empty" when both consumers are done with the buffer. They
+    #    live as long as the program: its work items (`qblock_item`: program p takes items
+    #    p, p + programs, ...) go through them one after another, each partition counting
+    #    the tiles of the items before (a launch of one program per item runs one each)
     kv_smem_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([TILE_SIZE, HEAD_SIZE], q_ptr.dtype.element_ty)
     HALF_M: gl.constexpr = BLOCK_M // 2  # rows per consumer
     q_smem_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([HALF_M, HEAD_SIZE], q_ptr.dtype.element_ty)
@@ -222,26 +250,30 @@ def qblock_ws_kernel(
         mbarrier.init(turns.index(i), count=1)
 
     gl.warp_specialize([
-        (_consumer, (out_ptr, q_ptr, q_start, query_len, q_block_local, context_len, kv_head, first_tile,
-                     first_masked, end_tile, qk_scale, softcap, sliding_window, stride_qt, stride_qh,
-                     stride_ot, stride_oh, q_smem.index(0), k_smem, v_smem, k_ready, k_empty, v_ready, v_empty,
-                     turns, 0, HALF_M, QPK, HEAD_SIZE, TILE_SIZE, BLOCK_Q, USE_SOFTCAP, USE_WINDOW, PINGPONG)),
-        (_consumer, (out_ptr, q_ptr, q_start, query_len, q_block_local, context_len, kv_head, first_tile,
-                     first_masked, end_tile, qk_scale, softcap, sliding_window, stride_qt, stride_qh,
-                     stride_ot, stride_oh, q_smem.index(1), k_smem, v_smem, k_ready, k_empty, v_ready, v_empty,
-                     turns, 1, HALF_M, QPK, HEAD_SIZE, TILE_SIZE, BLOCK_Q, USE_SOFTCAP, USE_WINDOW, PINGPONG)),
-        (_producer, (k_ptr, v_ptr, bt_row, kv_head, seq_len, first_tile, end_tile,
-                     stride_kb, stride_ks, stride_kh, stride_vh,
-                     k_smem, v_smem, k_ready, k_empty, v_ready, v_empty, BLOCK_SIZE, TILE_SIZE, HEAD_SIZE)),
+        (_consumer, (out_ptr, q_ptr, cu_seqlens_q_ptr, seq_lens_ptr, block_table_ptr, num_seqs, num_q_blocks,
+                     num_items, qk_scale, softcap, sliding_window, stride_qt, stride_qh, stride_ot, stride_oh,
+                     stride_bt, q_smem.index(0), k_smem, v_smem, k_ready, k_empty, v_ready, v_empty, turns,
+                     0, HALF_M, QPK, HEAD_SIZE, TILE_SIZE, BLOCK_Q, USE_SOFTCAP, USE_WINDOW, PINGPONG)),
+        (_consumer, (out_ptr, q_ptr, cu_seqlens_q_ptr, seq_lens_ptr, block_table_ptr, num_seqs, num_q_blocks,
+                     num_items, qk_scale, softcap, sliding_window, stride_qt, stride_qh, stride_ot, stride_oh,
+                     stride_bt, q_smem.index(1), k_smem, v_smem, k_ready, k_empty, v_ready, v_empty, turns,
+                     1, HALF_M, QPK, HEAD_SIZE, TILE_SIZE, BLOCK_Q, USE_SOFTCAP, USE_WINDOW, PINGPONG)),
+        (_producer, (k_ptr, v_ptr, cu_seqlens_q_ptr, seq_lens_ptr, block_table_ptr, num_seqs, num_q_blocks,
+                     num_items, sliding_window, stride_bt, stride_kb, stride_ks, stride_kh, stride_vh,
+                     k_smem, v_smem, k_ready, k_empty, v_ready, v_empty,
+                     BLOCK_SIZE, TILE_SIZE, HEAD_SIZE, BLOCK_Q, USE_WINDOW)),
     ], [4, 4], [216, 72])  # worker warps and registers (module doc): consumer 1, producer
 
 
 def launch(out, q, k_cache, v_cache, block_table, cu_seqlens_q, seq_lens, *, scale: float,
            sliding_window: int | None, softcap: float, tile_size: int = 128, pingpong: bool = False,
-           compile_only: bool = False) -> None:
+           persistent: bool = False, compile_only: bool = False) -> None:
     """`host.launch_qblock` with three warpgroups per program and the register cap that
     lets ``setmaxnreg`` give the consumers 216 registers (module doc); ``pingpong``: the
-    consumers take turns to issue their products (`_take_turn`)."""
+    consumers take turns to issue their products (`_take_turn`). One program per work item,
+    or with ``persistent`` one per SM, each walking its items longest first (FlashAttention
+    3's persistent grid); the same binary either way."""
     launch_qblock(qblock_ws_kernel, {"num_warps": NUM_WARPS, "PINGPONG": pingpong, **LAUNCH_OPTIONS}, out, q,
                   k_cache, v_cache, block_table, cu_seqlens_q, seq_lens, scale=scale, sliding_window=sliding_window,
-                  softcap=softcap, tile_size=tile_size, compile_only=compile_only)
+                  softcap=softcap, tile_size=tile_size, compile_only=compile_only,
+                  items=PERSISTENT if persistent else ONE_PER_ITEM)
