@@ -59,9 +59,10 @@ def poison_past_sequences(batch: PagedBatch) -> None:
 def build_head_case(heads: tuple, compose: Callable[[random.Random], list[tuple[int, int]]], seed: int,
                     window_range: tuple[int, int]) -> PagedBatch:
     """A batch of ``compose(rng)`` sequences with the heads of a test's head case ``(q heads,
-    kv heads, head size, page size, dtype, extras)``: ``extras`` may ask for a softcap and a
-    sliding window (``"random"``: drawn from ``window_range``). Every cache slot past a
-    sequence holds NaN (`poison_past_sequences`)."""
+    kv heads, head size, page size, dtype, extras)``: ``extras`` may ask for a softcap, a
+    sliding window (``"random"``: drawn from ``window_range``) and queries scaled by
+    ``q_scale`` (sharper softmax rows). Every cache slot past a sequence holds NaN
+    (`poison_past_sequences`)."""
     hq, hkv, head, bs, dtype, extras = heads
     rng = random.Random(seed)
     window = extras.get("sliding_window")
@@ -70,5 +71,7 @@ def build_head_case(heads: tuple, compose: Callable[[random.Random], list[tuple[
     batch = PagedBatch.build(compose(rng), num_q_heads=hq, num_kv_heads=hkv, head_size=head, block_size=bs,
                              dtype=dtype, device=DEVICE, sliding_window=window,
                              softcap=extras.get("softcap", 0.0), seed=seed)
+    if "q_scale" in extras:
+        batch.q.mul_(extras["q_scale"])
     poison_past_sequences(batch)
     return batch

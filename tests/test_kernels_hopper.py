@@ -37,6 +37,9 @@ HEAD_CASES = {
     "softcap-gqa2-h128-fp16-bs32": (4, 2, 128, 32, torch.float16, {"softcap": 2.0}),
     "window-softcap-mqa-h128-bf16-bs48": (4, 1, 128, 48, torch.bfloat16,
                                           {"sliding_window": "random", "softcap": 1.5}),
+    # queries x16: scores spread over hundreds (base 2), so row maxima jump by more than 2^8
+    # from tile to tile and a lazily kept max must move
+    "sharp-gqa4-h128-bf16-bs16": (8, 2, 128, 16, torch.bfloat16, {"q_scale": 16.0}),
 }
 
 
@@ -57,10 +60,13 @@ COMPOSITIONS = {"prefill": prefill_seqs, "mixed": mixed_seqs}
 
 # test name -> (module of kernels/hopper, launch options); ``persistent``: one program per
 # SM walks the work items, so a program's rings and barriers carry on from one Q-block to
-# the next
+# the next; ``lazy_rescale``: row maxima that move only by more than 2^8 (the sharp head
+# case moves them often, the others rarely)
 KERNEL_RUNS = {"qblock_wgmma": ("qblock_wgmma", {}), "qblock_ws": ("qblock_ws", {}),
                "qblock_ws_pp": ("qblock_ws", {"pingpong": True}),
-               "qblock_ws_persistent": ("qblock_ws", {"persistent": True})}
+               "qblock_ws_persistent": ("qblock_ws", {"persistent": True}),
+               "qblock_ws_lazy": ("qblock_ws", {"lazy_rescale": True}),
+               "qblock_ws_lazy_persistent": ("qblock_ws", {"lazy_rescale": True, "persistent": True})}
 
 
 def build_case(head_case: str, composition: str, seed: int) -> PagedBatch:

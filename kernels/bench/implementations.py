@@ -12,8 +12,9 @@ that batch. Comparators, the state of the art first:
   uniform batches of plain decodes or plain prefills (no window, no softcap), with the
   fastest backend SDPA has for the case on this device (cuDNN, flash, efficient, math),
   named in the row.
-* ``qblock_wgmma``, ``qblock_ws`` (and ``..._t64``, ``qblock_ws_pp``, ``qblock_ws_t64_persistent``: one
-  program per SM walking the work items): our Q-block step in
+* ``qblock_wgmma``, ``qblock_ws`` (and ``..._t64``, ``qblock_ws_pp``; ``..._persistent``: one
+  program per SM walking the work items; ``..._lazy``: the accumulator rescaled only when a
+  row's max moves by more than 2^8): our Q-block step in
   Gluon for Hopper (`kernels/hopper/`: async wgmma with the softmax overlapped, and the same
   with a warp-specialized producer, its consumers optionally taking turns) with 128- (64-)
   token KV tiles; sm_90 only. `auto` runs ``qblock_ws_t64`` on prefill and mixed batches
@@ -233,6 +234,8 @@ HOPPER: dict[str, Callable[..., Prepared]] = {
     "qblock_ws": _hopper("qblock_ws", 128), "qblock_ws_t64": _hopper("qblock_ws", 64),
     "qblock_ws_pp": _hopper("qblock_ws", 128, pingpong=True),
     "qblock_ws_t64_persistent": _hopper("qblock_ws", 64, persistent=True),
+    "qblock_ws_t64_lazy": _hopper("qblock_ws", 64, lazy_rescale=True),
+    "qblock_ws_t64_lazy_persistent": _hopper("qblock_ws", 64, lazy_rescale=True, persistent=True),
 }
 assert tuple(HOPPER) == HOPPER_KERNELS, "kernels/schema.py names the Hopper rows"
 REGISTRY: dict[str, Callable[..., Prepared]] = {

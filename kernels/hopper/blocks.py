@@ -24,6 +24,10 @@ LOG2E = gl.constexpr(kconfig.LOG2E)
 K_STAGES = gl.constexpr(2)
 V_STAGES = gl.constexpr(3)
 
+# how far (base 2) `softmax_tile` with LAZY_MAX lets a new score exceed a row's running max
+# before it moves the max: P < 2^8 (FlashAttention 4 uses the same bound)
+STALE_MAX_LOG2 = gl.constexpr(8.0)
+
 
 @gluon.constexpr_function
 def row_layout(head_size, num_warps):
@@ -57,18 +61,42 @@ def locate_qblock(cu_seqlens_q_ptr, seq_lens_ptr, q_block, num_seqs, BLOCK_Q: gl
 
 
 @gluon.jit
-def qblock_item(item, num_q_blocks, cu_seqlens_q_ptr, seq_lens_ptr, block_table_ptr, num_seqs, sliding_window,
-                stride_bt, BLOCK_Q: gl.constexpr, TILE_SIZE: gl.constexpr, USE_WINDOW: gl.constexpr):
-    """Work item ``item`` of a flat list of (Q-block, KV head) pairs, Q-blocks innermost and
-    last ones first (under the causal mask they see the most keys, so a program that walks
-    the list takes the longest first): (KV head, first query row, query length, Q-block
+def program_rounds(num_items):
+    """How many rounds of `program_item` this launch's programs deal: every program takes
+    one item per round (none when the round runs past the list)."""
+    return (num_items + gl.num_programs(0) - 1) // gl.num_programs(0)
+
+
+@gluon.jit
+def program_item(r):
+    """This program's item in round ``r``: the programs take the next ``programs`` items of
+    the list in turn, in snake order (forward in even rounds, backward in odd ones), so
+    that on a list sorted longest first no program always gets the longest of its round.
+    A launch of one program per item has one round: program ``p`` takes item ``p``."""
+    p = gl.program_id(0)
+    programs = gl.num_programs(0)
+    return r * programs + gl.where(r % 2 == 0, p, programs - 1 - p)
+
+
+@gluon.jit
+def qblock_item(item, num_items, num_q_blocks, cu_seqlens_q_ptr, seq_lens_ptr, block_table_ptr, num_seqs,
+                sliding_window, stride_bt, BLOCK_Q: gl.constexpr, TILE_SIZE: gl.constexpr,
+                USE_WINDOW: gl.constexpr):
+    """Work item ``item`` of a flat list of (Q-block, KV head) pairs, last Q-blocks first and
+    KV heads innermost (under the causal mask the last Q-blocks see the most keys: for one
+    sequence the list runs longest first): (KV head, first query row, query length, Q-block
     within its sequence, context length, sequence length, block-table row, first tile, first
-    masked tile, end tile). A Q-block past its sequence's query gets no tiles."""
-    q_block = num_q_blocks - 1 - item % num_q_blocks
-    kv_head = item // num_q_blocks
+    masked tile, end tile). A Q-block past its sequence's query, or an item past the list
+    (``item >= num_items``), has no tiles and no rows (query length 0)."""
+    in_list = item < num_items
+    item = gl.minimum(item, num_items - 1)
+    num_kv_heads = num_items // num_q_blocks
+    q_block = num_q_blocks - 1 - item // num_kv_heads
+    kv_head = item % num_kv_heads
     seq, q_start, query_len, q_block_local, seq_len = locate_qblock(cu_seqlens_q_ptr, seq_lens_ptr, q_block,
                                                                     num_seqs, BLOCK_Q)
     context_len = seq_len - query_len
+    query_len = gl.where(in_list, query_len, 0)
     bt_row = block_table_ptr + seq.to(gl.int64) * stride_bt
     first_tile, first_masked, end_tile = tile_range(context_len, query_len, q_block_local, sliding_window,
                                                     BLOCK_Q, TILE_SIZE, USE_WINDOW)
@@ -137,12 +165,19 @@ def kv_tile_offsets(page, slot, stride_b, stride_s, HEAD_SIZE: gl.constexpr, lay
 
 @gluon.jit
 def softmax_tile(s, m_i, l_i, tile, first_masked, pos_q, qk_scale, softcap, sliding_window,
-                 TILE_SIZE: gl.constexpr, USE_SOFTCAP: gl.constexpr, USE_WINDOW: gl.constexpr):
+                 TILE_SIZE: gl.constexpr, USE_SOFTCAP: gl.constexpr, USE_WINDOW: gl.constexpr,
+                 LAZY_MAX: gl.constexpr):
     """Online softmax of one score tile ``s`` (raw ``Q K^T``) in base 2: returns ``P``
     (unnormalized), the factor ``alpha`` that rescales the old accumulator, and the new row
     max and sum. Tiles before ``first_masked`` are visible in full to every row (one FMA per
     score, no mask); later ones apply the causal / window mask. A row that has seen no
-    visible key keeps ``m = -inf, l = 0`` (`steps.blocks.attend_tiles`)."""
+    visible key keeps ``m = -inf, l = 0`` (`steps.blocks.attend_tiles`).
+
+    With ``LAZY_MAX`` a row keeps its running max until a tile raises it by more than
+    `STALE_MAX_LOG2` (FlashAttention 4's conditional rescaling): ``P`` stays below
+    ``2^STALE_MAX_LOG2`` (fp32 sums and bf16 products hold it) and ``alpha`` is exactly 1
+    for such rows, so most tiles leave the accumulator as it is (`rescale_rows`). The
+    result is the same softmax: ``l`` and the accumulator share the stale max."""
     if USE_SOFTCAP:
         # softcap acts on natural-scale scores: scale, squash, then move to base 2
         x = s * (qk_scale / LOG2E) / softcap
@@ -157,12 +192,36 @@ def softmax_tile(s, m_i, l_i, tile, first_masked, pos_q, qk_scale, softcap, slid
             visible = visible & (gl.expand_dims(pos_k, 0) > gl.expand_dims(pos_q, 1) - sliding_window)
         s = gl.where(visible, s * scale, float("-inf"))
         m_new = gl.maximum(m_i, gl.max(s, axis=1))
+        if LAZY_MAX:
+            m_new = gl.where(m_new > m_i + STALE_MAX_LOG2, m_new, m_i)
         m_safe = gl.where(m_new == float("-inf"), 0.0, m_new)
         p = gl.exp2(s - gl.expand_dims(m_safe, 1))
     else:
         m_new = gl.maximum(m_i, gl.max(s, axis=1) * scale)
+        if LAZY_MAX:
+            m_new = gl.where(m_new > m_i + STALE_MAX_LOG2, m_new, m_i)
         m_safe = m_new
         p = gl.exp2(s * scale - gl.expand_dims(m_new, 1))
-    alpha = gl.exp2(m_i - m_safe)
+    if LAZY_MAX:
+        alpha = gl.where(m_new == m_i, 1.0, gl.exp2(m_i - m_safe))  # 1 also for a row still at -inf
+    else:
+        alpha = gl.exp2(m_i - m_safe)
     l_i = l_i * alpha + gl.sum(p, axis=1)
     return p, alpha, m_new, l_i
+
+
+@gluon.jit
+def any_row_moved(alpha):
+    """Whether any row's max moved on the last tile (some ``alpha`` below 1): a scalar, so
+    that `rescale_rows` can skip the multiply for the whole tile. A reduction over the rows
+    of every warp of the partition; computed while the tensor cores are still busy."""
+    return gl.min(alpha, axis=0) < 1.0
+
+
+@gluon.jit
+def rescale_rows(acc, alpha, moved):
+    """``acc`` with row ``i`` times ``alpha[i]``; left as it is unless ``moved``
+    (`any_row_moved`; under `softmax_tile`'s ``LAZY_MAX`` most tiles move no row)."""
+    if moved:
+        acc = acc * gl.expand_dims(gl.convert_layout(alpha, gl.SliceLayout(1, acc.type.layout)), 1)
+    return acc

@@ -71,8 +71,9 @@ def launch_qblock(kernel, extra: dict, out, q, k_cache, v_cache, block_table, cu
 
     A kernel that walks the (Q-block, KV head) pairs as a flat list of work items
     (`blocks.qblock_item`; it takes ``num_q_blocks`` and ``num_items``) gets a 1-D grid
-    instead: ``items=ONE_PER_ITEM``, one program per item; ``PERSISTENT``, at most one per
-    SM, each program taking every ``programs``-th item."""
+    instead: ``items=ONE_PER_ITEM``, one program per item (the hardware hands them to SMs
+    in list order as SMs free up); ``PERSISTENT``, at most one per SM, each program taking
+    one item of every round of ``programs`` items (`blocks.program_item`)."""
     from ..config import Platform
     from ..steps.blocks import Geometry, launch_or_compile, per_token_args
 

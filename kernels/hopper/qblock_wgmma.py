@@ -130,7 +130,7 @@ def qblock_wgmma_kernel(
     s = warpgroup_mma(q_smem, k_smem.index(0).permute((1, 0)), s_zero, use_acc=False, is_async=True)
     s = warpgroup_mma_wait(num_outstanding=0, deps=(s,))
     p, alpha, m_i, l_i = softmax_tile(s, m_i, l_i, first_tile, first_masked, pos_q, qk_scale, softcap,
-                                       sliding_window, TILE_SIZE, USE_SOFTCAP, USE_WINDOW)
+                                       sliding_window, TILE_SIZE, USE_SOFTCAP, USE_WINDOW, False)
     p_op = gl.convert_layout(p.to(dtype), p_layout)
 
     # -- steady state, tile j: S_j and P_{j-1} V_{j-1} in flight together; the softmax of
@@ -153,7 +153,7 @@ def qblock_wgmma_kernel(
                            io_layout)
         s = warpgroup_mma_wait(num_outstanding=1, deps=(s,))
         p, alpha, m_i, l_i = softmax_tile(s, m_i, l_i, tile, first_masked, pos_q, qk_scale, softcap,
-                                           sliding_window, TILE_SIZE, USE_SOFTCAP, USE_WINDOW)
+                                           sliding_window, TILE_SIZE, USE_SOFTCAP, USE_WINDOW, False)
         acc, p_op = warpgroup_mma_wait(num_outstanding=0, deps=(acc, p_op))
         p_op = gl.convert_layout(p.to(dtype), p_layout)
 

@@ -12,7 +12,7 @@ difference is who does what inside a program. Three warpgroups, each its own par
   tile ``j`` while ``P_{j-1} V_{j-1}`` is on the tensor cores. Each keeps its Q rows in
   its own shared buffer (in registers, as the A operand, they left too few registers for
   the wgmma pipeline: ptxas serialized it) and releases a K buffer once its ``S_j`` is done
-  and a V buffer once its ``P V`` is.
+  and a V buffer once its ``P V`` is, every thread for itself (`_release`).
 
 No CTA-wide barrier per tile: the two consumers run at their own pace, so one's softmax
 can overlap the other's matrix products, and neither spends issue slots on addresses.
@@ -31,8 +31,9 @@ from triton.experimental.gluon.language.nvidia.ampere import async_copy
 from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, warpgroup_mma,
                                                                warpgroup_mma_wait)
 
-from .blocks import (K_STAGES, V_STAGES, cp_async, cta_barrier, kv_tile_offsets, kv_tile_slots, qblock_item,
-                     qblock_rows, row_layout, softmax_tile)
+from .blocks import (K_STAGES, V_STAGES, any_row_moved, cp_async, cta_barrier, kv_tile_offsets, kv_tile_slots,
+                     program_item, program_rounds, qblock_item, qblock_rows, rescale_rows, row_layout,
+                     softmax_tile)
 from .host import ONE_PER_ITEM, PERSISTENT, launch_qblock
 
 NUM_WARPS = 4  # the default partition (consumer 0); consumer 1 and the producer are workers
@@ -51,10 +52,11 @@ def _producer(k_ptr, v_ptr, cu_seqlens_q_ptr, seq_lens_ptr, block_table_ptr, num
     consumers as far as buffers allow."""
     layout: gl.constexpr = row_layout(HEAD_SIZE, 4)
     t = gl.program_id(0) * 0  # tiles of this program's earlier items: the rings' position
-    for item in range(gl.program_id(0), num_items, gl.num_programs(0)):
+    for r in range(program_rounds(num_items)):
         (kv_head, q_start, query_len, q_block_local, context_len, seq_len, bt_row, first_tile, first_masked,
-         end_tile) = qblock_item(item, num_q_blocks, cu_seqlens_q_ptr, seq_lens_ptr, block_table_ptr, num_seqs,
-                                 sliding_window, stride_bt, BLOCK_Q, TILE_SIZE, USE_WINDOW)
+         end_tile) = qblock_item(program_item(r), num_items, num_q_blocks, cu_seqlens_q_ptr, seq_lens_ptr,
+                                 block_table_ptr, num_seqs, sliding_window, stride_bt, BLOCK_Q, TILE_SIZE,
+                                 USE_WINDOW)
         k_head = k_ptr + kv_head * stride_kh  # the item's KV head in each cache
         v_head = v_ptr + kv_head * stride_vh
         for j in range(end_tile - first_tile):
@@ -71,6 +73,40 @@ def _producer(k_ptr, v_ptr, cu_seqlens_q_ptr, seq_lens_ptr, block_table_ptr, num
             cp_async(v_smem.index(g % V_STAGES), v_head + offs, rows_in_seq)
             async_copy.mbarrier_arrive(v_ready.index(g % V_STAGES), increment_count=False)
         t += end_tile - first_tile
+
+
+@gluon.jit
+def _release(empty):
+    """This consumer thread is done with the buffer of ``empty``: one arrival of the
+    barrier's 256 (both consumers' threads). Each thread arrives after its own
+    ``warpgroup_mma_wait``, so no partition-wide sync is needed first, as it is before a
+    single thread's ``mbarrier.arrive``. (``cp.async``'s arrive: it counts once all of the
+    thread's earlier ``cp.async`` copies have landed; a consumer issues none.)"""
+    async_copy.mbarrier_arrive(empty, increment_count=False)
+
+
+@gluon.jit
+def _p_operand(p, dtype: gl.constexpr, layout: gl.constexpr, P_AT_PRODUCT: gl.constexpr,
+               AT_PRODUCT: gl.constexpr):
+    """``P`` as the A operand of ``P V`` (16-bit, ``layout``) where the kernel converts it:
+    right after the softmax, or (``P_AT_PRODUCT``) just before the product, carrying it
+    over the loop edge in fp32; elsewhere ``p`` as it is. Carried as 16-bit halves, P comes
+    back from ptxas with each register's halves swapped (16 PRMT per 64-key tile); carried
+    in fp32 it costs 32 more registers per thread, which a 128-key tile cannot spare."""
+    if P_AT_PRODUCT == AT_PRODUCT:
+        p = gl.convert_layout(p.to(dtype), layout)
+    return p
+
+
+@gluon.jit
+def _rows_moved(alpha, LAZY_RESCALE: gl.constexpr):
+    """Whether the accumulator needs rescaling by ``alpha``: always, or with
+    ``LAZY_RESCALE`` only when some row's max moved (`blocks.any_row_moved`)."""
+    if LAZY_RESCALE:
+        moved = any_row_moved(alpha)
+    else:
+        moved = True
+    return moved
 
 
 @gluon.jit
@@ -97,7 +133,8 @@ def _consumer_item(out_ptr, q_ptr, q_start, query_len, q_block_local, context_le
                    stride_oh, q_smem, k_smem, v_smem, k_ready, k_empty, v_ready, v_empty, turns,
                    HALF: gl.constexpr, ROWS: gl.constexpr, QPK: gl.constexpr, HEAD_SIZE: gl.constexpr,
                    TILE_SIZE: gl.constexpr, BLOCK_Q: gl.constexpr, USE_SOFTCAP: gl.constexpr,
-                   USE_WINDOW: gl.constexpr, PINGPONG: gl.constexpr):
+                   USE_WINDOW: gl.constexpr, PINGPONG: gl.constexpr, LAZY_RESCALE: gl.constexpr,
+                   P_AT_PRODUCT: gl.constexpr):
     """One ``ROWS``-row half (``HALF`` 0 or 1) of one work item's Q-block: the overlapped
     loop of `qblock_wgmma`, fed by the producer's mbarriers, then the normalized rows
     stored. Its tiles sit at ring positions ``t, t + 1, ...`` and its product issues at turn
@@ -139,10 +176,11 @@ def _consumer_item(out_ptr, q_ptr, q_start, query_len, q_block_local, context_le
                           is_async=True)
         _pass_turn(turns, HALF, PINGPONG)
         s = warpgroup_mma_wait(num_outstanding=0, deps=(s,))
-        mbarrier.arrive(k_empty.index(t % K_STAGES))
+        _release(k_empty.index(t % K_STAGES))
         p, alpha, m_i, l_i = softmax_tile(s, m_i, l_i, first_tile, first_masked, pos_q, qk_scale, softcap,
-                                          sliding_window, TILE_SIZE, USE_SOFTCAP, USE_WINDOW)
-        p_op = gl.convert_layout(p.to(dtype), p_layout)
+                                          sliding_window, TILE_SIZE, USE_SOFTCAP, USE_WINDOW, LAZY_RESCALE)
+        moved = _rows_moved(alpha, LAZY_RESCALE)
+        p = _p_operand(p, dtype, p_layout, P_AT_PRODUCT, False)
 
         # tile j: S_j and P_{j-1} V_{j-1} in flight together, the softmax of tile j while
         # P_{j-1} V_{j-1} is still on the tensor cores
@@ -151,28 +189,32 @@ def _consumer_item(out_ptr, q_ptr, q_start, query_len, q_block_local, context_le
             mbarrier.wait(k_ready.index(g % K_STAGES), (g // K_STAGES) & 1)
             mbarrier.wait(v_ready.index((g - 1) % V_STAGES), ((g - 1) // V_STAGES) & 1)
             fence_async_shared()
-            acc = acc * gl.expand_dims(gl.convert_layout(alpha, gl.SliceLayout(1, o_layout)), 1)
             _take_turn(turns, k + j, HALF, PINGPONG)
             s = warpgroup_mma(q_smem, k_smem.index(g % K_STAGES).permute((1, 0)), s_zero, use_acc=False, is_async=True)
+            acc = rescale_rows(acc, alpha, moved)  # before P V adds to it; S_j needs no wait
+            p_op = _p_operand(p, dtype, p_layout, P_AT_PRODUCT, True)
             acc = warpgroup_mma(p_op, v_smem.index((g - 1) % V_STAGES), acc, is_async=True)
             _pass_turn(turns, HALF, PINGPONG)
             s = warpgroup_mma_wait(num_outstanding=1, deps=(s,))
-            mbarrier.arrive(k_empty.index(g % K_STAGES))
+            _release(k_empty.index(g % K_STAGES))
             p, alpha, m_i, l_i = softmax_tile(s, m_i, l_i, first_tile + j, first_masked, pos_q, qk_scale, softcap,
-                                              sliding_window, TILE_SIZE, USE_SOFTCAP, USE_WINDOW)
+                                              sliding_window, TILE_SIZE, USE_SOFTCAP, USE_WINDOW, LAZY_RESCALE)
+            moved = _rows_moved(alpha, LAZY_RESCALE)  # its reduction while P V is on the tensor cores
             acc, p_op = warpgroup_mma_wait(num_outstanding=0, deps=(acc, p_op))
-            mbarrier.arrive(v_empty.index((g - 1) % V_STAGES))
-            p_op = gl.convert_layout(p.to(dtype), p_layout)
+            _release(v_empty.index((g - 1) % V_STAGES))
+            p = _p_operand(p, dtype, p_layout, P_AT_PRODUCT, False)
 
         # the last tile's P V (its ring position: t + n - 1)
         last = t + n - 1
         mbarrier.wait(v_ready.index(last % V_STAGES), (last // V_STAGES) & 1)
         fence_async_shared()
-        acc = acc * gl.expand_dims(gl.convert_layout(alpha, gl.SliceLayout(1, o_layout)), 1)
+        acc = rescale_rows(acc, alpha, moved)
         _take_turn(turns, k + n, HALF, PINGPONG)
+        p_op = _p_operand(p, dtype, p_layout, P_AT_PRODUCT, True)
         acc = warpgroup_mma(p_op, v_smem.index(last % V_STAGES), acc, is_async=True)
         _pass_turn(turns, HALF, PINGPONG)
         acc, p_op = warpgroup_mma_wait(num_outstanding=0, deps=(acc, p_op))
+        _release(v_empty.index(last % V_STAGES))  # the program's next item refills it
 
     # normalize and store this half's valid rows
     l_o = gl.convert_layout(l_i, gl.SliceLayout(1, o_layout))
@@ -190,18 +232,21 @@ def _consumer(out_ptr, q_ptr, cu_seqlens_q_ptr, seq_lens_ptr, block_table_ptr, n
               q_smem, k_smem, v_smem, k_ready, k_empty, v_ready, v_empty, turns,
               HALF: gl.constexpr, ROWS: gl.constexpr, QPK: gl.constexpr, HEAD_SIZE: gl.constexpr,
               TILE_SIZE: gl.constexpr, BLOCK_Q: gl.constexpr, USE_SOFTCAP: gl.constexpr,
-              USE_WINDOW: gl.constexpr, PINGPONG: gl.constexpr):
+              USE_WINDOW: gl.constexpr, PINGPONG: gl.constexpr, LAZY_RESCALE: gl.constexpr,
+              P_AT_PRODUCT: gl.constexpr):
     """This half's part of every work item of the program, in the producer's order."""
     t = gl.program_id(0) * 0  # tiles of this program's earlier items: the rings' position
     k = gl.program_id(0) * 0  # product issues of its earlier items: the turns' position
-    for item in range(gl.program_id(0), num_items, gl.num_programs(0)):
+    for r in range(program_rounds(num_items)):
         (kv_head, q_start, query_len, q_block_local, context_len, seq_len, bt_row, first_tile, first_masked,
-         end_tile) = qblock_item(item, num_q_blocks, cu_seqlens_q_ptr, seq_lens_ptr, block_table_ptr, num_seqs,
-                                 sliding_window, stride_bt, BLOCK_Q, TILE_SIZE, USE_WINDOW)
+         end_tile) = qblock_item(program_item(r), num_items, num_q_blocks, cu_seqlens_q_ptr, seq_lens_ptr,
+                                 block_table_ptr, num_seqs, sliding_window, stride_bt, BLOCK_Q, TILE_SIZE,
+                                 USE_WINDOW)
         _consumer_item(out_ptr, q_ptr, q_start, query_len, q_block_local, context_len, kv_head, first_tile,
                        first_masked, end_tile, t, k, qk_scale, softcap, sliding_window, stride_qt, stride_qh,
                        stride_ot, stride_oh, q_smem, k_smem, v_smem, k_ready, k_empty, v_ready, v_empty, turns,
-                       HALF, ROWS, QPK, HEAD_SIZE, TILE_SIZE, BLOCK_Q, USE_SOFTCAP, USE_WINDOW, PINGPONG)
+                       HALF, ROWS, QPK, HEAD_SIZE, TILE_SIZE, BLOCK_Q, USE_SOFTCAP, USE_WINDOW, PINGPONG,
+                       LAZY_RESCALE, P_AT_PRODUCT)
         n = end_tile - first_tile
         t += n
         k += gl.where(n > 0, n + 1, 0)  # an item with tiles issues n + 1 times
@@ -221,15 +266,17 @@ def qblock_ws_kernel(
     QPK: gl.constexpr, HEAD_SIZE: gl.constexpr,
     BLOCK_SIZE: gl.constexpr, TILE_SIZE: gl.constexpr,
     BLOCK_M: gl.constexpr, BLOCK_Q: gl.constexpr,
-    USE_SOFTCAP: gl.constexpr, USE_WINDOW: gl.constexpr, PINGPONG: gl.constexpr,
+    USE_SOFTCAP: gl.constexpr, USE_WINDOW: gl.constexpr, PINGPONG: gl.constexpr, LAZY_RESCALE: gl.constexpr,
 ):
     # -- the rings and their barriers: "ready" completes when the producer's 128 threads'
-    #    copies have landed, "empty" when both consumers are done with the buffer. They
-    #    live as long as the program: its work items (`qblock_item`: program p takes items
-    #    p, p + programs, ...) go through them one after another, each partition counting
-    #    the tiles of the items before (a launch of one program per item runs one each)
+    #    copies have landed, "empty" when every thread of both consumers has released the
+    #    buffer (`_release`). They live as long as the program: its work items
+    #    (`blocks.program_item`: one per round, dealt in snake order) go through them one
+    #    after another, each partition counting the tiles of the items before (a launch of
+    #    one program per item runs one each)
     kv_smem_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([TILE_SIZE, HEAD_SIZE], q_ptr.dtype.element_ty)
     HALF_M: gl.constexpr = BLOCK_M // 2  # rows per consumer
+    P_AT_PRODUCT: gl.constexpr = TILE_SIZE <= 64  # where P becomes a 16-bit operand (`_p_operand`)
     q_smem_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([HALF_M, HEAD_SIZE], q_ptr.dtype.element_ty)
     q_smem = gl.allocate_shared_memory(q_ptr.dtype.element_ty, [2, HALF_M, HEAD_SIZE], q_smem_layout)
     k_smem = gl.allocate_shared_memory(q_ptr.dtype.element_ty, [K_STAGES, TILE_SIZE, HEAD_SIZE], kv_smem_layout)
@@ -240,10 +287,10 @@ def qblock_ws_kernel(
     v_empty = gl.allocate_shared_memory(gl.int64, [V_STAGES, 1], mbarrier.MBarrierLayout())
     for i in gl.static_range(K_STAGES):
         mbarrier.init(k_ready.index(i), count=128)
-        mbarrier.init(k_empty.index(i), count=2)
+        mbarrier.init(k_empty.index(i), count=2 * 128)
     for i in gl.static_range(V_STAGES):
         mbarrier.init(v_ready.index(i), count=128)
-        mbarrier.init(v_empty.index(i), count=2)
+        mbarrier.init(v_empty.index(i), count=2 * 128)
     # the consumers' turns to issue products (used with PINGPONG)
     turns = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
     for i in gl.static_range(2):
@@ -253,11 +300,13 @@ def qblock_ws_kernel(
         (_consumer, (out_ptr, q_ptr, cu_seqlens_q_ptr, seq_lens_ptr, block_table_ptr, num_seqs, num_q_blocks,
                      num_items, qk_scale, softcap, sliding_window, stride_qt, stride_qh, stride_ot, stride_oh,
                      stride_bt, q_smem.index(0), k_smem, v_smem, k_ready, k_empty, v_ready, v_empty, turns,
-                     0, HALF_M, QPK, HEAD_SIZE, TILE_SIZE, BLOCK_Q, USE_SOFTCAP, USE_WINDOW, PINGPONG)),
+                     0, HALF_M, QPK, HEAD_SIZE, TILE_SIZE, BLOCK_Q, USE_SOFTCAP, USE_WINDOW, PINGPONG,
+                     LAZY_RESCALE, P_AT_PRODUCT)),
         (_consumer, (out_ptr, q_ptr, cu_seqlens_q_ptr, seq_lens_ptr, block_table_ptr, num_seqs, num_q_blocks,
                      num_items, qk_scale, softcap, sliding_window, stride_qt, stride_qh, stride_ot, stride_oh,
                      stride_bt, q_smem.index(1), k_smem, v_smem, k_ready, k_empty, v_ready, v_empty, turns,
-                     1, HALF_M, QPK, HEAD_SIZE, TILE_SIZE, BLOCK_Q, USE_SOFTCAP, USE_WINDOW, PINGPONG)),
+                     1, HALF_M, QPK, HEAD_SIZE, TILE_SIZE, BLOCK_Q, USE_SOFTCAP, USE_WINDOW, PINGPONG,
+                     LAZY_RESCALE, P_AT_PRODUCT)),
         (_producer, (k_ptr, v_ptr, cu_seqlens_q_ptr, seq_lens_ptr, block_table_ptr, num_seqs, num_q_blocks,
                      num_items, sliding_window, stride_bt, stride_kb, stride_ks, stride_kh, stride_vh,
                      k_smem, v_smem, k_ready, k_empty, v_ready, v_empty,
@@ -267,13 +316,16 @@ def qblock_ws_kernel(
 
 def launch(out, q, k_cache, v_cache, block_table, cu_seqlens_q, seq_lens, *, scale: float,
            sliding_window: int | None, softcap: float, tile_size: int = 128, pingpong: bool = False,
-           persistent: bool = False, compile_only: bool = False) -> None:
+           lazy_rescale: bool = False, persistent: bool = False, compile_only: bool = False) -> None:
     """`host.launch_qblock` with three warpgroups per program and the register cap that
     lets ``setmaxnreg`` give the consumers 216 registers (module doc); ``pingpong``: the
-    consumers take turns to issue their products (`_take_turn`). One program per work item,
-    or with ``persistent`` one per SM, each walking its items longest first (FlashAttention
-    3's persistent grid); the same binary either way."""
-    launch_qblock(qblock_ws_kernel, {"num_warps": NUM_WARPS, "PINGPONG": pingpong, **LAUNCH_OPTIONS}, out, q,
-                  k_cache, v_cache, block_table, cu_seqlens_q, seq_lens, scale=scale, sliding_window=sliding_window,
-                  softcap=softcap, tile_size=tile_size, compile_only=compile_only,
+    consumers take turns to issue their products (`_take_turn`); ``lazy_rescale``: a row's
+    running max moves only by more than 2^8, and the accumulator is rescaled only when one
+    does (`blocks.softmax_tile`). One program per work item, or with ``persistent`` one per
+    SM, dealt the list (longest first) in snake order (`blocks.program_item`; FlashAttention
+    3 runs a persistent grid too); the same binary either way."""
+    launch_qblock(qblock_ws_kernel,
+                  {"num_warps": NUM_WARPS, "PINGPONG": pingpong, "LAZY_RESCALE": lazy_rescale, **LAUNCH_OPTIONS},
+                  out, q, k_cache, v_cache, block_table, cu_seqlens_q, seq_lens, scale=scale,
+                  sliding_window=sliding_window, softcap=softcap, tile_size=tile_size, compile_only=compile_only,
                   items=PERSISTENT if persistent else ONE_PER_ITEM)
