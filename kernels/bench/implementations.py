@@ -12,7 +12,7 @@ that batch. Comparators, the state of the art first:
   uniform batches of plain decodes or plain prefills (no window, no softcap), with the
   fastest backend SDPA has for the case on this device (cuDNN, flash, efficient, math),
   named in the row.
-* ``qblock_wgmma``, ``qblock_ws`` (and ``..._t64``, ``qblock_ws_pp``; ``..._persistent``: one
+* ``qblock_wgmma``, ``qblock_ws`` (and ``..._t64``; ``..._pp``: consumers taking turns; ``..._persistent``: one
   program per SM walking the work items; ``..._lazy``: the accumulator rescaled only when a
   row's max moves by more than 2^8): our Q-block step in
   Gluon for Hopper (`kernels/hopper/`: async wgmma with the softmax overlapped, and the same
@@ -233,6 +233,7 @@ HOPPER: dict[str, Callable[..., Prepared]] = {
     "qblock_wgmma": _hopper("qblock_wgmma", 128), "qblock_wgmma_t64": _hopper("qblock_wgmma", 64),
     "qblock_ws": _hopper("qblock_ws", 128), "qblock_ws_t64": _hopper("qblock_ws", 64),
     "qblock_ws_pp": _hopper("qblock_ws", 128, pingpong=True),
+    "qblock_ws_t64_pp": _hopper("qblock_ws", 64, pingpong=True),
     "qblock_ws_t64_persistent": _hopper("qblock_ws", 64, persistent=True),
     "qblock_ws_t64_lazy": _hopper("qblock_ws", 64, lazy_rescale=True),
     "qblock_ws_t64_lazy_persistent": _hopper("qblock_ws", 64, lazy_rescale=True, persistent=True),

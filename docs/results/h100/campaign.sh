@@ -25,7 +25,8 @@
 #   ncu:SUITE/CASE/IMPL[,IMPL...]
 #                      Nsight Compute's full set on one launch of each IMPL on CASE of
 #                      recipes/microbench/SUITE.yaml (`attnbench kernels run`, checked first), into
-#                      ncu/CASE-IMPL.ncu-rep and its details page ncu/CASE-IMPL.txt, each under
+#                      ncu/CASE-IMPL.ncu-rep, its details page ncu/CASE-IMPL.txt and its SASS source
+#                      page with sampled stalls ncu/CASE-IMPL-sass.csv, each under
 #                      `timeout ${NCU_TIMEOUT_S:-300}` (packed into ncu.tgz: ~1 MB per profile)
 #   gputest:FILE[@K]   `python3 -m pytest -q -x tests/FILE [-k K]` (GPU kernel tests, log kept) under
 #                      `timeout ${GPUTEST_TIMEOUT_S:-300}`: a kernel that hangs costs minutes, not the lease
@@ -119,6 +120,9 @@ job() {
           attnbench kernels run "recipes/microbench/$suite.yaml" --case "$case" --impl "$impl" --repeat 1 \
           > "$CAMPAIGN/ncu/$case-$impl.log" 2>&1
         "$ncu" -i "$CAMPAIGN/ncu/$case-$impl.ncu-rep" --page details > "$CAMPAIGN/ncu/$case-$impl.txt" 2>&1
+        # per SASS instruction: executions and sampled warp stalls by reason (where warps wait)
+        "$ncu" -i "$CAMPAIGN/ncu/$case-$impl.ncu-rep" --page source --print-source sass --csv \
+          > "$CAMPAIGN/ncu/$case-$impl-sass.csv" 2>&1
         tail -3 "$CAMPAIGN/ncu/$case-$impl.log"
       done ;;
     gputest)
