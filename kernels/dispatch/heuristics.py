@@ -21,10 +21,15 @@ from ..hopper import host as hopper
 from ..variants import AUTO, check_variant, step
 
 
-# the Q-block step in Gluon for Hopper (`hopper/qblock_ws.py`): 64-token tiles (128-token
-# ones spill registers); num_warps and num_stages as that kernel fixes them (3 warpgroups,
-# a 2-deep K ring)
+# the Q-block step in Gluon for Hopper (`hopper/qblock_ws.py`); num_warps and num_stages as
+# that kernel fixes them (3 warpgroups, a 2-deep K ring). 128-key tiles halve the fixed cost
+# per tile (barrier waits, row reductions) that bounds it once a Q-block has many tiles: on
+# the H100 they win from 2,048 keys (prefill B1 8k 1,070 vs 1,175 us, mixed 2k 311 vs 319);
+# up to 512 keys 64-key tiles do (serving steps 63 vs 66 us), wasting less on the causal
+# diagonal and the last partial tile (docs/perf/kernels-h100.md)
 GLUON_WS = KernelConfig("qblock", kernel="gluon_ws", tile_size=64, block_m=128, num_warps=12, num_stages=2)
+GLUON_WS_LONG_KEYS = replace(GLUON_WS, tile_size=128)
+GLUON_LONG_KEYS = 1024  # max_seqlen_k above which `auto` takes GLUON_WS_LONG_KEYS
 
 
 def _auto(shape: BatchShape, p: Platform) -> KernelConfig:
@@ -35,9 +40,9 @@ def _auto(shape: BatchShape, p: Platform) -> KernelConfig:
     batch with at most one (sequence, KV head) pair per SM, long enough that 16 segments
     of 64-token tiles all have work. Where the Q-block step would take 128-row blocks
     (queries longer than 16 tokens) on an sm_90 GPU with Gluon's Hopper API and heads the
-    Gluon kernel takes, it runs that kernel (unless ``ATTNBENCH_GLUON=0``): 1.19-1.35x the
-    Triton kernel on every prefill and mixed case of llama3-8b-hopper on the H100
-    (docs/perf/kernels-h100.md). The paper's steps themselves (``variant="qblock"``,
+    Gluon kernel takes, it runs that kernel (unless ``ATTNBENCH_GLUON=0``), with 128-key
+    tiles past ``GLUON_LONG_KEYS`` keys: 1.19-1.35x the Triton kernel on every prefill and
+    mixed case of llama3-8b-hopper on the H100 (docs/perf/kernels-h100.md). The paper's steps themselves (``variant="qblock"``,
     Fig. 7-8) stay Triton.
     """
     few_programs = shape.num_seqs * shape.num_kv_heads <= p.num_sms
@@ -45,7 +50,7 @@ def _auto(shape: BatchShape, p: Platform) -> KernelConfig:
         return step("parallel_tiled").default_config(shape, p)
     if shape.max_seqlen_q > 16 and p.arch == hopper.ARCH and hopper.chosen_by_auto() \
             and hopper.shape_reason(shape.head_size, shape.queries_per_kv) is None:
-        return GLUON_WS
+        return GLUON_WS_LONG_KEYS if shape.max_seqlen_k > GLUON_LONG_KEYS else GLUON_WS
     return step("qblock").default_config(shape, p)
 
 
