@@ -24,7 +24,7 @@ from ..variants import AUTO, check_variant, step
 # the Q-block step in Gluon for Hopper (`hopper/qblock_ws.py`); num_warps and num_stages as
 # that kernel fixes them (3 warpgroups, a 2-deep K ring). 128-key tiles halve the fixed cost
 # per tile (barrier waits, row reductions) that bounds it once a Q-block has many tiles: on
-# the H100 they win from 2,048 keys (prefill B1 8k 1,070 vs 1,175 us, mixed 2k 311 vs 319);
+# the H100 they win from 2,048 keys (prefill B1 8k 1,070 vs 1,168 us, mixed 2k 309 vs 319);
 # up to 512 keys 64-key tiles do (serving steps 63 vs 66 us), wasting less on the causal
 # diagonal and the last partial tile (docs/perf/kernels-h100.md)
 GLUON_WS = KernelConfig("qblock", kernel="gluon_ws", tile_size=64, block_m=128, num_warps=12, num_stages=2)
@@ -42,8 +42,8 @@ def _auto(shape: BatchShape, p: Platform) -> KernelConfig:
     (queries longer than 16 tokens) on an sm_90 GPU with Gluon's Hopper API and heads the
     Gluon kernel takes, it runs that kernel (unless ``ATTNBENCH_GLUON=0``), with 128-key
     tiles past ``GLUON_LONG_KEYS`` keys: 1.19-1.35x the Triton kernel on every prefill and
-    mixed case of llama3-8b-hopper on the H100 (docs/perf/kernels-h100.md). The paper's steps themselves (``variant="qblock"``,
-    Fig. 7-8) stay Triton.
+    mixed case of llama3-8b-hopper on the H100 (docs/perf/kernels-h100.md). The paper's
+    steps themselves (``variant="qblock"``, Fig. 7-8) stay Triton.
     """
     few_programs = shape.num_seqs * shape.num_kv_heads <= p.num_sms
     if shape.decode_only and few_programs and shape.max_seqlen_k >= 1024:
