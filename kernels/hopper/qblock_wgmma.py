@@ -31,7 +31,7 @@ from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared,
 from triton.experimental.gluon.language.nvidia.ampere import async_copy
 
 from .blocks import (K_STAGES, V_STAGES, cp_async, cta_barrier, kv_tile_offsets, kv_tile_slots,
-                     locate_qblock, qblock_rows, row_layout, softmax_tile, tile_range)
+                     locate_qblock, qblock_rows, rescale_rows, row_layout, softmax_tile, tile_range)
 from .host import launch_qblock
 
 NUM_WARPS = 8  # two warpgroups, 64 rows of the 128-row Q-block each
@@ -143,7 +143,7 @@ def qblock_wgmma_kernel(
         fence_async_shared()
         cta_barrier()
         s = warpgroup_mma(q_smem, k_smem.index(j % K_STAGES).permute((1, 0)), s_zero, use_acc=False, is_async=True)
-        acc = acc * gl.expand_dims(gl.convert_layout(alpha, gl.SliceLayout(1, o_layout)), 1)
+        acc = rescale_rows(acc, alpha, True)
         acc = warpgroup_mma(p_op, v_smem.index((j - 1) % V_STAGES), acc, is_async=True)
         # the next tile's gathers go out while both products run (their buffers held tiles
         # j-1 and j-2, whose products every warpgroup has waited for)
@@ -159,7 +159,7 @@ def qblock_wgmma_kernel(
 
     # -- the last tile's P V, then normalize and store the valid rows
     last = end_tile - first_tile - 1
-    acc = acc * gl.expand_dims(gl.convert_layout(alpha, gl.SliceLayout(1, o_layout)), 1)
+    acc = rescale_rows(acc, alpha, True)
     acc = warpgroup_mma(p_op, v_smem.index(last % V_STAGES), acc, is_async=True)
     acc, p_op = warpgroup_mma_wait(num_outstanding=0, deps=(acc, p_op))
     l_o = gl.convert_layout(l_i, gl.SliceLayout(1, o_layout))
