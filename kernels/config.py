@@ -45,6 +45,9 @@ class KernelConfig:
     kernel           which kernel runs the step: "triton" (`steps/`, every platform) or, for
                      qblock on Hopper, "gluon_ws" (`hopper/qblock_ws.py`, warp-specialized;
                      block_m 128, tile_size 64 or 128; num_warps/num_stages are its own)
+    persistent       gluon_ws only: one program per SM walking the list of work items
+                     (`hopper/blocks.program_item`) instead of one program per item; the
+                     next item's KV tiles load while the last one finishes
     """
 
     variant: str
@@ -56,6 +59,7 @@ class KernelConfig:
     programs_per_sm: float = 1.0
     reduce_num_warps: int = 4
     kernel: str = "triton"
+    persistent: bool = False
 
     def __post_init__(self):
         if self.variant not in VARIANTS:
@@ -65,6 +69,9 @@ class KernelConfig:
         if self.kernel == "gluon_ws" and (self.variant, self.block_m) != ("qblock", 128):
             raise ValueError("KernelConfig.kernel: 'gluon_ws' runs the qblock step with block_m 128, got "
                              f"variant {self.variant!r}, block_m {self.block_m}")
+        if self.persistent and self.kernel != "gluon_ws":
+            raise ValueError(f"KernelConfig.persistent: only the 'gluon_ws' kernel has a persistent launch, got "
+                             f"kernel {self.kernel!r}")
         for name in ("tile_size", "block_m"):
             v = getattr(self, name)
             if v < 1 or v & (v - 1):

@@ -103,13 +103,30 @@ def test_reference_of_a_poisoned_batch_is_finite():
     assert torch.isnan(batch.k_cache).any() and torch.isfinite(batch.reference()).all()
 
 
-def _auto_call(batch: PagedBatch, out: torch.Tensor, v_cache: torch.Tensor | None = None):
+def _auto_call(batch: PagedBatch, out: torch.Tensor, v_cache: torch.Tensor | None = None, config=None):
     from attnbench.kernels import paged_attention
 
     return paged_attention(q=batch.q, k_cache=batch.k_cache, v_cache=batch.v_cache if v_cache is None else v_cache,
                            block_table=batch.block_table, cu_seqlens_q=batch.cu_seqlens_q, seq_lens=batch.seq_lens,
                            out=out, max_seqlen_q=batch.max_seqlen_q, max_seqlen_k=batch.max_seqlen_k,
-                           sliding_window=batch.sliding_window, softcap=batch.softcap)
+                           sliding_window=batch.sliding_window, softcap=batch.softcap, config=config)
+
+
+def _check_call_and_replay(batch: PagedBatch, label: str, seed: int, config=None):
+    """The default call (or one with ``config``) matches the reference; captured in a CUDA
+    graph and replayed, it writes the same."""
+    out = poisoned_like(batch.q)
+    _auto_call(batch, out, config=config)
+    problem = mismatch(out, batch.reference(), batch.dtype)
+    assert problem is None, f"seed={seed} {label}: {problem}"
+    eager = out.clone()
+    out.fill_(float("nan"))
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        _auto_call(batch, out, config=config)
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(out, eager)
 
 
 @pytest.mark.gpu
@@ -125,18 +142,32 @@ def test_auto_runs_the_gluon_kernel_on_hopper(head_case, composition):
     seed = fresh_seed()
     batch = build_case(head_case, composition, seed)
     assert choose_config(batch.shape, Platform.detect(batch.q.device)).kernel == "gluon_ws"
-    out = poisoned_like(batch.q)
-    _auto_call(batch, out)
-    problem = mismatch(out, batch.reference(), batch.dtype)
-    assert problem is None, f"seed={seed} {head_case} {composition}: {problem}"
-    eager = out.clone()
-    out.fill_(float("nan"))
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        _auto_call(batch, out)
-    graph.replay()
-    torch.cuda.synchronize()
-    assert torch.equal(out, eager)
+    _check_call_and_replay(batch, f"{head_case} {composition}", seed)
+
+
+def many_items_seqs(rng: random.Random) -> list[tuple[int, int]]:
+    """Enough Q-blocks (of 32 tokens at 4 query heads per KV head) that a persistent launch
+    deals every SM of an H100 two or three work items: a prefill, a chunk and decodes."""
+    decodes = [(1, rng.randint(1, 900)) for _ in range(40)]
+    return [(rng.randint(3000, 4000), 0), (rng.randint(1000, 2000), rng.randint(100, 900)), *decodes]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("tile_size", [64, 128])
+@pytest.mark.parametrize("head_case", ["gqa4-h128-bf16-bs16", "window-softcap-mqa-h128-bf16-bs48"])
+def test_a_persistent_gluon_config_runs_through_the_api(head_case, tile_size):
+    """A tuned tree may pick the persistent launch (`KernelConfig.persistent`): through
+    `paged_attention`, on a batch with more work items than SMs, it matches the reference
+    and replays in a CUDA graph."""
+    from attnbench.kernels import KernelConfig
+
+    seed = fresh_seed()
+    batch = build_head_case(HEAD_CASES[head_case], many_items_seqs, seed, window_range=(20, 300))
+    num_items = (batch.num_tokens // 32 + batch.num_seqs) * batch.num_kv_heads  # `host.launch_qblock`'s list
+    assert num_items > torch.cuda.get_device_properties(0).multi_processor_count
+    config = KernelConfig("qblock", kernel="gluon_ws", tile_size=tile_size, block_m=128, num_warps=12,
+                          persistent=True)
+    _check_call_and_replay(batch, f"persistent {head_case} tile {tile_size}", seed, config)
 
 
 @pytest.mark.gpu

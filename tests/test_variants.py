@@ -89,6 +89,9 @@ def test_the_gluon_kernel_runs_only_the_qblock_step_with_128_rows():
         KernelConfig("parallel_tiled", block_m=128, kernel="gluon_ws")
     with pytest.raises(ValueError, match="block_m 16"):
         KernelConfig("qblock", block_m=16, kernel="gluon_ws")
+    with pytest.raises(ValueError, match="KernelConfig.persistent: only the 'gluon_ws' kernel .* got kernel 'triton'"):
+        KernelConfig("qblock", block_m=128, persistent=True)
+    assert KernelConfig("qblock", block_m=128, kernel="gluon_ws", persistent=True).as_dict()["persistent"] is True
 
 
 def test_a_gluon_config_off_hopper_is_refused_by_name():

@@ -80,7 +80,7 @@ def launch(out, q, k_cache, v_cache, block_table, cu_seqlens_q, seq_lens, *,
             from ..hopper import qblock_ws
             qblock_ws.launch(out, q, k_cache, v_cache, block_table, cu_seqlens_q, seq_lens, scale=scale,
                              sliding_window=sliding_window, softcap=softcap, tile_size=config.tile_size,
-                             compile_only=compile_only)
+                             persistent=config.persistent, compile_only=compile_only)
             return
         config = TRITON_PREFILL
     g = Geometry.of(q, k_cache, seq_lens)
