@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import json
 import importlib.util
 from pathlib import Path
 
@@ -154,7 +155,7 @@ def test_tuner_sweeps_fits_and_emits_working_heuristics(tmp_path):
     spec.loader.exec_module(tuned)
     for shape in (BatchShape(3, 3, 1, 41, 4, 2, 32), BatchShape(1, 12, 12, 12, 4, 2, 32)):
         config = KernelConfig(**tuned.choose(shape, Platform("cuda", 132, "Test GPU")))
-        assert config.as_dict() in [__import__("json").loads(lbl) for lbl in labels]
+        assert config.as_dict() in [json.loads(lbl) for lbl in labels]
 
 
 def test_rows_name_the_kernel_that_ran_and_comparators_say_why_not(tmp_path):
@@ -186,14 +187,16 @@ def test_an_older_csv_is_not_appended_to(tmp_path):
         CsvSink(old)
 
 
-def test_the_shipped_search_space_holds_the_gluon_kernel_once_per_tile():
+def test_the_shipped_search_space_holds_the_gluon_kernel_once_per_tile_and_launch():
     """tune-space.yaml's qblock space is two products: Triton's 16 configs, and the Gluon
-    kernel with its fixed warps and stages at both tile sizes (no aliases of one binary)."""
+    kernel with its fixed warps and stages at both tile sizes, one program per item or
+    persistent (no aliases of one launch)."""
     from attnbench.kernels.bench.tune import load_space
 
     configs = [c for c in load_space("recipes/microbench/tune-space.yaml").configs() if c.variant == "qblock"]
     gluon = [c for c in configs if c.kernel == "gluon_ws"]
-    assert len(configs) == 18 and sorted(c.tile_size for c in gluon) == [64, 128]
+    assert len(configs) == 20
+    assert sorted((c.tile_size, c.persistent) for c in gluon) == [(64, False), (64, True), (128, False), (128, True)]
     assert all((c.block_m, c.num_warps, c.num_stages) == (128, 12, 2) for c in gluon)
 
 
@@ -216,3 +219,27 @@ def test_a_tuned_gluon_choice_yields_where_gluon_cannot_run(monkeypatch):
     config = heuristics.choose_config(prefill, h100)
     assert config == heuristics.step("qblock").default_config(prefill, h100) and config.kernel == "triton"
     assert heuristics.choose_config(decode, h100).tile_size == 128
+
+
+def test_the_fitted_tree_picks_by_slowdown_not_by_which_near_tie_won(tmp_path):
+    """Cases a and b are near-ties between configs x and y (within 2%), c wants z and
+    fails on y: the tree runs y on a and b (least mean slowdown: one config, no split
+    between them) and z on c; the emitted module has that one split, and the regret rows
+    say what each pick costs."""
+    from attnbench.kernels.bench.tune import FEATURES, fit_tree, regret
+
+    def rows_of(case, kv_len, times):
+        facts = {f: 1 for f in FEATURES} | {"max_seqlen_k": kv_len}
+        return [{"case": case, "config": json.dumps({"variant": "qblock", "tile_size": tile}),
+                 "status": "ok" if t else "mismatch", "median_us": t or "", **facts} for tile, t in times.items()]
+
+    x, y, z = 16, 32, 64  # the configs, by tile size
+    rows = (rows_of("a", 100, {x: 100.0, y: 101.0, z: 300.0}) + rows_of("b", 200, {x: 102.0, y: 100.0, z: 300.0})
+            + rows_of("c", 900, {x: 500.0, y: None, z: 100.0}))
+    tree, labels = fit_tree(rows, max_depth=3)
+    picks = {p["case"]: (json.loads(p["picked"])["tile_size"], p["picked_us"], p["best_us"])
+             for p in regret(tree, labels, rows)}
+    assert picks == {"a": (y, 101.0, 100.0), "b": (y, 100.0, 100.0), "c": (z, 100.0, 100.0)}
+    source = emit_python(tree, labels, "Test GPU", "t.csv", regret(tree, labels, rows))
+    assert source.count("if f[") == 1 and "if f['max_seqlen_k'] <= 550:" in source
+    assert "* a: fastest 100.0 us; the tree's pick 101.0 us (+1.0%)" in source

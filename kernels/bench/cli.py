@@ -138,7 +138,7 @@ def tune(suite_file, space_file, rows_csv, sweep, emit_file, device_name, only, 
     import csv as _csv
 
     from .spec import SpecError, load_microbench_spec
-    from .tune import best_per_case, emit_python, fit_tree, load_space
+    from .tune import best_per_case, describe_pick, emit_python, fit_tree, load_space, regret
     from .tune import sweep as run_sweep
 
     try:
@@ -163,7 +163,10 @@ def tune(suite_file, space_file, rows_csv, sweep, emit_file, device_name, only, 
 
             device_name = torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu"
         tree, labels = fit_tree(rows, max_depth)
-        Path(emit_file).write_text(emit_python(tree, labels, device_name, str(rows_csv)))
+        picks = regret(tree, labels, rows)
+        for p in picks:
+            click.echo(describe_pick(p))
+        Path(emit_file).write_text(emit_python(tree, labels, device_name, str(rows_csv), picks))
         click.echo(f"decision tree written to {emit_file}")
 
 

@@ -5,9 +5,11 @@ the result as simple if/else heuristics that generalize to unseen batches and co
 at launch (and are compatible with CUDA graphs). Here:
 
 1. ``sweep``: for every case of a microbenchmark suite and every config of a search space,
-   check the result against the reference and time it (do_bench median, L2 flushed).
-2. ``fit``: label each case with its fastest config and fit a shallow
-   ``sklearn.tree.DecisionTreeClassifier`` on batch features the launcher knows on the host.
+   check the result against the reference and time it (do_bench median, L2 zeroed; on a
+   GPU the best of eager launches and CUDA-graph replays, as the microbenchmark reports).
+2. ``fit``: fit a shallow ``sklearn.tree.DecisionTreeRegressor`` from batch features the
+   launcher knows on the host to each config's slowdown on the case; every leaf runs the
+   config of least mean slowdown there, and `regret` says what the picks cost per case.
 3. ``emit``: print the tree as a Python function ``choose(shape, platform) -> dict``, written
    to ``kernels/dispatch/tuned_<device>.py``; `heuristics.choose_config` uses it for that device.
 """
@@ -17,11 +19,17 @@ from __future__ import annotations
 import csv
 import itertools
 import json
+from collections import Counter
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from attnbench.validation import validate_yaml
+
+# the configs a fitted tree may pick: within 2% of some case's fastest (closer than the
+# run-to-run spread of one config); and the most a wrong pick counts in the fit (x its best)
+NEAR_BEST = 0.02
+SLOWDOWN_CAP = 3.0
 
 FEATURES = ("decode_only", "max_seqlen_q", "avg_seqlen_q", "max_seqlen_k", "num_seqs",
             "queries_per_kv", "kv_programs")
@@ -73,7 +81,6 @@ def sweep(suite, space: SearchSpace, out_csv: Path, device: str = "cuda", only=N
 
     from .microbench import build_batch
     from .implementations import prepare
-    from .timing import time_us
     from .reference import within_tolerance
 
     dev = torch.device(device)
@@ -98,7 +105,7 @@ def sweep(suite, space: SearchSpace, out_csv: Path, device: str = "cuda", only=N
                     if not ok:
                         row.update(status="mismatch")
                     else:
-                        row.update(status="ok", median_us=time_us(prepared.run, 10, 40, dev)[0])
+                        row.update(status="ok", median_us=best_time_us(prepared.run, dev))
                 except Exception as e:  # noqa: BLE001 - an unbuildable config is just not a candidate
                     row.update(status=f"error: {type(e).__name__}")
                 writer.writerow(row)
@@ -106,6 +113,18 @@ def sweep(suite, space: SearchSpace, out_csv: Path, device: str = "cuda", only=N
                 rows.append(row)
             del batch, ref
     return rows
+
+
+def best_time_us(run, device) -> float:
+    """Median time of one call of ``run``, microseconds: on a GPU the better of eager
+    launches and CUDA-graph replays (a short kernel's eager time is the host's launch cost,
+    which a server's graphs do not pay), under the interpreter the wall clock."""
+    from .timing import time_graph_us, time_us
+
+    eager = time_us(run, 10, 40, device)[0]
+    if device.type != "cuda":
+        return eager
+    return min(eager, time_graph_us(run, 10, 40)[0])
 
 
 def best_per_case(rows: list[dict]) -> dict[str, dict]:
@@ -119,27 +138,102 @@ def best_per_case(rows: list[dict]) -> dict[str, dict]:
     return best
 
 
-def fit_tree(rows: list[dict], max_depth: int = 3):
-    """Fit a classifier from case features to the label of its fastest config."""
-    from sklearn.tree import DecisionTreeClassifier
+def _times(rows: list[dict]) -> dict[tuple[str, str], float]:
+    """(case, config) -> median microseconds of every correct, timed row."""
+    return {(r["case"], r["config"]): float(r["median_us"]) for r in rows if r["status"] == "ok"}
 
-    best = best_per_case(rows)
+
+def fit_tree(rows: list[dict], max_depth: int = 3):
+    """Fit a regression tree from a case's features to the slowdown of every candidate
+    config on it (its time over the case's fastest, at most `SLOWDOWN_CAP`; where it did
+    not run correctly, the cap). Each leaf runs the config of least mean slowdown over its
+    cases (`leaf_config`), so the splits follow what a wrong pick costs, not which of two
+    near-equal configs happened to win; `pick` and the emitted code keep only the splits
+    that pay (`_split_pays`). Candidates: the configs within `NEAR_BEST` of some case's
+    fastest. Returns the tree and the candidates (its outputs, in order)."""
+    from sklearn.tree import DecisionTreeRegressor
+
+    best = {case: float(r["median_us"]) for case, r in best_per_case(rows).items()}
     if not best:
         raise ValueError("no case has a correct, timed config: nothing to fit")
-    labels = sorted({r["config"] for r in best.values()})
-    x = [[float(r[f]) for f in FEATURES] for r in best.values()]
-    y = [labels.index(r["config"]) for r in best.values()]
-    tree = DecisionTreeClassifier(max_depth=max_depth, random_state=0).fit(x, y)
+    times = _times(rows)
+    labels = sorted({c for (case, c), t in times.items() if t <= (1 + NEAR_BEST) * best[case]})
+    facts = {r["case"]: r for r in rows}
+    x = [[float(facts[case][f]) for f in FEATURES] for case in best]
+    y = [[min(times.get((case, c), float("inf")) / b, SLOWDOWN_CAP) for c in labels] for case, b in best.items()]
+    tree = DecisionTreeRegressor(max_depth=max_depth, random_state=0).fit(x, y)
     return tree, labels
 
 
-def emit_python(tree, labels: list[str], device_name: str, source: str) -> str:
-    """The fitted tree as a small, readable ``choose(shape, platform) -> dict`` function."""
+def leaf_config(tree, labels: list[str], node: int) -> str:
+    """The config a node of `fit_tree`'s tree runs: least mean slowdown over its cases."""
+    return labels[int(tree.tree_.value[node][:, 0].argmin())]
+
+
+def _merged_cost(t, node: int) -> float:
+    """Mean slowdown over a node's cases if it ran one config for all of them."""
+    return float(t.value[node][:, 0].min())
+
+
+def _cost(t, node: int) -> float:
+    """Mean slowdown over a node's cases of the configs the pruned tree runs for them."""
+    return _split_cost(t, node) if _split_pays(t, node) else _merged_cost(t, node)
+
+
+def _split_cost(t, node: int) -> float:
+    left, right = t.children_left[node], t.children_right[node]
+    n = t.weighted_n_node_samples
+    return (n[left] * _cost(t, left) + n[right] * _cost(t, right)) / n[node]
+
+
+def _split_pays(t, node: int) -> bool:
+    """Whether a split saves its cases more than `NEAR_BEST` of mean slowdown over one
+    config for all of them; the fit splits on any difference, timing noise included."""
+    return t.children_left[node] != -1 and _merged_cost(t, node) - _split_cost(t, node) > NEAR_BEST
+
+
+def pick(tree, labels: list[str], x: list[float]) -> str:
+    """The config the pruned tree runs for a case with features ``x`` (`FEATURES` order)."""
+    t, node = tree.tree_, 0
+    while _split_pays(t, node):
+        node = t.children_left[node] if x[t.feature[node]] <= t.threshold[node] else t.children_right[node]
+    return leaf_config(tree, labels, node)
+
+
+def regret(tree, labels: list[str], rows: list[dict]) -> list[dict]:
+    """Per case: its fastest time, the config the fitted tree picks for it and that
+    config's time (None where it did not run correctly), in microseconds."""
+    times = _times(rows)
+    out = []
+    for case, b in best_per_case(rows).items():
+        picked = pick(tree, labels, [float(b[f]) for f in FEATURES])
+        out.append({"case": case, "best_us": float(b["median_us"]), "picked": picked,
+                    "picked_us": times.get((case, picked))})
+    return out
+
+
+def describe_pick(p: dict) -> str:
+    """One line of `regret`: the case, its fastest time, the tree's pick and what it costs."""
+    if p["picked_us"] is None:
+        cost = "did not run correctly"
+    else:
+        cost = f"{p['picked_us']:.1f} us ({p['picked_us'] / p['best_us'] - 1:+.1%})"
+    return f"{p['case']}: fastest {p['best_us']:.1f} us; the tree's pick {cost} {p['picked']}"
+
+
+def emit_python(tree, labels: list[str], device_name: str, source: str, picks: list[dict] | None = None) -> str:
+    """The fitted tree as a small, readable ``choose(shape, platform) -> dict`` function;
+    ``picks`` (`regret`) are listed in its docstring."""
     t = tree.tree_
     lines = [
         f'"""Decision tree tuned by `attnbench tune` on {device_name}.',
         "",
         f"Source measurements: {source}. Regenerate rather than edit by hand.",
+    ]
+    if picks:
+        lines += ["", "Per case of the sweep (its median times):", ""]
+        lines += [f"* {describe_pick(p)}" for p in picks]
+    lines += [
         '"""',
         "",
         "from attnbench.kernels.bench.tune import features",
@@ -151,9 +245,8 @@ def emit_python(tree, labels: list[str], device_name: str, source: str) -> str:
 
     def walk(node: int, depth: int):
         pad = "    " * depth
-        if t.children_left[node] == -1:
-            config = json.loads(labels[int(t.value[node][0].argmax())])
-            lines.append(f"{pad}return {config!r}")
+        if not _split_pays(t, node):
+            lines.append(f"{pad}return {json.loads(leaf_config(tree, labels, node))!r}")
             return
         name, thr = FEATURES[t.feature[node]], t.threshold[node]
         lines.append(f"{pad}if f[{name!r}] <= {thr:g}:")
