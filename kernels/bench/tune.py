@@ -170,26 +170,32 @@ def leaf_config(tree, labels: list[str], node: int) -> str:
     return labels[int(tree.tree_.value[node][:, 0].argmin())]
 
 
-def _merged_cost(t, node: int) -> float:
-    """Mean slowdown over a node's cases if it ran one config for all of them."""
-    return float(t.value[node][:, 0].min())
+def _merged_cost(t, node: int, column: int | None = None) -> float:
+    """Mean slowdown over a node's cases if they all ran one config: candidate ``column``,
+    or (None) the one that suits them best."""
+    costs = t.value[node][:, 0]
+    return float(costs.min() if column is None else costs[column])
 
 
 def _cost(t, node: int) -> float:
     """Mean slowdown over a node's cases of the configs the pruned tree runs for them."""
-    return _split_cost(t, node) if _split_pays(t, node) else _merged_cost(t, node)
-
-
-def _split_cost(t, node: int) -> float:
+    if not _split_pays(t, node):
+        return _merged_cost(t, node)
     left, right = t.children_left[node], t.children_right[node]
     n = t.weighted_n_node_samples
     return (n[left] * _cost(t, left) + n[right] * _cost(t, right)) / n[node]
 
 
 def _split_pays(t, node: int) -> bool:
-    """Whether a split saves its cases more than `NEAR_BEST` of mean slowdown over one
-    config for all of them; the fit splits on any difference, timing noise included."""
-    return t.children_left[node] != -1 and _merged_cost(t, node) - _split_cost(t, node) > NEAR_BEST
+    """Whether a split saves the cases of one side more than `NEAR_BEST` of mean slowdown
+    over running the node's one best config for them too. The fit splits on any
+    difference, timing noise included; a side of few cases that the node's config suits
+    badly is worth its split."""
+    if t.children_left[node] == -1:
+        return False
+    merged = int(t.value[node][:, 0].argmin())
+    return any(_merged_cost(t, side, merged) - _cost(t, side) > NEAR_BEST
+               for side in (t.children_left[node], t.children_right[node]))
 
 
 def pick(tree, labels: list[str], x: list[float]) -> str:
