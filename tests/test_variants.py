@@ -49,33 +49,59 @@ def test_the_registry_loads_without_torch():
     assert out.returncode == 0 and out.stdout.strip() == "[]", out.stderr[-1000:]
 
 
-H100_SM90 = Platform("cuda", 132, "NVIDIA H100 80GB HBM3", "sm_90")
+H100_SM90 = Platform("cuda", 132, "NVIDIA H100 80GB HBM3", "sm_90")  # its tuned tree ships
+HOPPER_UNTUNED = Platform("cuda", 114, "NVIDIA H100 PCIe", "sm_90")  # the hand-written tree
 
 
 @pytest.mark.parametrize("gluon", [True, False])
 def test_hopper_prefill_and_mixed_batches_get_the_gluon_kernel(monkeypatch, gluon):
-    """On sm_90, with Gluon's Hopper API, `auto` runs prefill and mixed batches with `qblock_ws`
-    (128 rows; 128-key tiles past 1,024 keys, 64-key ones up to it); decodes, other
-    architectures, other head shapes, a Triton without Gluon and the paper's qblock step
-    itself keep the Triton kernel."""
+    """On sm_90 without a tuned tree, with Gluon's Hopper API, `auto` runs prefill and mixed
+    batches with `qblock_ws` (128 rows; 128-key tiles past 1,024 keys, 64-key ones up to
+    it); decodes, other architectures, other head shapes, a Triton without Gluon and the
+    paper's qblock step itself keep the Triton kernel."""
     from attnbench.kernels.dispatch.heuristics import choose_config
     from attnbench.kernels.hopper import host
 
     monkeypatch.setattr(host, "available", lambda: gluon)  # as the heuristics see it
     prefill, mixed = SHAPES[2], SHAPES[3]
     for shape in (prefill, mixed):
-        config = choose_config(shape, H100_SM90)
+        config = choose_config(shape, HOPPER_UNTUNED)
         expected = ("gluon_ws", 128) if gluon else ("triton", 128)  # 2,048 keys
         assert (config.variant, config.block_m, config.kernel, config.tile_size) == ("qblock", 128, *expected)
         assert choose_config(shape, H100).kernel == "triton"  # architecture unknown
         assert choose_config(shape, Platform("cuda", 108, "A100", "sm_80")).kernel == "triton"
-        assert choose_config(shape, H100_SM90, "qblock").kernel == "triton"  # the paper's step: Triton
+        assert choose_config(shape, HOPPER_UNTUNED, "qblock").kernel == "triton"  # the paper's step: Triton
+    for shape in SHAPES[:2]:  # decodes
+        assert choose_config(shape, HOPPER_UNTUNED).kernel == "triton"
+    serving_step = BatchShape(49, 304, 256, 512, 32, 8, 128)  # 48 decodes and a new prompt
+    assert choose_config(serving_step, HOPPER_UNTUNED).tile_size == (64 if gluon else 128)
+    monkeypatch.setenv("ATTNBENCH_GLUON", "0")  # the A/B switch
+    assert choose_config(prefill, HOPPER_UNTUNED).kernel == "triton"
+    monkeypatch.delenv("ATTNBENCH_GLUON")
+    assert choose_config(BatchShape(4, 8192, 2048, 2048, 32, 8, 256), HOPPER_UNTUNED).kernel == "triton"  # head 256
+    assert choose_config(BatchShape(1, 512, 512, 512, 256, 1, 64), HOPPER_UNTUNED).kernel == "triton"  # 256 per KV head
+
+
+@pytest.mark.parametrize("gluon", [True, False])
+def test_the_h100_runs_its_tuned_tree(monkeypatch, gluon):
+    """The H100's fitted tree (kernels/dispatch/tuned_nvidia_h100_80gb_hbm3.py) sends every
+    batch with a prompt to the persistent Gluon kernel at 128-key tiles and decodes to
+    Triton; where Gluon cannot run it (no Gluon, ATTNBENCH_GLUON=0, head size 256, 256
+    query heads per KV head), the qblock step's own Triton config runs instead."""
+    from attnbench.kernels.dispatch.heuristics import choose_config
+    from attnbench.kernels.hopper import host
+
+    monkeypatch.setattr(host, "available", lambda: gluon)
+    serving_step = BatchShape(49, 304, 256, 512, 32, 8, 128)  # 48 decodes and a new prompt
+    for shape in (SHAPES[2], SHAPES[3], serving_step):
+        config = choose_config(shape, H100_SM90)
+        expected = ("gluon_ws", 128, True) if gluon else ("triton", 128, False)
+        assert (config.variant, config.block_m, config.kernel, config.tile_size, config.persistent) == \
+            ("qblock", 128, *expected)
     for shape in SHAPES[:2]:  # decodes
         assert choose_config(shape, H100_SM90).kernel == "triton"
-    serving_step = BatchShape(49, 304, 256, 512, 32, 8, 128)  # 48 decodes and a new prompt
-    assert choose_config(serving_step, H100_SM90).tile_size == (64 if gluon else 128)
-    monkeypatch.setenv("ATTNBENCH_GLUON", "0")  # the A/B switch
-    assert choose_config(prefill, H100_SM90).kernel == "triton"
+    monkeypatch.setenv("ATTNBENCH_GLUON", "0")
+    assert choose_config(SHAPES[2], H100_SM90).kernel == "triton"
     monkeypatch.delenv("ATTNBENCH_GLUON")
     assert choose_config(BatchShape(4, 8192, 2048, 2048, 32, 8, 256), H100_SM90).kernel == "triton"  # head 256
     assert choose_config(BatchShape(1, 512, 512, 512, 256, 1, 64), H100_SM90).kernel == "triton"  # 256 per KV head

@@ -218,13 +218,23 @@ def regret(tree, labels: list[str], rows: list[dict]) -> list[dict]:
     return out
 
 
+def compact_config(config_json: str) -> dict:
+    """A config's fields that differ from `KernelConfig`'s defaults, variant first (what
+    ``KernelConfig(**...)`` needs to rebuild it)."""
+    from ..config import KernelConfig
+
+    config = json.loads(config_json)
+    defaults = KernelConfig(config["variant"]).as_dict()
+    return {k: v for k, v in config.items() if k == "variant" or v != defaults[k]}
+
+
 def describe_pick(p: dict) -> str:
     """One line of `regret`: the case, its fastest time, the tree's pick and what it costs."""
     if p["picked_us"] is None:
         cost = "did not run correctly"
     else:
         cost = f"{p['picked_us']:.1f} us ({p['picked_us'] / p['best_us'] - 1:+.1%})"
-    return f"{p['case']}: fastest {p['best_us']:.1f} us; the tree's pick {cost} {p['picked']}"
+    return f"{p['case']}: fastest {p['best_us']:.1f} us; the tree's pick {cost}: {compact_config(p['picked'])}"
 
 
 def emit_python(tree, labels: list[str], device_name: str, source: str, picks: list[dict] | None = None) -> str:
@@ -252,7 +262,7 @@ def emit_python(tree, labels: list[str], device_name: str, source: str, picks: l
     def walk(node: int, depth: int):
         pad = "    " * depth
         if not _split_pays(t, node):
-            lines.append(f"{pad}return {json.loads(leaf_config(tree, labels, node))!r}")
+            lines.append(f"{pad}return {compact_config(leaf_config(tree, labels, node))!r}")
             return
         name, thr = FEATURES[t.feature[node]], t.threshold[node]
         lines.append(f"{pad}if f[{name!r}] <= {thr:g}:")

@@ -6,7 +6,9 @@ and the talk's platform table (``TILE_SIZE_PREFILL``, ``NUM_STAGES_PREFILL``,
 ``NUM_WARPS_DECODE_3D`` for ROCm vs CUDA) and were then tuned on an H100 (docs/perf/).
 `attnbench tune` measures a config sweep and writes a fitted tree next to this file
 (``tuned_<device>.py``); when one exists for the current device it takes precedence over
-the hand-written ``auto`` tree.
+the hand-written ``auto`` tree. One ships for the H100 SXM (``tuned_nvidia_h100_80gb_hbm3``,
+fitted on recipes/microbench/llama3-8b-tune.yaml: roofline cases and serving steps); every
+other device runs the hand-written tree below.
 """
 
 from __future__ import annotations
@@ -48,10 +50,14 @@ def _auto(shape: BatchShape, p: Platform) -> KernelConfig:
     few_programs = shape.num_seqs * shape.num_kv_heads <= p.num_sms
     if shape.decode_only and few_programs and shape.max_seqlen_k >= 1024:
         return step("parallel_tiled").default_config(shape, p)
-    if shape.max_seqlen_q > 16 and p.arch == hopper.ARCH and hopper.chosen_by_auto() \
-            and hopper.shape_reason(shape.head_size, shape.queries_per_kv) is None:
+    if shape.max_seqlen_q > 16 and p.arch == hopper.ARCH and hopper.chosen_by_auto() and _gluon_takes(shape):
         return GLUON_WS_LONG_KEYS if shape.max_seqlen_k > GLUON_LONG_KEYS else GLUON_WS
     return step("qblock").default_config(shape, p)
+
+
+def _gluon_takes(shape: BatchShape) -> bool:
+    """Whether the Gluon kernel takes this batch's heads (head size, query heads per KV head)."""
+    return hopper.shape_reason(shape.head_size, shape.queries_per_kv) is None
 
 
 def _slug(name: str) -> str:
@@ -76,9 +82,10 @@ def choose_config(shape: BatchShape, platform: Platform, variant: str = AUTO) ->
         tuned = _tuned_tree(platform.device_name)
         if tuned is not None:
             config = KernelConfig(**tuned(shape, platform))
-            if config.kernel == "triton" or hopper.chosen_by_auto():
+            if config.kernel == "triton" or (hopper.chosen_by_auto() and _gluon_takes(shape)):
                 return config
-            # fitted where Gluon ran; here it cannot (or ATTNBENCH_GLUON=0): the step's own tree
+            # fitted where Gluon ran; here it cannot (ATTNBENCH_GLUON=0, no Gluon, heads the
+            # Gluon kernel does not take): the step's own tree
             return step(config.variant).default_config(shape, platform)
         return _auto(shape, platform)
     return step(variant).default_config(shape, platform)
