@@ -165,9 +165,7 @@ def fig_latency_vs_output_len(agg: pd.DataFrame, out_dir: Path, suite: str) -> l
 
 
 def _micro_ok(mb: pd.DataFrame) -> pd.DataFrame:
-    ok = mb[(mb["status"] == "ok") & (mb["group"] != "")].copy()
-    ok["median_us"] = ok["median_us"].astype(float)
-    return ok
+    return mb[(mb["status"] == "ok") & (mb["group"] != "")].copy()
 
 
 def _micro_panels(ok: pd.DataFrame, panel_col: str, x_col: str, baseline: str, normalized: bool,
@@ -179,12 +177,12 @@ def _micro_panels(ok: pd.DataFrame, panel_col: str, x_col: str, baseline: str, n
     for ax, panel in zip(axes[0], panels):
         p = ok[ok[panel_col] == panel].sort_values(x_col)
         base = p[p["implementation"] == baseline]
-        scale = base["median_us"].iloc[0] if normalized and not base.empty else 1.0
+        scale = base["latency_us"].iloc[0] if normalized and not base.empty else 1.0
         for i, impl in enumerate(impls):
             g = p[p["implementation"] == impl]
             if g.empty:
                 continue
-            y = g["median_us"] / scale
+            y = g["latency_us"] / scale
             ax.plot(g[x_col], y, marker="o", markersize=3, linewidth=1, label=impl,
                     color=OKABE_ITO[i % len(OKABE_ITO)])
             plotted.append(g.assign(panel=panel, y=y.to_numpy()))
@@ -208,11 +206,11 @@ def _micro_panels(ok: pd.DataFrame, panel_col: str, x_col: str, baseline: str, n
     fig.legend(handles.values(), handles.keys(), fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 0.9))
     fig.tight_layout()
     fig.suptitle(title, y=1.02)
-    note = "median of do_bench runs (L2 flushed)"
+    note = "median of do_bench runs (L2 flushed); the better of eager and CUDA graph where both were timed"
     if not normalized:
         note += "; dashed: roofline floor max(bytes / copy bandwidth, FLOPs / matmul rate)"
     add_footnote(fig, f"{micro_footnote(ok)}\n{note}")
-    data = pd.concat(plotted)[["panel", x_col, "implementation", "median_us", "y", "floor_us"]]
+    data = pd.concat(plotted)[["panel", x_col, "implementation", "latency_us", "y", "floor_us"]]
     return _save(fig, data, out_dir, name)
 
 

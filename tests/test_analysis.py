@@ -273,6 +273,22 @@ def test_microbench_figures_normalized_to_the_leftmost_baseline(tmp_path, captur
     assert len([p for p in analysis.figures if p.suffix == ".png"]) == 6
 
 
+def test_microbench_figures_plot_the_better_of_eager_and_graph(tmp_path, captured):
+    """A row timed both ways plots its faster median (a short kernel's eager time is the
+    host's launch cost); a row timed eagerly only plots that."""
+    rows = micro_rows()
+    for r in rows:
+        if r["implementation"] == "qblock":
+            r["graph_median_us"] = r["median_us"] / 4  # graphs replay 4x faster here
+        elif r["num_seqs"] == 16:
+            r["graph_median_us"] = r["median_us"] * 2  # slower: the eager time stands
+    analyze([], tmp_path / "figs", microbench=[micro_csv(tmp_path / "mb.csv", rows)])
+    _, data = captured["microbench-by-decode-share-absolute"]
+    d0 = data[data["panel"] == 0.0].sort_values(["implementation", "sum_seq_lens"])
+    assert d0[d0["implementation"] == "qblock"]["y"].tolist() == pytest.approx([1.25, 5.0, 20.0])
+    assert d0[d0["implementation"] == "vllm_unified"]["y"].tolist() == pytest.approx([10.0, 40.0, 160.0])
+
+
 def test_report_lists_tables_figures_and_conventions(tree, tmp_path):
     csv = micro_csv(tmp_path / "mb.csv", micro_rows())
     analysis = analyze([tree], tree / "figures", microbench=[csv])
