@@ -19,7 +19,6 @@ from __future__ import annotations
 import csv
 import itertools
 import json
-from collections import Counter
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -219,7 +218,7 @@ def regret(tree, labels: list[str], rows: list[dict]) -> list[dict]:
 
 
 def compact_config(config_json: str) -> dict:
-    """A config's fields that differ from `KernelConfig`'s defaults, variant first (what
+    """A config's variant and the fields that differ from `KernelConfig`'s defaults (what
     ``KernelConfig(**...)`` needs to rebuild it)."""
     from ..config import KernelConfig
 
