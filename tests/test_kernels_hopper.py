@@ -162,10 +162,12 @@ def test_a_persistent_gluon_config_runs_through_the_api(head_case, tile_size):
     `paged_attention`, on a batch with more work items than SMs, it matches the reference
     and replays in a CUDA graph."""
     from attnbench.kernels import KernelConfig
+    from attnbench.kernels.hopper import host
 
     seed = fresh_seed()
     batch = build_head_case(HEAD_CASES[head_case], many_items_seqs, seed, window_range=(20, 300))
-    num_items = (batch.num_tokens // 32 + batch.num_seqs) * batch.num_kv_heads  # `host.launch_qblock`'s list
+    block_q = host.BLOCK_M // (batch.num_q_heads // batch.num_kv_heads)
+    num_items = (batch.num_tokens // block_q + batch.num_seqs) * batch.num_kv_heads  # `host.launch_qblock`'s list
     assert num_items > torch.cuda.get_device_properties(0).multi_processor_count
     config = KernelConfig("qblock", kernel="gluon_ws", tile_size=tile_size, block_m=128, num_warps=12,
                           persistent=True)
