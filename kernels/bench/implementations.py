@@ -14,7 +14,8 @@ that batch. Comparators, the state of the art first:
   named in the row.
 * ``qblock_wgmma``, ``qblock_ws`` (and ``..._t64``; ``..._pp``: consumers taking turns; ``..._persistent``: one
   program per SM walking the work items; ``..._lazy``: the accumulator rescaled only when a
-  row's max moves by more than 2^8): our Q-block step in
+  row's max moves by more than 2^8; ``..._qp``: the producer copies each item's Q rows):
+  our Q-block step in
   Gluon for Hopper (`kernels/hopper/`: async wgmma with the softmax overlapped, and the same
   with a warp-specialized producer, its consumers optionally taking turns) with 128- (64-)
   token KV tiles; sm_90 only. On the H100 `auto` runs ``qblock_ws`` on batches with prompts
@@ -239,6 +240,11 @@ HOPPER: dict[str, Callable[..., Prepared]] = {
     "qblock_ws_t64_persistent": _hopper("qblock_ws", 64, persistent=True),
     "qblock_ws_t64_lazy": _hopper("qblock_ws", 64, lazy_rescale=True),
     "qblock_ws_t64_lazy_persistent": _hopper("qblock_ws", 64, lazy_rescale=True, persistent=True),
+    "qblock_ws_persistent": _hopper("qblock_ws", 128, persistent=True),
+    "qblock_ws_pp_persistent": _hopper("qblock_ws", 128, pingpong=True, persistent=True),
+    "qblock_ws_qp_persistent": _hopper("qblock_ws", 128, q_by_producer=True, persistent=True),
+    "qblock_ws_pp_qp_persistent": _hopper("qblock_ws", 128, pingpong=True, q_by_producer=True, persistent=True),
+    "qblock_ws_t64_qp_persistent": _hopper("qblock_ws", 64, q_by_producer=True, persistent=True),
 }
 assert tuple(HOPPER) == HOPPER_KERNELS, "kernels/schema.py names the Hopper rows"
 REGISTRY: dict[str, Callable[..., Prepared]] = {
