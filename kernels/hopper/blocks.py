@@ -37,6 +37,21 @@ def row_layout(head_size, num_warps):
                             warps_per_cta=[num_warps, 1], order=[1, 0])
 
 
+@gluon.constexpr_function
+def page_layout(head_size, num_warps):
+    """``[pages, slots, head_size]`` of a KV tile, 8 contiguous elements per thread as in
+    `row_layout`: the same rows, split into whole pages."""
+    return gl.BlockedLayout(size_per_thread=[1, 1, 8], threads_per_warp=[1, 256 // head_size, head_size // 8],
+                            warps_per_cta=[1, num_warps, 1], order=[2, 1, 0])
+
+
+@gluon.constexpr_function
+def tiles_of_whole_pages(tile_size, block_size, head_size, num_warps):
+    """Whether a KV tile is whole pages that `page_layout` covers without repeating a row:
+    pages divide the tile, and the rows one pass of the layout covers divide a page."""
+    return tile_size % block_size == 0 and block_size % ((256 // head_size) * num_warps) == 0
+
+
 @gluon.jit
 def locate_qblock(cu_seqlens_q_ptr, seq_lens_ptr, q_block, num_seqs, BLOCK_Q: gl.constexpr):
     """(sequence, its first query row, query length, Q-block index within it, sequence
@@ -148,6 +163,41 @@ def kv_tile_slots(bt_row, tile, seq_len, BLOCK_SIZE: gl.constexpr, TILE_SIZE: gl
     pos_k = pos_k.to(gl.uint32)  # never negative: the page and slot are a shift and a mask
     page = gl.load(bt_row + pos_k // BLOCK_SIZE, mask=in_seq, other=0)
     return page, pos_k % BLOCK_SIZE, in_seq
+
+
+@gluon.jit
+def kv_page_offsets(bt_row, tile, seq_len, stride_b, stride_s, BLOCK_SIZE: gl.constexpr, TILE_SIZE: gl.constexpr,
+                    HEAD_SIZE: gl.constexpr, layout: gl.constexpr, MASKED: gl.constexpr):
+    """Element offsets ``[pages, BLOCK_SIZE, HEAD_SIZE]`` (``layout``: `page_layout`) of KV
+    tile ``tile`` from the start of its KV head, in a tile of whole pages: the page numbers
+    in vector loads, one 64-bit product per page, and each thread's slot and column one
+    offset for all pages, where `kv_tile_offsets` pays per row. K and V share them. Without
+    ``MASKED`` the tile lies inside the sequence; with it, pages past ``seq_len`` read page
+    0 (`kv_page_rows` flags their rows)."""
+    PAGES: gl.constexpr = TILE_SIZE // BLOCK_SIZE
+    slots_layout: gl.constexpr = gl.SliceLayout(2, layout)
+    page_idx = tile * PAGES + gl.arange(0, PAGES, layout=gl.SliceLayout(1, slots_layout))
+    if MASKED:
+        page = gl.load(bt_row + page_idx, mask=page_idx * BLOCK_SIZE < seq_len, other=0)
+    else:
+        page = gl.load(bt_row + page_idx)
+    # pages are numbered from 0 and the stride is positive: a 32 x 32 -> 64-bit product
+    page_off = page.to(gl.uint32).to(gl.int64) * stride_b.to(gl.uint32).to(gl.int64)
+    slot = gl.arange(0, BLOCK_SIZE, layout=gl.SliceLayout(0, slots_layout))
+    offs_d = gl.arange(0, HEAD_SIZE, layout=gl.SliceLayout(0, gl.SliceLayout(1, layout)))
+    in_page = gl.expand_dims(gl.expand_dims(slot * stride_s, 0), 2) + gl.expand_dims(gl.expand_dims(offs_d, 0), 1)
+    return gl.expand_dims(gl.expand_dims(page_off, 1), 2) + in_page
+
+
+@gluon.jit
+def kv_page_rows(tile, seq_len, BLOCK_SIZE: gl.constexpr, TILE_SIZE: gl.constexpr, layout: gl.constexpr):
+    """Which rows ``[pages, BLOCK_SIZE, 1]`` of KV tile ``tile`` (`kv_page_offsets`) lie
+    inside the sequence."""
+    slots_layout: gl.constexpr = gl.SliceLayout(2, layout)
+    pos = tile * TILE_SIZE + gl.expand_dims(gl.arange(0, TILE_SIZE // BLOCK_SIZE,
+                                                      layout=gl.SliceLayout(1, slots_layout)) * BLOCK_SIZE, 1) \
+        + gl.expand_dims(gl.arange(0, BLOCK_SIZE, layout=gl.SliceLayout(0, slots_layout)), 0)
+    return gl.expand_dims(pos < seq_len, 2)
 
 
 @gluon.jit

@@ -33,7 +33,8 @@ from triton.experimental.gluon.language.nvidia.ampere import async_copy
 from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, warpgroup_mma,
                                                                warpgroup_mma_wait)
 
-from .blocks import (K_STAGES, V_STAGES, any_row_moved, cp_async, cta_barrier, kv_tile_offsets, kv_tile_slots,
+from .blocks import (K_STAGES, V_STAGES, any_row_moved, cp_async, cta_barrier, kv_page_offsets, kv_page_rows, kv_tile_offsets,
+                     kv_tile_slots, page_layout, tiles_of_whole_pages,
                      program_item, program_rounds, qblock_item, qblock_rows, rescale_rows, row_layout,
                      softmax_tile)
 from .host import ONE_PER_ITEM, PERSISTENT, launch_qblock
@@ -50,11 +51,16 @@ def _producer(q_ptr, k_ptr, v_ptr, cu_seqlens_q_ptr, seq_lens_ptr, block_table_p
               q_smem, k_smem, v_smem, q_ready, q_empty, k_ready, k_empty, v_ready, v_empty,
               ROWS: gl.constexpr, QPK: gl.constexpr, BLOCK_SIZE: gl.constexpr, TILE_SIZE: gl.constexpr,
               HEAD_SIZE: gl.constexpr, BLOCK_Q: gl.constexpr, USE_WINDOW: gl.constexpr,
-              Q_BY_PRODUCER: gl.constexpr):
+              Q_BY_PRODUCER: gl.constexpr, PAGE_COPIES: gl.constexpr):
     """Fill the K and V rings for every work item of this program, one tile ahead of the
     consumers as far as buffers allow; with ``Q_BY_PRODUCER`` each item's Q rows first, into
-    the consumers' Q buffers once they are done with the previous item's."""
+    the consumers' Q buffers once they are done with the previous item's. With
+    ``PAGE_COPIES``, where tiles are whole pages, their addresses are computed per page
+    (`blocks.kv_page_pointers`) instead of per row."""
     layout: gl.constexpr = row_layout(HEAD_SIZE, 4)
+    pages: gl.constexpr = page_layout(HEAD_SIZE, 4)
+    WHOLE_PAGES: gl.constexpr = PAGE_COPIES and tiles_of_whole_pages(TILE_SIZE, BLOCK_SIZE, HEAD_SIZE, 4)
+    tile_pages: gl.constexpr = [TILE_SIZE // BLOCK_SIZE, BLOCK_SIZE, HEAD_SIZE]
     t = gl.program_id(0) * 0  # tiles of this program's earlier items: the rings' position
     for r in range(program_rounds(num_items)):
         (kv_head, q_start, query_len, q_block_local, context_len, seq_len, bt_row, first_tile, first_masked,
@@ -72,19 +78,42 @@ def _producer(q_ptr, k_ptr, v_ptr, cu_seqlens_q_ptr, seq_lens_ptr, block_table_p
         k_head = k_ptr + kv_head * stride_kh  # the item's KV head in each cache
         v_head = v_ptr + kv_head * stride_vh
         for j in range(end_tile - first_tile):
-            page, slot, in_seq = kv_tile_slots(bt_row, first_tile + j, seq_len, BLOCK_SIZE, TILE_SIZE, layout)
-            rows_in_seq = gl.expand_dims(in_seq, 1)
-            offs = kv_tile_offsets(page, slot, stride_kb, stride_ks, HEAD_SIZE, layout)  # K's and V's
-            # a buffer is free once both consumers have arrived on its "empty" barrier (the
-            # first pass through a ring waits on the phase before the first: already complete)
             g = t + j
-            mbarrier.wait(k_empty.index(g % K_STAGES), ((g // K_STAGES) & 1) ^ 1)
-            cp_async(k_smem.index(g % K_STAGES), k_head + offs, rows_in_seq)
-            async_copy.mbarrier_arrive(k_ready.index(g % K_STAGES), increment_count=False)
-            mbarrier.wait(v_empty.index(g % V_STAGES), ((g // V_STAGES) & 1) ^ 1)
-            cp_async(v_smem.index(g % V_STAGES), v_head + offs, rows_in_seq)
-            async_copy.mbarrier_arrive(v_ready.index(g % V_STAGES), increment_count=False)
+            tile = first_tile + j
+            if WHOLE_PAGES:
+                # addresses per page; masks only for the tile that reaches past the sequence
+                if (tile + 1) * TILE_SIZE <= seq_len:
+                    offs = kv_page_offsets(bt_row, tile, seq_len, stride_kb, stride_ks, BLOCK_SIZE, TILE_SIZE,
+                                           HEAD_SIZE, pages, False)
+                    _fill(k_smem, v_smem, k_ready, k_empty, v_ready, v_empty, g, k_head, v_head, offs, None,
+                          tile_pages)
+                else:
+                    offs = kv_page_offsets(bt_row, tile, seq_len, stride_kb, stride_ks, BLOCK_SIZE, TILE_SIZE,
+                                           HEAD_SIZE, pages, True)
+                    _fill(k_smem, v_smem, k_ready, k_empty, v_ready, v_empty, g, k_head, v_head, offs,
+                          kv_page_rows(tile, seq_len, BLOCK_SIZE, TILE_SIZE, pages), tile_pages)
+            else:
+                page, slot, in_seq = kv_tile_slots(bt_row, tile, seq_len, BLOCK_SIZE, TILE_SIZE, layout)
+                offs = kv_tile_offsets(page, slot, stride_kb, stride_ks, HEAD_SIZE, layout)  # K's and V's
+                _fill(k_smem, v_smem, k_ready, k_empty, v_ready, v_empty, g, k_head, v_head, offs,
+                      gl.expand_dims(in_seq, 1), [TILE_SIZE, HEAD_SIZE])
         t += end_tile - first_tile
+
+
+@gluon.jit
+def _fill(k_smem, v_smem, k_ready, k_empty, v_ready, v_empty, g, k_head, v_head, offs, rows,
+          shape: gl.constexpr):
+    """Copy the KV tile at ring position ``g`` (element offsets ``offs`` from each cache's
+    KV head, seen as ``shape``; ``rows``: which rows to copy, the rest zero-filled; None:
+    all) once its buffers are free. A buffer is free once both consumers have arrived on its
+    "empty" barrier (the first pass through a ring waits on the phase before the first:
+    already complete)."""
+    mbarrier.wait(k_empty.index(g % K_STAGES), ((g // K_STAGES) & 1) ^ 1)
+    cp_async(k_smem.index(g % K_STAGES).reshape(shape), k_head + offs, rows)
+    async_copy.mbarrier_arrive(k_ready.index(g % K_STAGES), increment_count=False)
+    mbarrier.wait(v_empty.index(g % V_STAGES), ((g // V_STAGES) & 1) ^ 1)
+    cp_async(v_smem.index(g % V_STAGES).reshape(shape), v_head + offs, rows)
+    async_copy.mbarrier_arrive(v_ready.index(g % V_STAGES), increment_count=False)
 
 
 @gluon.jit
@@ -305,7 +334,7 @@ def qblock_ws_kernel(
     BLOCK_SIZE: gl.constexpr, TILE_SIZE: gl.constexpr,
     BLOCK_M: gl.constexpr, BLOCK_Q: gl.constexpr,
     USE_SOFTCAP: gl.constexpr, USE_WINDOW: gl.constexpr, PINGPONG: gl.constexpr, LAZY_RESCALE: gl.constexpr,
-    Q_BY_PRODUCER: gl.constexpr,
+    Q_BY_PRODUCER: gl.constexpr, PAGE_COPIES: gl.constexpr,
 ):
     # -- the rings and their barriers: "ready" completes when the producer's 128 threads'
     #    copies have landed, "empty" when every thread of both consumers has released the
@@ -354,25 +383,27 @@ def qblock_ws_kernel(
         (_producer, (q_ptr, k_ptr, v_ptr, cu_seqlens_q_ptr, seq_lens_ptr, block_table_ptr, num_seqs, num_q_blocks,
                      num_items, sliding_window, stride_qt, stride_qh, stride_bt, stride_kb, stride_ks, stride_kh,
                      stride_vh, q_smem, k_smem, v_smem, q_ready, q_empty, k_ready, k_empty, v_ready, v_empty,
-                     HALF_M, QPK, BLOCK_SIZE, TILE_SIZE, HEAD_SIZE, BLOCK_Q, USE_WINDOW, Q_BY_PRODUCER)),
+                     HALF_M, QPK, BLOCK_SIZE, TILE_SIZE, HEAD_SIZE, BLOCK_Q, USE_WINDOW, Q_BY_PRODUCER,
+                     PAGE_COPIES)),
     ], [4, 4], [216, 72])  # worker warps and registers (module doc): consumer 1, producer
 
 
 def launch(out, q, k_cache, v_cache, block_table, cu_seqlens_q, seq_lens, *, scale: float,
            sliding_window: int | None, softcap: float, tile_size: int = 128, pingpong: bool = False,
            lazy_rescale: bool = False, persistent: bool = False, q_by_producer: bool = False,
-           compile_only: bool = False) -> None:
+           page_copies: bool = False, compile_only: bool = False) -> None:
     """`host.launch_qblock` with three warpgroups per program and the register cap that
     lets ``setmaxnreg`` give the consumers 216 registers (module doc); ``pingpong``: the
     consumers take turns to issue their products (`_take_turn`); ``lazy_rescale``: a row's
     running max moves only by more than 2^8, and the accumulator is rescaled only when one
     does (`blocks.softmax_tile`); ``q_by_producer``: the producer copies each item's Q rows
-    ahead of the consumers (`_producer`). One program per work item, or with ``persistent`` one per
+    ahead of the consumers (`_producer`); ``page_copies``: the producer addresses tiles of
+    whole pages per page (`blocks.kv_page_pointers`). One program per work item, or with ``persistent`` one per
     SM, dealt the list (longest first) in snake order (`blocks.program_item`; FlashAttention
     3 runs a persistent grid too); the same binary either way."""
     launch_qblock(qblock_ws_kernel,
                   {"num_warps": NUM_WARPS, "PINGPONG": pingpong, "LAZY_RESCALE": lazy_rescale,
-                   "Q_BY_PRODUCER": q_by_producer, **LAUNCH_OPTIONS},
+                   "Q_BY_PRODUCER": q_by_producer, "PAGE_COPIES": page_copies, **LAUNCH_OPTIONS},
                   out, q, k_cache, v_cache, block_table, cu_seqlens_q, seq_lens, scale=scale,
                   sliding_window=sliding_window, softcap=softcap, tile_size=tile_size, compile_only=compile_only,
                   items=PERSISTENT if persistent else ONE_PER_ITEM)
