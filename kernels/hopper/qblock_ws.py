@@ -56,7 +56,7 @@ def _producer(q_ptr, k_ptr, v_ptr, cu_seqlens_q_ptr, seq_lens_ptr, block_table_p
     consumers as far as buffers allow; with ``Q_BY_PRODUCER`` each item's Q rows first, into
     the consumers' Q buffers once they are done with the previous item's. With
     ``PAGE_COPIES``, where tiles are whole pages, their addresses are computed per page
-    (`blocks.kv_page_pointers`) instead of per row."""
+    (`blocks.kv_page_offsets`) instead of per row."""
     layout: gl.constexpr = row_layout(HEAD_SIZE, 4)
     pages: gl.constexpr = page_layout(HEAD_SIZE, 4)
     WHOLE_PAGES: gl.constexpr = PAGE_COPIES and tiles_of_whole_pages(TILE_SIZE, BLOCK_SIZE, HEAD_SIZE, 4)
@@ -398,9 +398,10 @@ def launch(out, q, k_cache, v_cache, block_table, cu_seqlens_q, seq_lens, *, sca
     running max moves only by more than 2^8, and the accumulator is rescaled only when one
     does (`blocks.softmax_tile`); ``q_by_producer``: the producer copies each item's Q rows
     ahead of the consumers (`_producer`); ``page_copies``: the producer addresses tiles of
-    whole pages per page (`blocks.kv_page_pointers`). One program per work item, or with ``persistent`` one per
-    SM, dealt the list (longest first) in snake order (`blocks.program_item`; FlashAttention
-    3 runs a persistent grid too); the same binary either way."""
+    whole pages per page (`blocks.kv_page_offsets`). One program per work item, or with
+    ``persistent`` one per SM, dealt the list (longest first) in snake order
+    (`blocks.program_item`; FlashAttention 3 runs a persistent grid too); the same binary
+    either way."""
     launch_qblock(qblock_ws_kernel,
                   {"num_warps": NUM_WARPS, "PINGPONG": pingpong, "LAZY_RESCALE": lazy_rescale,
                    "Q_BY_PRODUCER": q_by_producer, "PAGE_COPIES": page_copies, **LAUNCH_OPTIONS},
