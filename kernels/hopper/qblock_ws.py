@@ -33,10 +33,9 @@ from triton.experimental.gluon.language.nvidia.ampere import async_copy
 from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, warpgroup_mma,
                                                                warpgroup_mma_wait)
 
-from .blocks import (K_STAGES, V_STAGES, any_row_moved, cp_async, cta_barrier, kv_page_offsets, kv_page_rows, kv_tile_offsets,
-                     kv_tile_slots, page_layout, tiles_of_whole_pages,
-                     program_item, program_rounds, qblock_item, qblock_rows, rescale_rows, row_layout,
-                     softmax_tile)
+from .blocks import (K_STAGES, V_STAGES, any_row_moved, cp_async, cta_barrier, kv_page_offsets, kv_page_rows,
+                     kv_tile_offsets, kv_tile_slots, page_layout, program_item, program_rounds, qblock_item,
+                     qblock_rows, rescale_rows, row_layout, softmax_tile, tiles_of_whole_pages)
 from .host import ONE_PER_ITEM, PERSISTENT, launch_qblock
 
 NUM_WARPS = 4  # the default partition (consumer 0); consumer 1 and the producer are workers
@@ -72,8 +71,9 @@ def _producer(q_ptr, k_ptr, v_ptr, cu_seqlens_q_ptr, seq_lens_ptr, block_table_p
             # item's with its last S (the first round waits on the phase before the first)
             for half in gl.static_range(2):
                 mbarrier.wait(q_empty.index(half), (r & 1) ^ 1)
-                _copy_q_rows(q_smem.index(half), q_ptr, q_start, query_len, q_block_local, kv_head, stride_qt,
-                             stride_qh, half * ROWS, ROWS, BLOCK_Q, QPK, HEAD_SIZE, layout)
+                q_ptrs, q_valid = _q_rows(q_ptr, q_start, query_len, q_block_local, kv_head, stride_qt, stride_qh,
+                                          half * ROWS, ROWS, BLOCK_Q, QPK, HEAD_SIZE, layout)
+                cp_async(q_smem.index(half), q_ptrs, q_valid)
                 async_copy.mbarrier_arrive(q_ready.index(half), increment_count=False)
         k_head = k_ptr + kv_head * stride_kh  # the item's KV head in each cache
         v_head = v_ptr + kv_head * stride_vh
@@ -117,16 +117,16 @@ def _fill(k_smem, v_smem, k_ready, k_empty, v_ready, v_empty, g, k_head, v_head,
 
 
 @gluon.jit
-def _copy_q_rows(q_buf, q_ptr, q_start, query_len, q_block_local, kv_head, stride_qt, stride_qh, row0,
-                 ROWS: gl.constexpr, BLOCK_Q: gl.constexpr, QPK: gl.constexpr, HEAD_SIZE: gl.constexpr,
-                 layout: gl.constexpr):
-    """Start copying rows ``row0 .. row0 + ROWS - 1`` of a Q-block into ``q_buf`` with
-    ``cp.async`` (invalid rows zero-filled): one thread per 16 bytes of ``layout``."""
-    tok, head, row_valid = qblock_rows(row0, q_block_local, query_len, kv_head, ROWS, BLOCK_Q, QPK,
-                                       gl.SliceLayout(1, layout))
+def _q_rows(q_ptr, q_start, query_len, q_block_local, kv_head, stride_qt, stride_qh, row0,
+            ROWS: gl.constexpr, BLOCK_Q: gl.constexpr, QPK: gl.constexpr, HEAD_SIZE: gl.constexpr,
+            layout: gl.constexpr):
+    """(pointers ``[ROWS, HEAD_SIZE]``, valid ``[ROWS, 1]``) of rows ``row0 .. row0 + ROWS
+    - 1`` of a Q-block in ``layout`` (`blocks.qblock_rows`)."""
+    tok, head, valid = qblock_rows(row0, q_block_local, query_len, kv_head, ROWS, BLOCK_Q, QPK,
+                                   gl.SliceLayout(1, layout))
     offs_d = gl.arange(0, HEAD_SIZE, layout=gl.SliceLayout(0, layout))
     q_rows = (q_start + tok).to(gl.int64) * stride_qt + head * stride_qh
-    cp_async(q_buf, q_ptr + gl.expand_dims(q_rows, 1) + gl.expand_dims(offs_d, 0), gl.expand_dims(row_valid, 1))
+    return q_ptr + gl.expand_dims(q_rows, 1) + gl.expand_dims(offs_d, 0), gl.expand_dims(valid, 1)
 
 
 @gluon.jit
@@ -211,13 +211,9 @@ def _consumer_item(out_ptr, q_ptr, q_start, query_len, q_block_local, context_le
     if Q_BY_PRODUCER:
         mbarrier.wait(q_ready.index(HALF), r & 1)
     else:
-        io_layout: gl.constexpr = row_layout(HEAD_SIZE, 4)
-        tok, head, row_valid = qblock_rows(HALF * ROWS, q_block_local, query_len, kv_head, ROWS, BLOCK_Q, QPK,
-                                           gl.SliceLayout(1, io_layout))
-        offs_d = gl.arange(0, HEAD_SIZE, layout=gl.SliceLayout(0, io_layout))
-        q_rows = (q_start + tok).to(gl.int64) * stride_qt + head * stride_qh
-        q_smem.store(gl.load(q_ptr + gl.expand_dims(q_rows, 1) + gl.expand_dims(offs_d, 0),
-                             mask=gl.expand_dims(row_valid, 1), other=0.0))
+        q_ptrs, q_valid = _q_rows(q_ptr, q_start, query_len, q_block_local, kv_head, stride_qt, stride_qh,
+                                  HALF * ROWS, ROWS, BLOCK_Q, QPK, HEAD_SIZE, row_layout(HEAD_SIZE, 4))
+        q_smem.store(gl.load(q_ptrs, mask=q_valid, other=0.0))
         fence_async_shared()
         cta_barrier()  # in a partition: its own warps
     pos_q = context_len + q_block_local * BLOCK_Q + (HALF * ROWS + gl.arange(0, ROWS, layout=rows)) // QPK
