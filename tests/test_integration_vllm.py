@@ -124,8 +124,13 @@ def test_server_killed_mid_run_then_bad_argument(tmp_path, model_dir, monkeypatc
         if not desc.endswith(" r2"):
             return real_measure(cfg, requests, offsets, sink, desc=desc, **kw)
 
+        killed = []
+
         def sink_then_kill(record):
             sink(record)
+            if killed:
+                return
+            killed.append(record)
             for pid in server_pids(model_dir):
                 try:
                     os.killpg(os.getpgid(pid), signal.SIGKILL)
