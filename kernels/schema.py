@@ -15,12 +15,10 @@ VARIANT_ENV = "ATTNBENCH_VARIANT"
 # the microbenchmark's implementations besides our own variants (bench/implementations.py):
 # our Gluon kernels for one GPU generation (kernels/hopper; "_t64": 64-token KV tiles, else
 # 128; "_pp": the consumers take turns; "_persistent": one program per SM; "_lazy": lazy
-# rescaling; "_qp": the producer copies Q; "_pc": KV addresses per page), then the comparators
+# rescaling), then the comparators
 HOPPER_KERNELS = ("qblock_wgmma", "qblock_wgmma_t64", "qblock_ws", "qblock_ws_t64", "qblock_ws_pp",
                   "qblock_ws_t64_pp", "qblock_ws_t64_persistent", "qblock_ws_t64_lazy", "qblock_ws_t64_lazy_persistent",
-                  "qblock_ws_persistent", "qblock_ws_pp_persistent", "qblock_ws_qp_persistent",
-                  "qblock_ws_pp_qp_persistent", "qblock_ws_t64_qp_persistent", "qblock_ws_pc_persistent",
-                  "qblock_ws_qp_pc_persistent", "qblock_ws_t64_pc_persistent")
+                  "qblock_ws_persistent", "qblock_ws_pp_persistent")
 COMPARATORS = ("fa3", "sdpa", "vllm_unified")
 
 # how L2 is emptied before each timed call (bench/timing.py): do_bench's zeroing (dirty

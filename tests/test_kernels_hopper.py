@@ -61,20 +61,15 @@ COMPOSITIONS = {"prefill": prefill_seqs, "mixed": mixed_seqs}
 # test name -> (module of kernels/hopper, launch options); ``persistent``: one program per
 # SM walks the work items, so a program's rings and barriers carry on from one Q-block to
 # the next; ``lazy_rescale``: row maxima that move only by more than 2^8 (the sharp head
-# case moves them often, the others rarely); ``q_by_producer``: the producer copies each
-# item's Q rows, handed to the consumers and back on mbarriers (with persistent: many items);
-# ``page_copies``: KV addresses per page where tiles are whole pages (block sizes 16 and 32;
-# 48 keeps the rows' path), masked only on the tile that reaches past a sequence
+# case moves them often, the others rarely). The producer's two ways of addressing KV
+# tiles are both covered: per page where tiles are whole pages (block sizes 16 and 32),
+# per row where pages straddle tiles (48)
 KERNEL_RUNS = {"qblock_wgmma": ("qblock_wgmma", {}), "qblock_ws": ("qblock_ws", {}),
                "qblock_ws_pp": ("qblock_ws", {"pingpong": True}),
                "qblock_ws_persistent": ("qblock_ws", {"persistent": True}),
                "qblock_ws_lazy": ("qblock_ws", {"lazy_rescale": True}),
                "qblock_ws_lazy_persistent": ("qblock_ws", {"lazy_rescale": True, "persistent": True}),
-               "qblock_ws_qp": ("qblock_ws", {"q_by_producer": True}),
-               "qblock_ws_qp_persistent": ("qblock_ws", {"q_by_producer": True, "persistent": True}),
-               "qblock_ws_pc": ("qblock_ws", {"page_copies": True}),
-               "qblock_ws_pp_qp_pc_persistent": ("qblock_ws", {"pingpong": True, "q_by_producer": True,
-                                                               "page_copies": True, "persistent": True})}
+               "qblock_ws_pp_persistent": ("qblock_ws", {"pingpong": True, "persistent": True})}
 
 
 def build_case(head_case: str, composition: str, seed: int) -> PagedBatch:

@@ -208,8 +208,6 @@ def hopper_launches() -> dict[str, list[Launch]]:
     out = {}
     for name, launch in (("qblock_wgmma", qblock_wgmma.launch), ("qblock_ws", qblock_ws.launch),
                          ("qblock_ws_pp", partial(qblock_ws.launch, pingpong=True)),
-                         ("qblock_ws_qp", partial(qblock_ws.launch, q_by_producer=True)),
-                         ("qblock_ws_pc", partial(qblock_ws.launch, page_copies=True)),
                          ("qblock_ws_t64_lazy", partial(qblock_ws.launch, tile_size=64, lazy_rescale=True))):
         with captured_launches() as launches:
             launch(torch.empty_like(batch.q), batch.q, batch.k_cache, batch.v_cache, batch.block_table,

@@ -14,8 +14,7 @@ that batch. Comparators, the state of the art first:
   named in the row.
 * ``qblock_wgmma``, ``qblock_ws`` (and ``..._t64``; ``..._pp``: consumers taking turns; ``..._persistent``: one
   program per SM walking the work items; ``..._lazy``: the accumulator rescaled only when a
-  row's max moves by more than 2^8; ``..._qp``: the producer copies each item's Q rows;
-  ``..._pc``: the producer addresses KV tiles of whole pages per page):
+  row's max moves by more than 2^8):
   our Q-block step in
   Gluon for Hopper (`kernels/hopper/`: async wgmma with the softmax overlapped, and the same
   with a warp-specialized producer, its consumers optionally taking turns) with 128- (64-)
@@ -243,12 +242,6 @@ HOPPER: dict[str, Callable[..., Prepared]] = {
     "qblock_ws_t64_lazy_persistent": _hopper("qblock_ws", 64, lazy_rescale=True, persistent=True),
     "qblock_ws_persistent": _hopper("qblock_ws", 128, persistent=True),
     "qblock_ws_pp_persistent": _hopper("qblock_ws", 128, pingpong=True, persistent=True),
-    "qblock_ws_qp_persistent": _hopper("qblock_ws", 128, q_by_producer=True, persistent=True),
-    "qblock_ws_pp_qp_persistent": _hopper("qblock_ws", 128, pingpong=True, q_by_producer=True, persistent=True),
-    "qblock_ws_t64_qp_persistent": _hopper("qblock_ws", 64, q_by_producer=True, persistent=True),
-    "qblock_ws_pc_persistent": _hopper("qblock_ws", 128, page_copies=True, persistent=True),
-    "qblock_ws_qp_pc_persistent": _hopper("qblock_ws", 128, q_by_producer=True, page_copies=True, persistent=True),
-    "qblock_ws_t64_pc_persistent": _hopper("qblock_ws", 64, page_copies=True, persistent=True),
 }
 assert tuple(HOPPER) == HOPPER_KERNELS, "kernels/schema.py names the Hopper rows"
 REGISTRY: dict[str, Callable[..., Prepared]] = {

@@ -6,9 +6,11 @@ difference is who does what inside a program. Three warpgroups, each its own par
 
 * a **producer** gathers K and V tiles page by page with ``cp.async`` (zero-filled past
   the sequence) into rings of shared memory and signals each buffer on an mbarrier when
-  its copies land; it waits on "empty" mbarriers before reusing a buffer. Launched with
-  ``q_by_producer`` it also copies each work item's Q rows, so that a consumer starting an
-  item finds them in shared memory instead of waiting on global loads;
+  its copies land; it waits on "empty" mbarriers before reusing a buffer. Where a tile is
+  made of whole pages (page sizes 16 and 32) it computes addresses once per page, not
+  per row, and masks only the tile that reaches past the sequence: ~200 instructions per
+  tile instead of ~340, issue slots its warps would otherwise take from the consumers'
+  on the same SM sub-partitions;
 * two **consumers**, one per 64-row half of the 128-row Q-block, run `qblock_wgmma`'s
   loop: per tile ``S_j = Q K_j^T`` issued with the previous tile's ``P V``, the softmax of
   tile ``j`` while ``P_{j-1} V_{j-1}`` is on the tensor cores. Each keeps its Q rows in
@@ -45,20 +47,18 @@ LAUNCH_OPTIONS = {"maxnreg": 168}  # 168 x 384 threads fit the 64K registers of 
 
 
 @gluon.jit
-def _producer(q_ptr, k_ptr, v_ptr, cu_seqlens_q_ptr, seq_lens_ptr, block_table_ptr, num_seqs, num_q_blocks,
-              num_items, sliding_window, stride_qt, stride_qh, stride_bt, stride_kb, stride_ks, stride_kh, stride_vh,
-              q_smem, k_smem, v_smem, q_ready, q_empty, k_ready, k_empty, v_ready, v_empty,
-              ROWS: gl.constexpr, QPK: gl.constexpr, BLOCK_SIZE: gl.constexpr, TILE_SIZE: gl.constexpr,
-              HEAD_SIZE: gl.constexpr, BLOCK_Q: gl.constexpr, USE_WINDOW: gl.constexpr,
-              Q_BY_PRODUCER: gl.constexpr, PAGE_COPIES: gl.constexpr):
+def _producer(k_ptr, v_ptr, cu_seqlens_q_ptr, seq_lens_ptr, block_table_ptr, num_seqs, num_q_blocks,
+              num_items, sliding_window, stride_bt, stride_kb, stride_ks, stride_kh, stride_vh,
+              k_smem, v_smem, k_ready, k_empty, v_ready, v_empty,
+              BLOCK_SIZE: gl.constexpr, TILE_SIZE: gl.constexpr, HEAD_SIZE: gl.constexpr, BLOCK_Q: gl.constexpr,
+              USE_WINDOW: gl.constexpr):
     """Fill the K and V rings for every work item of this program, one tile ahead of the
-    consumers as far as buffers allow; with ``Q_BY_PRODUCER`` each item's Q rows first, into
-    the consumers' Q buffers once they are done with the previous item's. With
-    ``PAGE_COPIES``, where tiles are whole pages, their addresses are computed per page
-    (`blocks.kv_page_offsets`) instead of per row."""
+    consumers as far as buffers allow. Where tiles are whole pages their addresses are
+    computed per page (`blocks.kv_page_offsets`), else per row (`blocks.kv_tile_slots`:
+    pages that straddle tiles, as 48-token pages do)."""
     layout: gl.constexpr = row_layout(HEAD_SIZE, 4)
     pages: gl.constexpr = page_layout(HEAD_SIZE, 4)
-    WHOLE_PAGES: gl.constexpr = PAGE_COPIES and tiles_of_whole_pages(TILE_SIZE, BLOCK_SIZE, HEAD_SIZE, 4)
+    WHOLE_PAGES: gl.constexpr = tiles_of_whole_pages(TILE_SIZE, BLOCK_SIZE, HEAD_SIZE, 4)
     tile_pages: gl.constexpr = [TILE_SIZE // BLOCK_SIZE, BLOCK_SIZE, HEAD_SIZE]
     t = gl.program_id(0) * 0  # tiles of this program's earlier items: the rings' position
     for r in range(program_rounds(num_items)):
@@ -66,15 +66,6 @@ def _producer(q_ptr, k_ptr, v_ptr, cu_seqlens_q_ptr, seq_lens_ptr, block_table_p
          end_tile) = qblock_item(program_item(r), num_items, num_q_blocks, cu_seqlens_q_ptr, seq_lens_ptr,
                                  block_table_ptr, num_seqs, sliding_window, stride_bt, BLOCK_Q, TILE_SIZE,
                                  USE_WINDOW)
-        if Q_BY_PRODUCER:
-            # each half's rows (zeros where invalid) once its consumer has read the previous
-            # item's with its last S (the first round waits on the phase before the first)
-            for half in gl.static_range(2):
-                mbarrier.wait(q_empty.index(half), (r & 1) ^ 1)
-                q_ptrs, q_valid = _q_rows(q_ptr, q_start, query_len, q_block_local, kv_head, stride_qt, stride_qh,
-                                          half * ROWS, ROWS, BLOCK_Q, QPK, HEAD_SIZE, layout)
-                cp_async(q_smem.index(half), q_ptrs, q_valid)
-                async_copy.mbarrier_arrive(q_ready.index(half), increment_count=False)
         k_head = k_ptr + kv_head * stride_kh  # the item's KV head in each cache
         v_head = v_ptr + kv_head * stride_vh
         for j in range(end_tile - first_tile):
@@ -183,20 +174,17 @@ def _pass_turn(turns, HALF: gl.constexpr, PINGPONG: gl.constexpr):
 
 @gluon.jit
 def _consumer_item(out_ptr, q_ptr, q_start, query_len, q_block_local, context_len, kv_head, first_tile,
-                   first_masked, end_tile, r, t, k, qk_scale, softcap, sliding_window, stride_qt, stride_qh,
-                   stride_ot, stride_oh, q_smem, k_smem, v_smem, q_ready, q_empty, k_ready, k_empty, v_ready,
-                   v_empty, turns, HALF: gl.constexpr, ROWS: gl.constexpr, QPK: gl.constexpr,
-                   HEAD_SIZE: gl.constexpr, TILE_SIZE: gl.constexpr, BLOCK_Q: gl.constexpr,
-                   USE_SOFTCAP: gl.constexpr, USE_WINDOW: gl.constexpr, PINGPONG: gl.constexpr,
-                   LAZY_RESCALE: gl.constexpr, P_AT_PRODUCT: gl.constexpr, Q_BY_PRODUCER: gl.constexpr):
-    """One ``ROWS``-row half (``HALF`` 0 or 1) of one work item's Q-block, the program's
-    ``r``-th: the overlapped loop of `qblock_wgmma`, fed by the producer's mbarriers, then
-    the normalized rows stored. Its tiles sit at ring positions ``t, t + 1, ...`` and its
-    product issues at turn ``k, k + 1, ...`` (the counts of the program's earlier items).
-    With ``PINGPONG`` the two halves take turns to issue their products (`_take_turn`);
-    with ``Q_BY_PRODUCER`` the producer has copied the Q rows (this half reads them once it
-    has waited for ``q_ready`` and releases them after its last ``S``), else the half loads
-    them itself."""
+                   first_masked, end_tile, t, k, qk_scale, softcap, sliding_window, stride_qt, stride_qh,
+                   stride_ot, stride_oh, q_smem, k_smem, v_smem, k_ready, k_empty, v_ready, v_empty, turns,
+                   HALF: gl.constexpr, ROWS: gl.constexpr, QPK: gl.constexpr, HEAD_SIZE: gl.constexpr,
+                   TILE_SIZE: gl.constexpr, BLOCK_Q: gl.constexpr, USE_SOFTCAP: gl.constexpr,
+                   USE_WINDOW: gl.constexpr, PINGPONG: gl.constexpr, LAZY_RESCALE: gl.constexpr,
+                   P_AT_PRODUCT: gl.constexpr):
+    """One ``ROWS``-row half (``HALF`` 0 or 1) of one work item's Q-block: the overlapped
+    loop of `qblock_wgmma`, fed by the producer's mbarriers, then the normalized rows
+    stored. Its tiles sit at ring positions ``t, t + 1, ...`` and its product issues at turn
+    ``k, k + 1, ...`` (the counts of the program's earlier items). With ``PINGPONG`` the two
+    halves take turns to issue their products (`_take_turn`)."""
     s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                        instr_shape=[16, TILE_SIZE, 16])
     o_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
@@ -206,16 +194,14 @@ def _consumer_item(out_ptr, q_ptr, q_start, query_len, q_block_local, context_le
     rows: gl.constexpr = gl.SliceLayout(1, s_layout)
 
     # this half's Q rows in its own shared buffer (the A operand of Q K^T), visible to the
-    # tensor cores and to the partition's four warps before the first product: copied by
-    # the producer (the fence after the first K tile's wait covers them), or loaded here
-    if Q_BY_PRODUCER:
-        mbarrier.wait(q_ready.index(HALF), r & 1)
-    else:
-        q_ptrs, q_valid = _q_rows(q_ptr, q_start, query_len, q_block_local, kv_head, stride_qt, stride_qh,
-                                  HALF * ROWS, ROWS, BLOCK_Q, QPK, HEAD_SIZE, row_layout(HEAD_SIZE, 4))
-        q_smem.store(gl.load(q_ptrs, mask=q_valid, other=0.0))
-        fence_async_shared()
-        cta_barrier()  # in a partition: its own warps
+    # tensor cores and to the partition's four warps before the first product. (Copied by
+    # the producer instead, behind a pair of mbarriers per half, they cost more than they
+    # saved: docs/perf/kernels-h100.md.)
+    q_ptrs, q_valid = _q_rows(q_ptr, q_start, query_len, q_block_local, kv_head, stride_qt, stride_qh,
+                              HALF * ROWS, ROWS, BLOCK_Q, QPK, HEAD_SIZE, row_layout(HEAD_SIZE, 4))
+    q_smem.store(gl.load(q_ptrs, mask=q_valid, other=0.0))
+    fence_async_shared()
+    cta_barrier()  # in a partition: its own warps
     pos_q = context_len + q_block_local * BLOCK_Q + (HALF * ROWS + gl.arange(0, ROWS, layout=rows)) // QPK
 
     m_i = gl.full([ROWS], float("-inf"), gl.float32, layout=rows)
@@ -261,10 +247,6 @@ def _consumer_item(out_ptr, q_ptr, q_start, query_len, q_block_local, context_le
             _release(v_empty.index((g - 1) % V_STAGES))
             p = _p_operand(p, dtype, p_layout, P_AT_PRODUCT, False)
 
-        # Q was last read by S_{n-1}, waited for above: the producer may copy the next item's
-        if Q_BY_PRODUCER:
-            _release(q_empty.index(HALF))
-
         # the last tile's P V (its ring position: t + n - 1)
         last = t + n - 1
         mbarrier.wait(v_ready.index(last % V_STAGES), (last // V_STAGES) & 1)
@@ -276,8 +258,6 @@ def _consumer_item(out_ptr, q_ptr, q_start, query_len, q_block_local, context_le
         _pass_turn(turns, HALF, PINGPONG)
         acc, p_op = warpgroup_mma_wait(num_outstanding=0, deps=(acc, p_op))
         _release(v_empty.index(last % V_STAGES))  # the program's next item refills it
-    elif Q_BY_PRODUCER:
-        _release(q_empty.index(HALF))  # an item without tiles (past the list or its query)
 
     # normalize and store this half's valid rows
     l_o = gl.convert_layout(l_i, gl.SliceLayout(1, o_layout))
@@ -292,11 +272,11 @@ def _consumer_item(out_ptr, q_ptr, q_start, query_len, q_block_local, context_le
 @gluon.jit
 def _consumer(out_ptr, q_ptr, cu_seqlens_q_ptr, seq_lens_ptr, block_table_ptr, num_seqs, num_q_blocks, num_items,
               qk_scale, softcap, sliding_window, stride_qt, stride_qh, stride_ot, stride_oh, stride_bt,
-              q_smem, k_smem, v_smem, q_ready, q_empty, k_ready, k_empty, v_ready, v_empty, turns,
+              q_smem, k_smem, v_smem, k_ready, k_empty, v_ready, v_empty, turns,
               HALF: gl.constexpr, ROWS: gl.constexpr, QPK: gl.constexpr, HEAD_SIZE: gl.constexpr,
               TILE_SIZE: gl.constexpr, BLOCK_Q: gl.constexpr, USE_SOFTCAP: gl.constexpr,
               USE_WINDOW: gl.constexpr, PINGPONG: gl.constexpr, LAZY_RESCALE: gl.constexpr,
-              P_AT_PRODUCT: gl.constexpr, Q_BY_PRODUCER: gl.constexpr):
+              P_AT_PRODUCT: gl.constexpr):
     """This half's part of every work item of the program, in the producer's order."""
     t = gl.program_id(0) * 0  # tiles of this program's earlier items: the rings' position
     k = gl.program_id(0) * 0  # product issues of its earlier items: the turns' position
@@ -306,10 +286,10 @@ def _consumer(out_ptr, q_ptr, cu_seqlens_q_ptr, seq_lens_ptr, block_table_ptr, n
                                  block_table_ptr, num_seqs, sliding_window, stride_bt, BLOCK_Q, TILE_SIZE,
                                  USE_WINDOW)
         _consumer_item(out_ptr, q_ptr, q_start, query_len, q_block_local, context_len, kv_head, first_tile,
-                       first_masked, end_tile, r, t, k, qk_scale, softcap, sliding_window, stride_qt, stride_qh,
-                       stride_ot, stride_oh, q_smem, k_smem, v_smem, q_ready, q_empty, k_ready, k_empty, v_ready,
-                       v_empty, turns, HALF, ROWS, QPK, HEAD_SIZE, TILE_SIZE, BLOCK_Q, USE_SOFTCAP, USE_WINDOW,
-                       PINGPONG, LAZY_RESCALE, P_AT_PRODUCT, Q_BY_PRODUCER)
+                       first_masked, end_tile, t, k, qk_scale, softcap, sliding_window, stride_qt, stride_qh,
+                       stride_ot, stride_oh, q_smem, k_smem, v_smem, k_ready, k_empty, v_ready, v_empty, turns,
+                       HALF, ROWS, QPK, HEAD_SIZE, TILE_SIZE, BLOCK_Q, USE_SOFTCAP, USE_WINDOW, PINGPONG,
+                       LAZY_RESCALE, P_AT_PRODUCT)
         n = end_tile - first_tile
         t += n
         k += gl.where(n > 0, n + 1, 0)  # an item with tiles issues n + 1 times
@@ -330,7 +310,6 @@ def qblock_ws_kernel(
     BLOCK_SIZE: gl.constexpr, TILE_SIZE: gl.constexpr,
     BLOCK_M: gl.constexpr, BLOCK_Q: gl.constexpr,
     USE_SOFTCAP: gl.constexpr, USE_WINDOW: gl.constexpr, PINGPONG: gl.constexpr, LAZY_RESCALE: gl.constexpr,
-    Q_BY_PRODUCER: gl.constexpr, PAGE_COPIES: gl.constexpr,
 ):
     # -- the rings and their barriers: "ready" completes when the producer's 128 threads'
     #    copies have landed, "empty" when every thread of both consumers has released the
@@ -355,52 +334,42 @@ def qblock_ws_kernel(
     for i in gl.static_range(V_STAGES):
         mbarrier.init(v_ready.index(i), count=128)
         mbarrier.init(v_empty.index(i), count=2 * 128)
-    # the consumers' turns to issue products (used with PINGPONG); each half's Q buffer,
-    # filled by the producer and released by that half's 128 threads (with Q_BY_PRODUCER)
+    # the consumers' turns to issue products (used with PINGPONG)
     turns = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
-    q_ready = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
-    q_empty = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
     for i in gl.static_range(2):
         mbarrier.init(turns.index(i), count=1)
-        mbarrier.init(q_ready.index(i), count=128)
-        mbarrier.init(q_empty.index(i), count=128)
 
     gl.warp_specialize([
         (_consumer, (out_ptr, q_ptr, cu_seqlens_q_ptr, seq_lens_ptr, block_table_ptr, num_seqs, num_q_blocks,
                      num_items, qk_scale, softcap, sliding_window, stride_qt, stride_qh, stride_ot, stride_oh,
-                     stride_bt, q_smem.index(0), k_smem, v_smem, q_ready, q_empty, k_ready, k_empty, v_ready,
-                     v_empty, turns, 0, HALF_M, QPK, HEAD_SIZE, TILE_SIZE, BLOCK_Q, USE_SOFTCAP, USE_WINDOW,
-                     PINGPONG, LAZY_RESCALE, P_AT_PRODUCT, Q_BY_PRODUCER)),
+                     stride_bt, q_smem.index(0), k_smem, v_smem, k_ready, k_empty, v_ready, v_empty, turns,
+                     0, HALF_M, QPK, HEAD_SIZE, TILE_SIZE, BLOCK_Q, USE_SOFTCAP, USE_WINDOW, PINGPONG,
+                     LAZY_RESCALE, P_AT_PRODUCT)),
         (_consumer, (out_ptr, q_ptr, cu_seqlens_q_ptr, seq_lens_ptr, block_table_ptr, num_seqs, num_q_blocks,
                      num_items, qk_scale, softcap, sliding_window, stride_qt, stride_qh, stride_ot, stride_oh,
-                     stride_bt, q_smem.index(1), k_smem, v_smem, q_ready, q_empty, k_ready, k_empty, v_ready,
-                     v_empty, turns, 1, HALF_M, QPK, HEAD_SIZE, TILE_SIZE, BLOCK_Q, USE_SOFTCAP, USE_WINDOW,
-                     PINGPONG, LAZY_RESCALE, P_AT_PRODUCT, Q_BY_PRODUCER)),
-        (_producer, (q_ptr, k_ptr, v_ptr, cu_seqlens_q_ptr, seq_lens_ptr, block_table_ptr, num_seqs, num_q_blocks,
-                     num_items, sliding_window, stride_qt, stride_qh, stride_bt, stride_kb, stride_ks, stride_kh,
-                     stride_vh, q_smem, k_smem, v_smem, q_ready, q_empty, k_ready, k_empty, v_ready, v_empty,
-                     HALF_M, QPK, BLOCK_SIZE, TILE_SIZE, HEAD_SIZE, BLOCK_Q, USE_WINDOW, Q_BY_PRODUCER,
-                     PAGE_COPIES)),
+                     stride_bt, q_smem.index(1), k_smem, v_smem, k_ready, k_empty, v_ready, v_empty, turns,
+                     1, HALF_M, QPK, HEAD_SIZE, TILE_SIZE, BLOCK_Q, USE_SOFTCAP, USE_WINDOW, PINGPONG,
+                     LAZY_RESCALE, P_AT_PRODUCT)),
+        (_producer, (k_ptr, v_ptr, cu_seqlens_q_ptr, seq_lens_ptr, block_table_ptr, num_seqs, num_q_blocks,
+                     num_items, sliding_window, stride_bt, stride_kb, stride_ks, stride_kh, stride_vh, k_smem,
+                     v_smem, k_ready, k_empty, v_ready, v_empty, BLOCK_SIZE, TILE_SIZE, HEAD_SIZE, BLOCK_Q,
+                     USE_WINDOW)),
     ], [4, 4], [216, 72])  # worker warps and registers (module doc): consumer 1, producer
 
 
 def launch(out, q, k_cache, v_cache, block_table, cu_seqlens_q, seq_lens, *, scale: float,
            sliding_window: int | None, softcap: float, tile_size: int = 128, pingpong: bool = False,
-           lazy_rescale: bool = False, persistent: bool = False, q_by_producer: bool = False,
-           page_copies: bool = False, compile_only: bool = False) -> None:
+           lazy_rescale: bool = False, persistent: bool = False, compile_only: bool = False) -> None:
     """`host.launch_qblock` with three warpgroups per program and the register cap that
     lets ``setmaxnreg`` give the consumers 216 registers (module doc); ``pingpong``: the
     consumers take turns to issue their products (`_take_turn`); ``lazy_rescale``: a row's
     running max moves only by more than 2^8, and the accumulator is rescaled only when one
-    does (`blocks.softmax_tile`); ``q_by_producer``: the producer copies each item's Q rows
-    ahead of the consumers (`_producer`); ``page_copies``: the producer addresses tiles of
-    whole pages per page (`blocks.kv_page_offsets`). One program per work item, or with
+    does (`blocks.softmax_tile`). One program per work item, or with
     ``persistent`` one per SM, dealt the list (longest first) in snake order
     (`blocks.program_item`; FlashAttention 3 runs a persistent grid too); the same binary
     either way."""
     launch_qblock(qblock_ws_kernel,
-                  {"num_warps": NUM_WARPS, "PINGPONG": pingpong, "LAZY_RESCALE": lazy_rescale,
-                   "Q_BY_PRODUCER": q_by_producer, "PAGE_COPIES": page_copies, **LAUNCH_OPTIONS},
+                  {"num_warps": NUM_WARPS, "PINGPONG": pingpong, "LAZY_RESCALE": lazy_rescale, **LAUNCH_OPTIONS},
                   out, q, k_cache, v_cache, block_table, cu_seqlens_q, seq_lens, scale=scale,
                   sliding_window=sliding_window, softcap=softcap, tile_size=tile_size, compile_only=compile_only,
                   items=PERSISTENT if persistent else ONE_PER_ITEM)
