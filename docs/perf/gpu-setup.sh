@@ -1,6 +1,7 @@
 # Source on a GPU host that has torch + triton but no network (the device machines of
 # docs/perf/): installs attnbench and its pure-Python needs into /tmp, sets PATH/PYTHONPATH.
-#   . docs/perf/gpu-setup.sh        (from the repository root; a second source is a no-op)
+#   . docs/perf/gpu-setup.sh        (from the repository root; a second source in the same shell is a
+#                                    no-op; each new shell reinstalls, so edits made between calls count)
 # Wheels in .whl/ (orjson; pydantic and friends for hosts without the vLLM bundle; CPython
 # 3.12) travel with the call and go after the offline vLLM bundle (/tmp/site) on the path,
 # so vLLM's own copies win where both exist.
@@ -11,8 +12,8 @@ if [ -z "${ATTNBENCH_GPU_SETUP:-}" ]; then
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/whl .whl/*.whl
     export PYTHONPATH=${PYTHONPATH:+$PYTHONPATH:}/tmp/whl
   fi
-  python3 -m pip install -q --no-index --no-deps --no-build-isolation --target /tmp/attnbench . >/dev/null 2>&1 \
-    || python3 -m pip install --no-index --no-deps --no-build-isolation --target /tmp/attnbench .
+  python3 -m pip install -q --no-index --no-deps --no-build-isolation --upgrade --target /tmp/attnbench . >/dev/null 2>&1 \
+    || python3 -m pip install --no-index --no-deps --no-build-isolation --upgrade --target /tmp/attnbench .
   export PYTHONPATH=/tmp/attnbench${PYTHONPATH:+:$PYTHONPATH}
   export PATH=/tmp/attnbench/bin:$PATH
   export ATTNBENCH_GPU_SETUP=1
