@@ -85,8 +85,9 @@ def test_hopper_prefill_and_mixed_batches_get_the_gluon_kernel(monkeypatch, gluo
 @pytest.mark.parametrize("gluon", [True, False])
 def test_the_h100_runs_its_tuned_tree(monkeypatch, gluon):
     """The H100's fitted tree (kernels/dispatch/tuned_nvidia_h100_80gb_hbm3.py): long
-    prompts run the persistent Gluon kernel at 128-key tiles, short ones 64-key tiles,
-    steps of mostly decodes and decodes run Triton; where Gluon cannot run (no Gluon,
+    prompts run the persistent Gluon kernel at 128-key tiles, short ones 64-key tiles, and
+    so do batches of many decodes and a serving step of decodes with a new prompt; decodes
+    of a few long sequences run Triton's split-KV step; where Gluon cannot run (no Gluon,
     ATTNBENCH_GLUON=0, head size 256, 256 query heads per KV head) the qblock step's own
     Triton config runs instead."""
     from attnbench.kernels.dispatch.heuristics import choose_config
@@ -98,9 +99,10 @@ def test_the_h100_runs_its_tuned_tree(monkeypatch, gluon):
         config = choose_config(shape, H100_SM90)
         expected = ("gluon_ws", tile, persistent) if gluon else ("triton", 128, False)
         assert (config.variant, config.kernel, config.tile_size, config.persistent) == ("qblock", *expected)
+    assert choose_config(SHAPES[0], H100_SM90).variant == "parallel_tiled"  # one 13k decode
     serving_step = BatchShape(49, 304, 256, 512, 32, 8, 128)  # 48 decodes and a new prompt
-    for shape in (*SHAPES[:2], serving_step):
-        assert choose_config(shape, H100_SM90).kernel == "triton"
+    for shape in (SHAPES[1], serving_step):  # and 64 decodes of 4k
+        assert choose_config(shape, H100_SM90).kernel == ("gluon_ws" if gluon else "triton")
     monkeypatch.setenv("ATTNBENCH_GLUON", "0")
     assert choose_config(long_prompts, H100_SM90).kernel == "triton"
     monkeypatch.delenv("ATTNBENCH_GLUON")
