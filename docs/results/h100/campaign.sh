@@ -106,7 +106,7 @@ job() {
       mkdir -p "$CAMPAIGN/tune"
       [ -s "$CAMPAIGN/tune/tuned_$arg.py" ] || timeout "${TUNE_TIMEOUT_S:-900}" attnbench tune \
         "recipes/microbench/$arg.yaml" --space recipes/microbench/tune-space.yaml --rows "$CAMPAIGN/tune/$arg.csv" \
-        --emit "$CAMPAIGN/tune/tuned_$arg.py" ;;
+        --max-depth 5 --emit "$CAMPAIGN/tune/tuned_$arg.py" ;;
     ncu)
       mkdir -p "$CAMPAIGN/ncu"
       local suite=${arg%%/*} rest=${arg#*/} case impl impls ncu
