@@ -7,10 +7,10 @@ difference is who does what inside a program. Three warpgroups, each its own par
 * a **producer** gathers K and V tiles page by page with ``cp.async`` (zero-filled past
   the sequence) into rings of shared memory and signals each buffer on an mbarrier when
   its copies land; it waits on "empty" mbarriers before reusing a buffer. Where a tile is
-  made of whole pages (page sizes 16 and 32) it computes addresses once per page, not
-  per row, and masks only the tile that reaches past the sequence: ~200 instructions per
-  tile instead of ~340, issue slots its warps would otherwise take from the consumers'
-  on the same SM sub-partitions;
+  made of whole pages (pages of 16 or 32 tokens, for instance) it computes addresses once
+  per page, not per row, and masks only the tile that reaches past the sequence: ~200
+  instructions per tile instead of ~340, issue slots its warps would otherwise take from
+  the consumers' on the same SM sub-partitions;
 * two **consumers**, one per 64-row half of the 128-row Q-block, run `qblock_wgmma`'s
   loop: per tile ``S_j = Q K_j^T`` issued with the previous tile's ``P V``, the softmax of
   tile ``j`` while ``P_{j-1} V_{j-1}`` is on the tensor cores. Each keeps its Q rows in
