@@ -14,8 +14,7 @@ that batch. Comparators, the state of the art first:
   named in the row.
 * ``qblock_wgmma``, ``qblock_ws`` (and ``..._t64``; ``..._pp``: consumers taking turns; ``..._persistent``: one
   program per SM walking the work items; ``..._lazy``: the accumulator rescaled only when a
-  row's max moves by more than 2^8):
-  our Q-block step in
+  row's max moves by more than 2^8): our Q-block step in
   Gluon for Hopper (`kernels/hopper/`: async wgmma with the softmax overlapped, and the same
   with a warp-specialized producer, its consumers optionally taking turns) with 128- (64-)
   token KV tiles; sm_90 only. On the H100 `auto` runs ``qblock_ws`` on batches with prompts

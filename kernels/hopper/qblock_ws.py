@@ -47,8 +47,8 @@ LAUNCH_OPTIONS = {"maxnreg": 168}  # 168 x 384 threads fit the 64K registers of 
 
 
 @gluon.jit
-def _producer(k_ptr, v_ptr, cu_seqlens_q_ptr, seq_lens_ptr, block_table_ptr, num_seqs, num_q_blocks,
-              num_items, sliding_window, stride_bt, stride_kb, stride_ks, stride_kh, stride_vh,
+def _producer(k_ptr, v_ptr, cu_seqlens_q_ptr, seq_lens_ptr, block_table_ptr, num_seqs, num_q_blocks, num_items,
+              sliding_window, stride_bt, stride_kb, stride_ks, stride_kh, stride_vh,
               k_smem, v_smem, k_ready, k_empty, v_ready, v_empty,
               BLOCK_SIZE: gl.constexpr, TILE_SIZE: gl.constexpr, HEAD_SIZE: gl.constexpr, BLOCK_Q: gl.constexpr,
               USE_WINDOW: gl.constexpr):
@@ -174,8 +174,8 @@ def _pass_turn(turns, HALF: gl.constexpr, PINGPONG: gl.constexpr):
 
 @gluon.jit
 def _consumer_item(out_ptr, q_ptr, q_start, query_len, q_block_local, context_len, kv_head, first_tile,
-                   first_masked, end_tile, t, k, qk_scale, softcap, sliding_window, stride_qt, stride_qh,
-                   stride_ot, stride_oh, q_smem, k_smem, v_smem, k_ready, k_empty, v_ready, v_empty, turns,
+                   first_masked, end_tile, t, k, qk_scale, softcap, sliding_window, stride_qt, stride_qh, stride_ot,
+                   stride_oh, q_smem, k_smem, v_smem, k_ready, k_empty, v_ready, v_empty, turns,
                    HALF: gl.constexpr, ROWS: gl.constexpr, QPK: gl.constexpr, HEAD_SIZE: gl.constexpr,
                    TILE_SIZE: gl.constexpr, BLOCK_Q: gl.constexpr, USE_SOFTCAP: gl.constexpr,
                    USE_WINDOW: gl.constexpr, PINGPONG: gl.constexpr, LAZY_RESCALE: gl.constexpr,
@@ -351,9 +351,9 @@ def qblock_ws_kernel(
                      1, HALF_M, QPK, HEAD_SIZE, TILE_SIZE, BLOCK_Q, USE_SOFTCAP, USE_WINDOW, PINGPONG,
                      LAZY_RESCALE, P_AT_PRODUCT)),
         (_producer, (k_ptr, v_ptr, cu_seqlens_q_ptr, seq_lens_ptr, block_table_ptr, num_seqs, num_q_blocks,
-                     num_items, sliding_window, stride_bt, stride_kb, stride_ks, stride_kh, stride_vh, k_smem,
-                     v_smem, k_ready, k_empty, v_ready, v_empty, BLOCK_SIZE, TILE_SIZE, HEAD_SIZE, BLOCK_Q,
-                     USE_WINDOW)),
+                     num_items, sliding_window, stride_bt, stride_kb, stride_ks, stride_kh, stride_vh,
+                     k_smem, v_smem, k_ready, k_empty, v_ready, v_empty,
+                     BLOCK_SIZE, TILE_SIZE, HEAD_SIZE, BLOCK_Q, USE_WINDOW)),
     ], [4, 4], [216, 72])  # worker warps and registers (module doc): consumer 1, producer
 
 
@@ -364,10 +364,9 @@ def launch(out, q, k_cache, v_cache, block_table, cu_seqlens_q, seq_lens, *, sca
     lets ``setmaxnreg`` give the consumers 216 registers (module doc); ``pingpong``: the
     consumers take turns to issue their products (`_take_turn`); ``lazy_rescale``: a row's
     running max moves only by more than 2^8, and the accumulator is rescaled only when one
-    does (`blocks.softmax_tile`). One program per work item, or with
-    ``persistent`` one per SM, dealt the list (longest first) in snake order
-    (`blocks.program_item`; FlashAttention 3 runs a persistent grid too); the same binary
-    either way."""
+    does (`blocks.softmax_tile`). One program per work item, or with ``persistent`` one per
+    SM, dealt the list (longest first) in snake order (`blocks.program_item`; FlashAttention
+    3 runs a persistent grid too); the same binary either way."""
     launch_qblock(qblock_ws_kernel,
                   {"num_warps": NUM_WARPS, "PINGPONG": pingpong, "LAZY_RESCALE": lazy_rescale, **LAUNCH_OPTIONS},
                   out, q, k_cache, v_cache, block_table, cu_seqlens_q, seq_lens, scale=scale,
