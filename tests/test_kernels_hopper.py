@@ -160,6 +160,28 @@ def many_items_seqs(rng: random.Random) -> list[tuple[int, int]]:
 @pytest.mark.gpu
 @pytest.mark.parametrize("tile_size", [64, 128])
 @pytest.mark.parametrize("head_case", ["gqa4-h128-bf16-bs16", "window-softcap-mqa-h128-bf16-bs48"])
+@pytest.mark.parametrize("kernel", sorted(k for k, (_, options) in KERNEL_RUNS.items() if options.get("persistent")))
+def test_persistent_runs_walk_several_items_per_program(kernel, head_case, tile_size):
+    """Each persistent launch mode on a batch with more work items than SMs, so that every
+    program runs two or three items back to back: what it carries from one item to the
+    next (ring positions, barrier phases, the Q buffer that last held O) is checked too."""
+    import importlib
+
+    name, options = KERNEL_RUNS[kernel]
+    module = importlib.import_module(f"attnbench.kernels.hopper.{name}")
+    seed = fresh_seed()
+    batch = build_head_case(HEAD_CASES[head_case], many_items_seqs, seed, window_range=(20, 300))
+    out = poisoned_like(batch.q)
+    module.launch(out, batch.q, batch.k_cache, batch.v_cache, batch.block_table, batch.cu_seqlens_q,
+                  batch.seq_lens, scale=batch.head_size ** -0.5, sliding_window=batch.sliding_window,
+                  softcap=batch.softcap, tile_size=tile_size, **options)
+    problem = mismatch(out, batch.reference(), batch.dtype)
+    assert problem is None, f"seed={seed} {kernel} {head_case} tile={tile_size}: {problem}"
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("tile_size", [64, 128])
+@pytest.mark.parametrize("head_case", ["gqa4-h128-bf16-bs16", "window-softcap-mqa-h128-bf16-bs48"])
 def test_a_persistent_gluon_config_runs_through_the_api(head_case, tile_size):
     """A tuned tree may pick the persistent launch (`KernelConfig.persistent`): through
     `paged_attention`, on a batch with more work items than SMs, it matches the reference

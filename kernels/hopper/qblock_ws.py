@@ -16,7 +16,8 @@ difference is who does what inside a program. Three warpgroups, each its own par
   tile ``j`` while ``P_{j-1} V_{j-1}`` is on the tensor cores. Each keeps its Q rows in
   its own shared buffer (in registers, as the A operand, they left too few registers for
   the wgmma pipeline: ptxas serialized it) and releases a K buffer once its ``S_j`` is done
-  and a V buffer once its ``P V`` is, every thread for itself (`_release`).
+  and a V buffer once its ``P V`` is, every thread for itself (`_release`). Its O rows
+  leave through the same buffer, in 16-byte pieces.
 
 No CTA-wide barrier per tile: the two consumers run at their own pace, so one's softmax
 can overlap the other's matrix products, and neither spends issue slots on addresses.
@@ -194,12 +195,15 @@ def _consumer_item(out_ptr, q_ptr, q_start, query_len, q_block_local, context_le
     rows: gl.constexpr = gl.SliceLayout(1, s_layout)
 
     # this half's Q rows in its own shared buffer (the A operand of Q K^T), visible to the
-    # tensor cores and to the partition's four warps before the first product. (Copied by
-    # the producer instead, behind a pair of mbarriers per half, they cost more than they
-    # saved: docs/perf/kernels-h100.md.)
+    # tensor cores and to the partition's four warps before the first product; written
+    # once every warp is done with the buffer's last contents (the previous item's O rows).
+    # (Copied by the producer instead, behind a pair of mbarriers per half, they cost more
+    # than they saved; loaded during the previous item, no faster: docs/perf/kernels-h100.md.)
     q_ptrs, q_valid = _q_rows(q_ptr, q_start, query_len, q_block_local, kv_head, stride_qt, stride_qh,
                               HALF * ROWS, ROWS, BLOCK_Q, QPK, HEAD_SIZE, row_layout(HEAD_SIZE, 4))
-    q_smem.store(gl.load(q_ptrs, mask=q_valid, other=0.0))
+    q = gl.load(q_ptrs, mask=q_valid, other=0.0)
+    cta_barrier()
+    q_smem.store(q)
     fence_async_shared()
     cta_barrier()  # in a partition: its own warps
     pos_q = context_len + q_block_local * BLOCK_Q + (HALF * ROWS + gl.arange(0, ROWS, layout=rows)) // QPK
@@ -259,12 +263,19 @@ def _consumer_item(out_ptr, q_ptr, q_start, query_len, q_block_local, context_le
         acc, p_op = warpgroup_mma_wait(num_outstanding=0, deps=(acc, p_op))
         _release(v_empty.index(last % V_STAGES))  # the program's next item refills it
 
-    # normalize and store this half's valid rows
+    # normalize this half's rows and store the valid ones: through the Q buffer (free once
+    # every warp's products are done), read back in rows of 16-byte pieces, a quarter of
+    # the stores that the accumulator's layout (pairs of columns per thread) would need
     l_o = gl.convert_layout(l_i, gl.SliceLayout(1, o_layout))
     o = (acc / gl.expand_dims(gl.where(l_o == 0.0, 1.0, l_o), 1)).to(dtype)
+    out_layout: gl.constexpr = row_layout(HEAD_SIZE, 4)
+    cta_barrier()
+    q_smem.store(o)
+    cta_barrier()
+    o = q_smem.load(out_layout)
     tok_o, head_o, valid_o = qblock_rows(HALF * ROWS, q_block_local, query_len, kv_head, ROWS, BLOCK_Q, QPK,
-                                         gl.SliceLayout(1, o_layout))
-    offs_do = gl.arange(0, HEAD_SIZE, layout=gl.SliceLayout(0, o_layout))
+                                         gl.SliceLayout(1, out_layout))
+    offs_do = gl.arange(0, HEAD_SIZE, layout=gl.SliceLayout(0, out_layout))
     o_rows = (q_start + tok_o).to(gl.int64) * stride_ot + head_o * stride_oh
     gl.store(out_ptr + gl.expand_dims(o_rows, 1) + gl.expand_dims(offs_do, 0), o, mask=gl.expand_dims(valid_o, 1))
 
