@@ -213,6 +213,24 @@ def kv_tile_offsets(page, slot, stride_b, stride_s, HEAD_SIZE: gl.constexpr, lay
     return gl.expand_dims(rows, 1) + gl.expand_dims(offs_d, 0)
 
 
+@gluon.constexpr_function
+def _pair_rounding(dtype):
+    """PTX that rounds two fp32 values into one register of two 16-bit ones of ``dtype``
+    (the first in the low half)."""
+    return f"cvt.rn.{'bf16' if dtype == gl.bfloat16 else 'f16'}x2.f32 $0, $2, $1;"
+
+
+@gluon.jit
+def to_16bit_pairs(x, dtype: gl.constexpr):
+    """``x.to(dtype)`` for an fp32 tile headed for a wgmma A operand, two columns per
+    register (one ``cvt.rn.bf16x2.f32``, the same rounding). Rounded one value at a time,
+    the pairs came back from ptxas with their halves swapped: one PRMT per register, 32
+    per 64 x 128 tile of P, ~6% of a consumer's instructions per tile in `qblock_ws`
+    (`qblock_wgmma`, which waits on a CTA barrier every tile, timed no faster with it)."""
+    return gl.inline_asm_elementwise(_pair_rounding(dtype), "=r,r,r", [x], dtype=dtype.value, is_pure=True,
+                                     pack=2)
+
+
 @gluon.jit
 def softmax_tile(s, m_i, l_i, tile, first_masked, pos_q, qk_scale, softcap, sliding_window,
                  TILE_SIZE: gl.constexpr, USE_SOFTCAP: gl.constexpr, USE_WINDOW: gl.constexpr,

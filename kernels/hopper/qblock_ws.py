@@ -38,7 +38,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared
 
 from .blocks import (K_STAGES, V_STAGES, any_row_moved, cp_async, cta_barrier, kv_page_offsets, kv_page_rows,
                      kv_tile_offsets, kv_tile_slots, page_layout, program_item, program_rounds, qblock_item,
-                     qblock_rows, rescale_rows, row_layout, softmax_tile, tiles_of_whole_pages)
+                     qblock_rows, rescale_rows, row_layout, softmax_tile, tiles_of_whole_pages, to_16bit_pairs)
 from .host import ONE_PER_ITEM, PERSISTENT, launch_qblock
 
 NUM_WARPS = 4  # the default partition (consumer 0); consumer 1 and the producer are workers
@@ -131,26 +131,16 @@ def _release(empty):
     async_copy.mbarrier_arrive(empty, increment_count=False)
 
 
-@gluon.constexpr_function
-def _pack_asm(dtype):
-    """PTX that rounds two fp32 values into one register of two 16-bit ones (the first in
-    the low half)."""
-    return f"cvt.rn.{'bf16' if dtype == gl.bfloat16 else 'f16'}x2.f32 $0, $2, $1;"
-
-
 @gluon.jit
 def _p_operand(p, dtype: gl.constexpr, layout: gl.constexpr, P_AT_PRODUCT: gl.constexpr,
                AT_PRODUCT: gl.constexpr):
     """``P`` as the A operand of ``P V`` (16-bit, ``layout``) where the kernel converts it:
     right after the softmax, or (``P_AT_PRODUCT``) just before the product, carrying it
     over the loop edge in fp32 (32 more registers per thread, which a 128-key tile cannot
-    spare); elsewhere ``p`` as it is. Each pair of columns is rounded into one register
-    (`_pack_asm`, the same rounding as ``p.to(dtype)``): rounded one value at a time, the
-    pairs came back from ptxas with their halves swapped, one PRMT per register (32 per
-    128-key tile, ~6% of a consumer's instructions per tile)."""
+    spare); elsewhere ``p`` as it is. Rounded two columns per register
+    (`blocks.to_16bit_pairs`)."""
     if P_AT_PRODUCT == AT_PRODUCT:
-        p = gl.inline_asm_elementwise(_pack_asm(dtype), "=r,r,r", [p], dtype=dtype.value, is_pure=True, pack=2)
-        p = gl.convert_layout(p, layout)
+        p = gl.convert_layout(to_16bit_pairs(p, dtype), layout)
     return p
 
 
