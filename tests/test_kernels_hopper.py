@@ -76,6 +76,20 @@ def build_case(head_case: str, composition: str, seed: int) -> PagedBatch:
     return build_head_case(HEAD_CASES[head_case], COMPOSITIONS[composition], seed, window_range=(20, 300))
 
 
+def _launch_run(kernel: str, batch: PagedBatch, tile_size: int) -> torch.Tensor:
+    """``batch`` through the module and launch options of ``KERNEL_RUNS[kernel]``, into a
+    NaN-poisoned output."""
+    import importlib
+
+    name, options = KERNEL_RUNS[kernel]
+    module = importlib.import_module(f"attnbench.kernels.hopper.{name}")
+    out = poisoned_like(batch.q)
+    module.launch(out, batch.q, batch.k_cache, batch.v_cache, batch.block_table, batch.cu_seqlens_q,
+                  batch.seq_lens, scale=batch.head_size ** -0.5, sliding_window=batch.sliding_window,
+                  softcap=batch.softcap, tile_size=tile_size, **options)
+    return out
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("tile_size", [64, 128])
 @pytest.mark.parametrize("composition", sorted(COMPOSITIONS))
@@ -83,17 +97,9 @@ def build_case(head_case: str, composition: str, seed: int) -> PagedBatch:
 @pytest.mark.parametrize("kernel", sorted(KERNEL_RUNS))
 def test_hopper_kernel_matches_reference(kernel, head_case, composition, tile_size):
     """Every Hopper kernel and launch mode (`KERNEL_RUNS`)."""
-    import importlib
-
-    name, options = KERNEL_RUNS[kernel]
-    module = importlib.import_module(f"attnbench.kernels.hopper.{name}")
     seed = fresh_seed()
     batch = build_case(head_case, composition, seed)
-    out = poisoned_like(batch.q)
-    module.launch(out, batch.q, batch.k_cache, batch.v_cache, batch.block_table, batch.cu_seqlens_q,
-                  batch.seq_lens, scale=batch.head_size ** -0.5, sliding_window=batch.sliding_window,
-                  softcap=batch.softcap, tile_size=tile_size, **options)
-    problem = mismatch(out, batch.reference(), batch.dtype)
+    problem = mismatch(_launch_run(kernel, batch, tile_size), batch.reference(), batch.dtype)
     assert problem is None, (
         f"seed={seed} seqs={[(s.query_len, s.context_len) for s in batch.seqs]} "
         f"window={batch.sliding_window} softcap={batch.softcap} {kernel} tile={tile_size}: {problem}")
@@ -165,17 +171,9 @@ def test_persistent_runs_walk_several_items_per_program(kernel, head_case, tile_
     """Each persistent launch mode on a batch with more work items than SMs, so that every
     program runs two or three items back to back: what it carries from one item to the
     next (ring positions, barrier phases, the Q buffer that last held O) is checked too."""
-    import importlib
-
-    name, options = KERNEL_RUNS[kernel]
-    module = importlib.import_module(f"attnbench.kernels.hopper.{name}")
     seed = fresh_seed()
     batch = build_head_case(HEAD_CASES[head_case], many_items_seqs, seed, window_range=(20, 300))
-    out = poisoned_like(batch.q)
-    module.launch(out, batch.q, batch.k_cache, batch.v_cache, batch.block_table, batch.cu_seqlens_q,
-                  batch.seq_lens, scale=batch.head_size ** -0.5, sliding_window=batch.sliding_window,
-                  softcap=batch.softcap, tile_size=tile_size, **options)
-    problem = mismatch(out, batch.reference(), batch.dtype)
+    problem = mismatch(_launch_run(kernel, batch, tile_size), batch.reference(), batch.dtype)
     assert problem is None, f"seed={seed} {kernel} {head_case} tile={tile_size}: {problem}"
 
 
