@@ -156,6 +156,14 @@ def test_auto_on_hopper_matches_and_replays(head_case, composition):
     _check_call_and_replay(batch, f"{head_case} {composition}", seed)
 
 
+def _work_items(batch: PagedBatch) -> int:
+    """The length of `host.launch_qblock`'s list of (Q-block, KV head) work items for ``batch``."""
+    from attnbench.kernels.hopper import host
+
+    block_q = host.BLOCK_M // (batch.num_q_heads // batch.num_kv_heads)
+    return (batch.num_tokens // block_q + batch.num_seqs) * batch.num_kv_heads
+
+
 def many_items_seqs(rng: random.Random) -> list[tuple[int, int]]:
     """Enough Q-blocks (of 32 tokens at 4 query heads per KV head) that a persistent launch
     deals every SM of an H100 two or three work items: a prefill, a chunk and decodes."""
@@ -173,6 +181,7 @@ def test_persistent_runs_walk_several_items_per_program(kernel, head_case, tile_
     next (ring positions, barrier phases, the Q buffer that last held O) is checked too."""
     seed = fresh_seed()
     batch = build_head_case(HEAD_CASES[head_case], many_items_seqs, seed, window_range=(20, 300))
+    assert _work_items(batch) > torch.cuda.get_device_properties(0).multi_processor_count
     problem = mismatch(_launch_run(kernel, batch, tile_size), batch.reference(), batch.dtype)
     assert problem is None, f"seed={seed} {kernel} {head_case} tile={tile_size}: {problem}"
 
@@ -185,13 +194,10 @@ def test_a_persistent_gluon_config_runs_through_the_api(head_case, tile_size):
     `paged_attention`, on a batch with more work items than SMs, it matches the reference
     and replays in a CUDA graph."""
     from attnbench.kernels import KernelConfig
-    from attnbench.kernels.hopper import host
 
     seed = fresh_seed()
     batch = build_head_case(HEAD_CASES[head_case], many_items_seqs, seed, window_range=(20, 300))
-    block_q = host.BLOCK_M // (batch.num_q_heads // batch.num_kv_heads)
-    num_items = (batch.num_tokens // block_q + batch.num_seqs) * batch.num_kv_heads  # `host.launch_qblock`'s list
-    assert num_items > torch.cuda.get_device_properties(0).multi_processor_count
+    assert _work_items(batch) > torch.cuda.get_device_properties(0).multi_processor_count
     config = KernelConfig("qblock", kernel="gluon_ws", tile_size=tile_size, block_m=128, num_warps=12,
                           persistent=True)
     _check_call_and_replay(batch, f"persistent {head_case} tile {tile_size}", seed, config)
