@@ -1,0 +1,91 @@
+"""Clock trace of `qblock_ws` (persistent, 128-key tiles): where each work item's time goes.
+
+Run on an sm_90 GPU with the kernel patched by h100/clock-trace.patch (`kernel-trace.sh`
+does both); every partition of every program stamps the SM clock (``%clock64``) at the
+seams of each of its items. Prints, per case, the mean time of each phase of an item for
+one consumer and how evenly the programs' tiles and durations came out.
+
+    python3 docs/perf/kernel_trace.py run OUT_DIR CASE...     (GPU; writes OUT_DIR/trace-CASE.npy)
+    python3 docs/perf/kernel_trace.py show FILE.npy...        (anywhere with numpy)
+
+Times in us at ``--mhz`` (default 1755: an H100 SXM's SM clock under load; the stamps
+count cycles, so ratios between phases and cases do not depend on it).
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+
+import numpy as np
+
+ROUNDS, PARTS, EVENTS = 40, 3, 8  # the patch's trace layout: [program, round, partition, event]
+# consumer events: 0 item start, 1 Q in shared memory, 2 first K tile ready, 3 first S done,
+# 4 loop done, 5 last P V done, 6 O stored; slot 7 holds the item's tile count
+PHASES = [("metadata + Q", 0, 1), ("first K wait", 1, 2), ("first S", 2, 3), ("tile loop", 3, 4),
+          ("last P V", 4, 5), ("O epilogue", 5, 6)]
+
+
+def run(out_dir: str, cases: list[str]) -> None:
+    import torch
+
+    import attnbench.kernels.hopper.qblock_ws as ws
+    from attnbench.kernels.bench.microbench import build_batch
+    from attnbench.kernels.bench.spec import load_microbench_spec
+
+    suite = load_microbench_spec("recipes/microbench/llama3-8b-hopper.yaml")
+    by_name = {c.name: c for c in suite.all_cases()}
+    for name in cases:
+        b = build_batch(suite, by_name[name], torch.device("cuda"), 0)
+        out = torch.empty_like(b.q)
+        for _ in range(3):  # compile, warm up; the last launch's stamps are kept
+            ws.launch(out, b.q, b.k_cache, b.v_cache, b.block_table, b.cu_seqlens_q, b.seq_lens,
+                      scale=b.head_size ** -0.5, sliding_window=b.sliding_window, softcap=b.softcap,
+                      tile_size=128, persistent=True)
+        torch.cuda.synchronize()
+        np.save(f"{out_dir}/trace-{name}.npy", ws.TRACE.view(-1, ROUNDS, PARTS, EVENTS).cpu().numpy())
+
+
+def show(path: str, mhz: float) -> None:
+    t = np.load(path).astype(np.int64)
+    per_us = mhz  # cycles per us
+    phases = {name: [] for name, _, _ in PHASES}
+    tiles, durations = [], []
+    for prog in t:
+        c0 = prog[:, 0, :]
+        rounds = np.flatnonzero(c0[:, 0])
+        if not len(rounds):
+            continue
+        tiles.append(int(c0[rounds, 7].sum()))
+        durations.append((prog[rounds, :2, 6].max() - c0[rounds[0], 0]) / per_us)
+        for r in rounds:
+            if c0[r, 7] > 0:
+                for name, a, b in PHASES:
+                    phases[name].append((c0[r, b] - c0[r, a]) / per_us)
+    tiles, durations = np.array(tiles), np.array(durations)
+    print(f"== {path}: {len(tiles)} programs, us at {mhz:.0f} MHz")
+    print(f"  {'phase (consumer 0)':20s} {'mean us/item':>12s} {'total us/program':>16s}")
+    for name, v in phases.items():
+        print(f"  {name:20s} {np.mean(v):12.3f} {np.sum(v) / len(tiles):16.1f}")
+    print(f"  tiles per program: min {tiles.min()} mean {tiles.mean():.1f} max {tiles.max()}; "
+          f"duration: mean {durations.mean():.1f} max {durations.max():.1f} us")
+
+
+def main(argv: list[str]) -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    r = sub.add_parser("run")
+    r.add_argument("out_dir")
+    r.add_argument("cases", nargs="+")
+    s = sub.add_parser("show")
+    s.add_argument("files", nargs="+")
+    s.add_argument("--mhz", type=float, default=1755.0)
+    args = ap.parse_args(argv)
+    if args.cmd == "run":
+        run(args.out_dir, args.cases)
+    else:
+        for f in args.files:
+            show(f, args.mhz)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
