@@ -13,9 +13,7 @@ count cycles, so ratios between phases and cases do not depend on it).
 """
 from __future__ import annotations
 
-import argparse
-import sys
-
+import click
 import numpy as np
 
 ROUNDS, PARTS, EVENTS = 40, 3, 8  # the patch's trace layout: [program, round, partition, event]
@@ -25,7 +23,16 @@ PHASES = [("metadata + Q", 0, 1), ("first K wait", 1, 2), ("first S", 2, 3), ("t
           ("last P V", 4, 5), ("O epilogue", 5, 6)]
 
 
-def run(out_dir: str, cases: list[str]) -> None:
+@click.group(help=__doc__)
+def main() -> None:
+    pass
+
+
+@main.command()
+@click.argument("out_dir", type=click.Path(file_okay=False, exists=True))
+@click.argument("cases", nargs=-1, required=True)
+def run(out_dir: str, cases: tuple[str, ...]) -> None:
+    """Trace CASES of llama3-8b-hopper.yaml (GPU, patched kernel) into OUT_DIR/trace-CASE.npy."""
     import torch
 
     import attnbench.kernels.hopper.qblock_ws as ws
@@ -34,6 +41,9 @@ def run(out_dir: str, cases: list[str]) -> None:
 
     suite = load_microbench_spec("recipes/microbench/llama3-8b-hopper.yaml")
     by_name = {c.name: c for c in suite.all_cases()}
+    unknown = [c for c in cases if c not in by_name]
+    if unknown:
+        raise click.BadParameter(f"{unknown}; expected some of {sorted(by_name)}", param_hint="CASES")
     for name in cases:
         b = build_batch(suite, by_name[name], torch.device("cuda"), 0)
         out = torch.empty_like(b.q)
@@ -48,9 +58,17 @@ def run(out_dir: str, cases: list[str]) -> None:
         np.save(f"{out_dir}/trace-{name}.npy", ws.TRACE.view(-1, ROUNDS, PARTS, EVENTS).cpu().numpy())
 
 
-def show(path: str, mhz: float) -> None:
+@main.command()
+@click.argument("files", nargs=-1, required=True, type=click.Path(dir_okay=False, exists=True))
+@click.option("--mhz", type=float, default=1755.0, show_default=True, help="SM clock: cycles per us.")
+def show(files: tuple[str, ...], mhz: float) -> None:
+    """Per-item phases and the programs' balance of traces written by `run`."""
+    for path in files:
+        _show(path, mhz)
+
+
+def _show(path: str, mhz: float) -> None:
     t = np.load(path).astype(np.int64)
-    per_us = mhz  # cycles per us
     phases = {name: [] for name, _, _ in PHASES}
     tiles, durations = [], []
     for prog in t:
@@ -59,11 +77,11 @@ def show(path: str, mhz: float) -> None:
         if not len(rounds):
             continue
         tiles.append(int(c0[rounds, 7].sum()))
-        durations.append((prog[rounds, :2, 6].max() - c0[rounds[0], 0]) / per_us)
+        durations.append((prog[rounds, :2, 6].max() - c0[rounds[0], 0]) / mhz)
         for r in rounds:
             if c0[r, 7] > 0:
                 for name, a, b in PHASES:
-                    phases[name].append((c0[r, b] - c0[r, a]) / per_us)
+                    phases[name].append((c0[r, b] - c0[r, a]) / mhz)
     tiles, durations = np.array(tiles), np.array(durations)
     print(f"== {path}: {len(tiles)} programs, us at {mhz:.0f} MHz")
     print(f"  {'phase (consumer 0)':20s} {'mean us/item':>12s} {'total us/program':>16s}")
@@ -73,22 +91,5 @@ def show(path: str, mhz: float) -> None:
           f"duration: mean {durations.mean():.1f} max {durations.max():.1f} us")
 
 
-def main(argv: list[str]) -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    sub = ap.add_subparsers(dest="cmd", required=True)
-    r = sub.add_parser("run")
-    r.add_argument("out_dir")
-    r.add_argument("cases", nargs="+")
-    s = sub.add_parser("show")
-    s.add_argument("files", nargs="+")
-    s.add_argument("--mhz", type=float, default=1755.0)
-    args = ap.parse_args(argv)
-    if args.cmd == "run":
-        run(args.out_dir, args.cases)
-    else:
-        for f in args.files:
-            show(f, args.mhz)
-
-
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    main()
