@@ -16,11 +16,14 @@ from __future__ import annotations
 import click
 import numpy as np
 
-ROUNDS, PARTS, EVENTS = 40, 3, 8  # the patch's trace layout: [program, round, partition, event]
-# consumer events: 0 item start, 1 Q in shared memory, 2 first K tile ready, 3 first S done,
-# 4 loop done, 5 last P V done, 6 O stored; slot 7 holds the item's tile count
-PHASES = [("metadata + Q", 0, 1), ("first K wait", 1, 2), ("first S", 2, 3), ("tile loop", 3, 4),
-          ("last P V", 4, 5), ("O epilogue", 5, 6)]
+ROUNDS, PARTS, EVENTS = 40, 3, 10  # the patch's trace layout: [program, round, partition, event]
+# consumer events: 0 item start, 1 its metadata found, 2 its Q rows stored to shared memory
+# (the loads landed), 3 ... visible to the tensor cores, 4 first K tile ready, 5 first S done,
+# 6 loop done, 7 last P V done, 8 O stored; slot 9 holds the item's tile count
+TILES = 9
+PHASES = [("metadata", 0, 1), ("Q loaded", 1, 2), ("Q fenced", 2, 3), ("first K wait", 3, 4),
+          ("first S", 4, 5), ("tile loop", 5, 6), ("last P V", 6, 7), ("O epilogue", 7, 8)]
+END = 8
 
 
 @click.group(help=__doc__)
@@ -76,10 +79,10 @@ def _show(path: str, mhz: float) -> None:
         rounds = np.flatnonzero(c0[:, 0])
         if not len(rounds):
             continue
-        tiles.append(int(c0[rounds, 7].sum()))
-        durations.append((prog[rounds, :2, 6].max() - c0[rounds[0], 0]) / mhz)
+        tiles.append(int(c0[rounds, TILES].sum()))
+        durations.append((prog[rounds, :2, END].max() - c0[rounds[0], 0]) / mhz)
         for r in rounds:
-            if c0[r, 7] > 0:
+            if c0[r, TILES] > 0:
                 for name, a, b in PHASES:
                     phases[name].append((c0[r, b] - c0[r, a]) / mhz)
     tiles, durations = np.array(tiles), np.array(durations)
