@@ -86,12 +86,29 @@ def _show(path: str, mhz: float) -> None:
                 for name, a, b in PHASES:
                     phases[name].append((c0[r, b] - c0[r, a]) / mhz)
     tiles, durations = np.array(tiles), np.array(durations)
+    seam, shared = _seams(t, mhz)
     print(f"== {path}: {len(tiles)} programs, us at {mhz:.0f} MHz")
     print(f"  {'phase (consumer 0)':20s} {'mean us/item':>12s} {'total us/program':>16s}")
     for name, v in phases.items():
         print(f"  {name:20s} {np.mean(v):12.3f} {np.sum(v) / len(tiles):16.1f}")
     print(f"  tiles per program: min {tiles.min()} mean {tiles.mean():.1f} max {tiles.max()}; "
           f"duration: mean {durations.mean():.1f} max {durations.max():.1f} us")
+    print(f"  seam (loop done -> next item's first S): {seam:.2f} us, of which both consumers "
+          f"are in theirs {shared:.2f} us ({100 * shared / seam:.0f}%)")
+
+
+def _seams(t: np.ndarray, mhz: float) -> tuple[float, float]:
+    """Mean length of consumer 0's seam between two items with tiles, and how much of it
+    consumer 1 spends in its own seam at the same time (us)."""
+    seams, shared = [], []
+    for prog in t:
+        rounds = np.flatnonzero(prog[:, 0, 0])
+        for a, b in zip(rounds[:-1], rounds[1:]):
+            if prog[a, 0, TILES] and prog[b, 0, TILES]:
+                (s0, e0), (s1, e1) = ((prog[a, h, 6], prog[b, h, 5]) for h in (0, 1))
+                seams.append((e0 - s0) / mhz)
+                shared.append(max(0, min(e0, e1) - max(s0, s1)) / mhz)
+    return float(np.mean(seams)), float(np.mean(shared))
 
 
 if __name__ == "__main__":
