@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import click
 import numpy as np
+from hopper_cases import hopper_cases, persistent_launch
 
 ROUNDS, PARTS, EVENTS = 40, 3, 10  # the patch's trace layout: [program, round, partition, event]
 # consumer events: 0 item start, 1 its metadata found, 2 its Q rows stored to shared memory
@@ -40,23 +41,16 @@ def run(out_dir: str, cases: tuple[str, ...]) -> None:
 
     import attnbench.kernels.hopper.qblock_ws as ws
     from attnbench.kernels.bench.microbench import build_batch
-    from attnbench.kernels.bench.spec import load_microbench_spec
 
-    suite = load_microbench_spec("recipes/microbench/llama3-8b-hopper.yaml")
-    by_name = {c.name: c for c in suite.all_cases()}
-    unknown = [c for c in cases if c not in by_name]
-    if unknown:
-        raise click.BadParameter(f"{unknown}; expected some of {sorted(by_name)}", param_hint="CASES")
-    for name in cases:
-        b = build_batch(suite, by_name[name], torch.device("cuda"), 0)
-        out = torch.empty_like(b.q)
-        for launch in range(3):  # compile and warm up, then the traced launch on a zeroed trace
-            if launch == 2:
+    suite, chosen = hopper_cases(cases, "CASES")
+    for name, case in chosen.items():
+        b = build_batch(suite, case, torch.device("cuda"), 0)
+        launch = persistent_launch(ws, b, torch.empty_like(b.q))
+        for i in range(3):  # compile and warm up, then the traced launch on a zeroed trace
+            if i == 2:
                 torch.cuda.synchronize()
                 ws.TRACE.zero_()  # an earlier case's programs may have had more rounds
-            ws.launch(out, b.q, b.k_cache, b.v_cache, b.block_table, b.cu_seqlens_q, b.seq_lens,
-                      scale=b.head_size ** -0.5, sliding_window=b.sliding_window, softcap=b.softcap,
-                      tile_size=128, persistent=True)
+            launch()
         torch.cuda.synchronize()
         np.save(f"{out_dir}/trace-{name}.npy", ws.TRACE.view(-1, ROUNDS, PARTS, EVENTS).cpu().numpy())
 

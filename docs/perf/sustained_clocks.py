@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 
 import click
+from hopper_cases import hopper_cases, persistent_launch
 
 
 def _samples(path: Path) -> list[tuple[float, float, float, str]]:
@@ -44,38 +45,28 @@ def main(out_dir: Path, modules: tuple[str, ...], cases: tuple[str, ...], second
     import torch
 
     from attnbench.kernels.bench.microbench import build_batch
-    from attnbench.kernels.bench.spec import load_microbench_spec
 
-    suite = load_microbench_spec("recipes/microbench/llama3-8b-hopper.yaml")
-    by_name = {c.name: c for c in suite.all_cases()}
-    unknown = [c for c in cases if c not in by_name]
-    if unknown:
-        raise click.BadParameter(f"{unknown}; expected some of {sorted(by_name)}", param_hint="--case")
+    suite, chosen = hopper_cases(cases, "--case")
     out_dir.mkdir(parents=True, exist_ok=True)
     smi_path = out_dir / "smi.csv"
     smi = subprocess.Popen(["nvidia-smi", "--query-gpu=timestamp,clocks.sm,power.draw,clocks_throttle_reasons.active",
                             "--format=csv,noheader", "-lms", "50"], stdout=smi_path.open("w"))
     windows = []
     try:
-        for case in cases:
-            b = build_batch(suite, by_name[case], torch.device("cuda"), 0)
+        for case, spec in chosen.items():
+            b = build_batch(suite, spec, torch.device("cuda"), 0)
             out = torch.empty_like(b.q)
             for rnd in range(rounds):
                 for name in modules:
-                    mod = importlib.import_module(f"attnbench.kernels.hopper.{name}")
-
-                    def run():
-                        mod.launch(out, b.q, b.k_cache, b.v_cache, b.block_table, b.cu_seqlens_q, b.seq_lens,
-                                   scale=b.head_size ** -0.5, sliding_window=b.sliding_window, softcap=b.softcap,
-                                   tile_size=128, persistent=True)
-                    run()
+                    launch = persistent_launch(importlib.import_module(f"attnbench.kernels.hopper.{name}"), b, out)
+                    launch()
                     torch.cuda.synchronize()
                     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
                     t0, launches = time.time(), 0
                     start.record()
                     while time.time() - t0 < seconds:
                         for _ in range(50):
-                            run()
+                            launch()
                         launches += 50
                         torch.cuda.synchronize()
                     end.record()
