@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import click
 import numpy as np
-from hopper_cases import hopper_cases, persistent_launch
 
 ROUNDS, PARTS, EVENTS = 40, 3, 10  # the patch's trace layout: [program, round, partition, event]
 # consumer events: 0 item start, 1 its metadata found, 2 its Q rows stored to shared memory
@@ -36,21 +35,22 @@ def main() -> None:
 @click.argument("out_dir", type=click.Path(file_okay=False, exists=True))
 @click.argument("cases", nargs=-1, required=True)
 def run(out_dir: str, cases: tuple[str, ...]) -> None:
-    """Trace CASES of llama3-8b-hopper.yaml (GPU, patched kernel) into OUT_DIR/trace-CASE.npy."""
+    """Trace CASES of llama3-8b-hopper.yaml (GPU, patched kernel) into OUT_DIR/trace-CASE.npy:
+    `qblock_ws_persistent`, checked against the fp32 reference, then one launch traced."""
     import torch
 
     import attnbench.kernels.hopper.qblock_ws as ws
-    from attnbench.kernels.bench.microbench import build_batch
+    from attnbench.kernels.bench.microbench import run_for_profiler
+    from attnbench.kernels.bench.spec import load_microbench_spec
 
-    suite, chosen = hopper_cases(cases, "CASES")
-    for name, case in chosen.items():
-        b = build_batch(suite, case, torch.device("cuda"), 0)
-        launch = persistent_launch(ws, b, torch.empty_like(b.q))
-        for i in range(3):  # compile and warm up, then the traced launch on a zeroed trace
-            if i == 2:
-                torch.cuda.synchronize()
-                ws.TRACE.zero_()  # an earlier case's programs may have had more rounds
-            launch()
+    suite = load_microbench_spec("recipes/microbench/llama3-8b-hopper.yaml")
+    for name in cases:
+        try:
+            prepared = run_for_profiler(suite, name, "qblock_ws_persistent", "cuda", repeat=1)
+        except ValueError as e:
+            raise click.UsageError(str(e)) from None
+        ws.TRACE.zero_()  # an earlier case's programs may have had more rounds
+        prepared.run()
         torch.cuda.synchronize()
         np.save(f"{out_dir}/trace-{name}.npy", ws.TRACE.view(-1, ROUNDS, PARTS, EVENTS).cpu().numpy())
 
