@@ -2,16 +2,21 @@
 
 Run on an sm_90 GPU with the kernel patched by h100/clock-trace.patch (`kernel-trace.sh`
 does both); every partition of every program stamps the SM clock (``%clock64``) at the
-seams of each of its items. Prints, per case, the mean time of each phase of an item for
-one consumer and how evenly the programs' tiles and durations came out.
+seams of each of its items, and each consumer at the end of each phase of a tile-loop
+iteration for the program's first 64 tiles. Prints, per case, the mean time of each phase
+of an item for one consumer, how evenly the programs' tiles and durations came out, and
+the phases of a loop iteration for both consumers.
 
-    python3 docs/perf/kernel_trace.py run OUT_DIR CASE...     (GPU; writes OUT_DIR/trace-CASE.npy)
+    python3 docs/perf/kernel_trace.py run OUT_DIR CASE...     (GPU; writes OUT_DIR/trace-CASE.npy
+                                                               and trace-CASE-loop.npy)
     python3 docs/perf/kernel_trace.py show FILE.npy...        (anywhere with numpy)
 
 Times in us at ``--mhz`` (default 1755: an H100 SXM's SM clock under load; the stamps
 count cycles, so ratios between phases and cases do not depend on it).
 """
 from __future__ import annotations
+
+import os
 
 import click
 import numpy as np
@@ -24,6 +29,10 @@ TILES = 9
 PHASES = [("metadata", 0, 1), ("Q loaded", 1, 2), ("Q fenced", 2, 3), ("first K wait", 3, 4),
           ("first S", 4, 5), ("tile loop", 5, 6), ("last P V", 6, 7), ("O epilogue", 7, 8)]
 END = 8
+# the loop's stamps (the patch's second region): [program, tile, consumer, event] for each
+# program's first LOOP_TILES tiles, at the end of each phase of a loop iteration
+LOOP_TILES, LOOP_EVENTS = 64, 4
+LOOP_PHASES = ["waits (K_j, V_j-1)", "S_j issued, done", "softmax of S_j", "P V_j-1 done, P_j"]
 
 
 @click.group(help=__doc__)
@@ -52,7 +61,10 @@ def run(out_dir: str, cases: tuple[str, ...]) -> None:
         ws.TRACE.zero_()  # an earlier case's programs may have had more rounds
         prepared.run()
         torch.cuda.synchronize()
-        np.save(f"{out_dir}/trace-{name}.npy", ws.TRACE.view(-1, ROUNDS, PARTS, EVENTS).cpu().numpy())
+        trace = ws.TRACE.cpu().numpy()
+        items = trace.size - ws.NUM_PROGRAMS * LOOP_TILES * 2 * LOOP_EVENTS
+        np.save(f"{out_dir}/trace-{name}.npy", trace[:items].reshape(-1, ROUNDS, PARTS, EVENTS))
+        np.save(f"{out_dir}/trace-{name}-loop.npy", trace[items:].reshape(-1, LOOP_TILES, 2, LOOP_EVENTS))
 
 
 @main.command()
@@ -62,6 +74,9 @@ def show(files: tuple[str, ...], mhz: float) -> None:
     """Per-item phases and the programs' balance of traces written by `run`."""
     for path in files:
         _show(path, mhz)
+        loop = path.removesuffix(".npy") + "-loop.npy"
+        if os.path.exists(loop):
+            _show_loop(loop, mhz)
 
 
 def _show(path: str, mhz: float) -> None:
@@ -89,6 +104,27 @@ def _show(path: str, mhz: float) -> None:
           f"duration: mean {durations.mean():.1f} max {durations.max():.1f} us")
     print(f"  seam (loop done -> next item's first S): {seam:.2f} us, of which both consumers "
           f"are in theirs {shared:.2f} us ({100 * shared / seam:.0f}%)")
+
+
+def _show_loop(path: str, mhz: float) -> None:
+    """Per-iteration phases of the tile loop (tiles 2..n-1 of an item: those whose previous
+    tile also ran in the loop), each consumer's, and how long the two consumers run their
+    softmax at the same time."""
+    t = np.load(path).astype(np.int64)  # [program, tile, consumer, event]
+    done = (t > 0).all(axis=3)  # stamped: the tile ran in a loop iteration
+    follows = done[:, 1:] & done[:, :-1]  # ... right after another loop iteration
+    print(f"  loop phases, us per iteration ({int(follows[..., 0].sum())} iterations of consumer 0):")
+    for half in (0, 1):
+        cur, prev = t[:, 1:, half][follows[..., half]], t[:, :-1, half][follows[..., half]]
+        ends = np.column_stack([prev[:, -1], cur])
+        means = np.diff(ends, axis=1).mean(axis=0) / mhz
+        print(f"    consumer {half}: " + ", ".join(f"{n} {m:.3f}" for n, m in zip(LOOP_PHASES, means))
+              + f"; tile {means.sum():.3f}")
+    both = done[..., 0] & done[..., 1]
+    s0, e0, s1, e1 = t[..., 0, 1][both], t[..., 0, 2][both], t[..., 1, 1][both], t[..., 1, 2][both]
+    shared = np.clip(np.minimum(e0, e1) - np.maximum(s0, s1), 0, None)
+    print(f"    both consumers in their softmax: {shared.mean() / mhz:.3f} us of consumer 0's "
+          f"{(e0 - s0).mean() / mhz:.3f}")
 
 
 def _seams(t: np.ndarray, mhz: float) -> tuple[float, float]:
