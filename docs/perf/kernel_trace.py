@@ -30,8 +30,8 @@ PHASES = [("metadata", 0, 1), ("Q loaded", 1, 2), ("Q fenced", 2, 3), ("first K 
           ("first S", 4, 5), ("tile loop", 5, 6), ("last P V", 6, 7), ("O epilogue", 7, 8)]
 END = 8
 # the loop's stamps (the patch's second region): [program, tile, consumer, event] for each
-# program's first LOOP_TILES tiles, at the end of each phase of a loop iteration
-LOOP_TILES, LOOP_EVENTS = 64, 4
+# program's first `LOOP_TILES` tiles (the patch's constants), at the end of each phase of a
+# loop iteration
 LOOP_PHASES = ["waits (K_j, V_j-1)", "S_j issued, done", "softmax of S_j", "P V_j-1 done, P_j"]
 
 
@@ -62,9 +62,10 @@ def run(out_dir: str, cases: tuple[str, ...]) -> None:
         prepared.run()
         torch.cuda.synchronize()
         trace = ws.TRACE.cpu().numpy()
-        items = trace.size - ws.NUM_PROGRAMS * LOOP_TILES * 2 * LOOP_EVENTS
+        loop_shape = (ws.NUM_PROGRAMS, ws.LOOP_TILES.value, 2, ws.LOOP_EVENTS.value)
+        items = trace.size - int(np.prod(loop_shape))
         np.save(f"{out_dir}/trace-{name}.npy", trace[:items].reshape(-1, ROUNDS, PARTS, EVENTS))
-        np.save(f"{out_dir}/trace-{name}-loop.npy", trace[items:].reshape(-1, LOOP_TILES, 2, LOOP_EVENTS))
+        np.save(f"{out_dir}/trace-{name}-loop.npy", trace[items:].reshape(loop_shape))
 
 
 @main.command()
