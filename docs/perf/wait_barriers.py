@@ -1,12 +1,13 @@
 """Where Triton puts a partition barrier between mbarrier waits (no GPU needed).
 
-Compiles four small Gluon loops for sm_90 and counts the ``bar.sync`` in their loop's PTX:
-one wait per iteration; two waits on two barrier allocations; one wait and a global store;
-two waits on one allocation. The first three get one ``bar.sync`` per iteration, the last
-two: Triton's shared-memory barrier analysis treats an ``mbarrier.wait`` as a write of its
-barrier, so two waits on the same allocation (the same ring of barriers, also one iteration
-apart) need a barrier between them, while waits on different allocations do not. That is the ``bar.sync`` before each
-tile's first wait in `qblock_ws`'s consumer loop (docs/perf/kernels-h100.md).
+Compiles four small Gluon loops for sm_90 and counts the ``bar.sync`` in their loop's
+PTX: one wait per iteration; two waits on two barrier allocations; one wait and a global
+store; two waits on one allocation. The first three get one ``bar.sync`` per iteration, the
+last two: Triton's shared-memory barrier analysis treats an ``mbarrier.wait`` as a write of
+its barrier, so two waits on the same allocation (the same ring of barriers, also one
+iteration apart) need a barrier between them, while waits on different allocations do not.
+That is the ``bar.sync`` before each tile's first wait in `qblock_ws`'s consumer loop
+(docs/perf/kernels-h100.md).
 
     python3 docs/perf/wait_barriers.py
 """
