@@ -159,9 +159,10 @@ def test_auto_on_hopper_matches_and_replays(head_case, composition):
 def _work_items(batch: PagedBatch) -> int:
     """The length of `host.launch_qblock`'s list of (Q-block, KV head) work items for ``batch``."""
     from attnbench.kernels.hopper import host
+    from attnbench.kernels.steps.blocks import Geometry
 
-    block_q = host.BLOCK_M // (batch.num_q_heads // batch.num_kv_heads)
-    return (batch.num_tokens // block_q + batch.num_seqs) * batch.num_kv_heads
+    g = Geometry.of(batch.q, batch.k_cache, batch.seq_lens)
+    return g.q_blocks_bound(host.BLOCK_M // g.qpk) * g.num_kv_heads
 
 
 def many_items_seqs(rng: random.Random) -> list[tuple[int, int]]:
