@@ -104,6 +104,20 @@ class RequestRecord:
     def from_dict(cls, d: dict) -> "RequestRecord":
         return cls(**d)
 
+    @property
+    def request_id(self) -> str:
+        """The ``X-Request-Id`` this request was sent with (`request_id`)."""
+        return request_id(self.index, self.phase)
+
+
+def request_id(index: int, phase: str) -> str:
+    """The ``X-Request-Id`` of request ``index`` of a load, which vLLM takes as its request id
+    (its logs and traces name the request by it): ``attnbench-<index>`` in the measured
+    phase, ``attnbench-warmup-<index>`` in the warm-up. The same request of another repeat
+    has the same id, as with `vllm bench serve`'s ``<prefix><index>``; vLLM adds a suffix of
+    its own, so ids never collide inside the server."""
+    return f"attnbench-{index}" if phase == "measure" else f"attnbench-{phase}-{index}"
+
 
 def run_async(coro):
     """Run a coroutine to completion on uvloop when installed (vLLM installs it; ~20% more
@@ -175,7 +189,8 @@ async def _stream_one(session: aiohttp.ClientSession, cfg: LoadConfig, req: Benc
     counted = True  # every chunk's tokens came from per-chunk usage
     done = False
     try:
-        async with session.post(cfg.base_url + "/v1/completions", json=_payload(cfg, req)) as resp:
+        async with session.post(cfg.base_url + "/v1/completions", json=_payload(cfg, req),
+                                headers={"X-Request-Id": rec.request_id}) as resp:
             rec.http_status = resp.status
             if resp.status != 200:
                 rec.status, rec.error = "error", (await resp.text())[:500] or resp.reason or ""

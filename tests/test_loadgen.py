@@ -38,6 +38,7 @@ class FakeServer:
         self.in_flight = 0
         self.max_in_flight = 0
         self.bodies = []
+        self.request_ids = []  # X-Request-Id of every completions request, in arrival order
         self.arrived = {}  # prompt -> time.perf_counter() when its request arrived
         self.connections_before = []  # per GET /v1/models: completions requests seen before it
 
@@ -48,6 +49,7 @@ class FakeServer:
     async def completions(self, request):
         body = await request.json()
         self.bodies.append(body)
+        self.request_ids.append(request.headers.get("X-Request-Id"))
         self.arrived[body["prompt"]] = time.perf_counter()
         mode, n = body["prompt"].split("#")[0], body["max_tokens"]  # "mode#i": the mode, told apart by i
         if mode == "error500":
@@ -136,6 +138,21 @@ def test_payload_asks_for_streamed_usage_and_ignore_eos():
     assert r.status == "ok" and r.completion_tokens == 4 and r.prompt_tokens == 5
     assert len(r.chunk_s) == 4 and r.chunk_tokens == [1, 1, 1, 1]
     assert r.sent_s <= r.chunk_s[0] <= r.chunk_s[-1] <= r.end_s
+
+
+def test_each_request_carries_its_record_id():
+    """The server is told each request's id (vLLM names the request by it in its logs)."""
+    records = []
+
+    async def go(url):
+        cfg = LoadConfig(url, "m")
+        reqs = [BenchRequest(f"ok#{i}", 3, 2) for i in range(3)]
+        await run_load(cfg, reqs[:1], [0.0], sink=records.append, phase="warmup")
+        return await run_load(cfg, reqs, [0.0, 0.01, 0.02], sink=records.append, indices=[4, 5, 6])
+
+    fake, _ = asyncio.run(_with_server(go))
+    assert sorted(fake.request_ids) == sorted(r.request_id for r in records)
+    assert sorted(fake.request_ids) == ["attnbench-4", "attnbench-5", "attnbench-6", "attnbench-warmup-0"]
 
 
 def test_per_chunk_usage_is_asked_for_only_when_wanted():
