@@ -257,6 +257,94 @@ def test_archived_cross_check_keeps_the_verdict(tmp_path):
     assert compare.report(tmp_path / "lean") == compare.report(tmp_path / "full")
 
 
+def _trace_sends(load):
+    """send_trace.py's files for attnbench's and vllm bench's runs of a `_cross_check_tree`
+    load: attnbench writes at once on open connections (0.2 ms wait; TTFTs 100 and 50 ms),
+    vllm bench connects first and waits 300 and 250 ms (TTFTs 800 ms each). Rows without
+    an id (a GET /v1/models) or that match no request of the result are left out."""
+    for i in (1, 2):
+        run = load / "attnbench" / f"r{i}"
+        records = "".join(json.dumps({"index": j, "phase": "measure", "sent_s": 1.0, "chunk_s": c}) + "\n"
+                          for j, c in enumerate(([1.1, 1.2, 1.3], [1.05, 1.2])))
+        run.joinpath("requests.jsonl.gz").write_bytes(gzip.compress(records.encode()))
+    rows = {"attnbench": [{"id": f"attnbench-{j}", "start": 5.0 + j, "new_conn": False, "headers": 5.0002 + j,
+                           "response": 5.01 + j} for j in (0, 1)]
+            + [{"id": None, "start": 4.0, "new_conn": True, "headers": 4.1, "response": 4.2}],
+            "vllm-bench": [{"id": "bench-ab12-0", "start": 10.0005, "new_conn": True, "headers": 10.3005,
+                            "response": 10.32},
+                           {"id": "bench-ab12-1", "start": 10.1, "new_conn": True, "headers": 10.35, "response": 10.36},
+                           {"id": "bench-ab12-7", "start": 10.2, "new_conn": True, "headers": 10.4, "response": 10.5}]}
+    (load / "sent").mkdir()
+    for client, lines in rows.items():
+        for i in (1, 2):
+            text = "".join(json.dumps(r) + "\n" for r in lines)
+            (load / "sent" / f"{client}-r{i}.4242.jsonl.gz").write_bytes(gzip.compress(text.encode()))
+
+
+def test_traced_sends_count_ttft_from_the_write(tmp_path):
+    """With send_trace.py's rows, each client's TTFT is also counted from its request's write:
+    vllm bench's 800 ms less its 300/250 ms of connecting is 500/550 ms, attnbench's 100/50 ms
+    less 0.2 ms; the criterion is judged on those, and an archived copy (per-request records
+    of r1 only) reads the same."""
+    _trace_sends(_cross_check_tree(tmp_path / "full"))
+    compare = _docs_script("compare_clients")
+    text = "\n".join(compare.report(tmp_path / "full"))
+    assert "| attnbench | r1 | 2 | 0% | 0.2 | 0.2 | 9.8 | 75.0 | 74.8 | 74.8 |" in text
+    assert "| vllm-bench | r2 | 2 | 100% | 275.0 | 300.0 | 14.8 | 800.0 | 525.0 | 525.0 |" in text
+    assert "| attnbench-p1 | r1 |" not in text.split("Where each client's TTFT clock starts")[1]
+    assert "| vllm-bench | 525.0 | | | 0.0% | |" in text
+    assert "| attnbench | 74.8 | -85.8% | 0.0% | 0.0% | FAIL (|diff| 85.8% <= 5; spread 0.0 <= 2.0) |" in text
+    _docs_script("archive_cross_check").archive(tmp_path / "full", tmp_path / "kept")
+    assert (tmp_path / "kept/burst/attnbench/r2/wire.json").exists()
+    assert compare.report(tmp_path / "kept") == compare.report(tmp_path / "full")
+
+
+def test_send_trace_times_each_request_of_a_real_client(tmp_path, monkeypatch):
+    """send_trace.py on attnbench's own client against a small SSE server: one row per
+    request with its id, in order start <= headers written <= response; the burst's
+    requests found connections opened before the clock (GET /v1/models, rows without id)."""
+    import aiohttp
+    from aiohttp import web
+
+    async def completions(request):
+        await request.read()
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await resp.prepare(request)
+        await resp.write(b'data: {"choices": [{"index": 0, "text": "a"}]}\n\n'
+                         b'data: {"choices": [], "usage": {"prompt_tokens": 1, "completion_tokens": 1}}\n\n'
+                         b"data: [DONE]\n\n")
+        return resp
+
+    async def models(_request):
+        return web.json_response({"data": []})
+
+    async def main():
+        app = web.Application()
+        app.router.add_post("/v1/completions", completions)
+        app.router.add_get("/v1/models", models)
+        runner = web.AppRunner(app)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        url = f"http://127.0.0.1:{site._server.sockets[0].getsockname()[1]}"
+        try:
+            return await run_load(LoadConfig(url, "m"), [BenchRequest(f"p{i}", 1, 1) for i in range(3)],
+                                  [0.0] * 3, lambda r: None)
+        finally:
+            await runner.cleanup()
+
+    monkeypatch.setattr(aiohttp.ClientSession, "__init__", aiohttp.ClientSession.__init__)  # undone after
+    _docs_script("send_trace").SendTrace(str(tmp_path / "r1")).install()
+    records = asyncio.run(main())
+    (trace,) = tmp_path.glob("r1.*.jsonl")
+    rows = [json.loads(line) for line in trace.read_text().splitlines()]
+    sent = {r["id"]: r for r in rows if r["id"]}
+    assert sorted(sent) == sorted(r.request_id for r in records) == ["attnbench-0", "attnbench-1", "attnbench-2"]
+    assert all(r["start"] <= r["conn"] <= r["headers"] <= r["body"] <= r["response"] for r in sent.values())
+    assert not any(r["new_conn"] for r in sent.values())
+    assert len(rows) - len(sent) == 3 and all(r["new_conn"] for r in rows if not r["id"])
+
+
 def test_pooled_burst_takes_the_servers_merging_out():
     """Two campaigns at one rate are pooled, and each criterion is fitted over the chunk count
     the client saw: here every run's TPOT is 100 ms - 2 ms per 1,000 chunks, +1 ms for

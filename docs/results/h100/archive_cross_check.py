@@ -5,8 +5,9 @@
 Keeps every summary, /metrics page, CPU record and comparison.md; the per-request records
 of the first repeat of each client and load (attnbench's requests.jsonl.gz, vllm bench
 serve's --save-detailed JSON); of the other repeats only the chunk count each client saw
-and the order the server answered in (attnbench: ``chunks.txt``, ``order.txt``; vllm
-bench: ``chunks`` and ``order`` fields in its summary JSON), which is what
+the order the server answered in and, where the sends were traced (sent/, kept whole), TTFT
+counted from the write (attnbench: ``chunks.txt``, ``order.txt``, ``wire.json``; vllm
+bench: ``chunks``, ``order`` and ``wire`` fields in its summary JSON), which is what
 compare_clients.py reads from an archived copy. Text is gzipped; prompts.json is left out
 (`attnbench dataset export --seed 0` writes it again). ``--no-records`` keeps no
 per-request records at all, r1's neither (for trees kept as evidence beside the current
@@ -21,8 +22,8 @@ import json
 import shutil
 from pathlib import Path
 
-from compare_clients import (attnbench_chunks, attnbench_first_token_order, text_of, vllm_bench_chunks,
-                             vllm_bench_first_token_order)
+from compare_clients import (attnbench_chunks, attnbench_first_token_order, attnbench_wire, text_of,
+                             vllm_bench_chunks, vllm_bench_first_token_order, vllm_bench_wire)
 
 DETAIL = ("input_lens", "output_lens", "ttfts", "itls", "start_times", "generated_texts", "errors")
 
@@ -49,6 +50,9 @@ def archive(src: Path, dest: Path, records: bool = True) -> None:
                 (dest / rel.parent / "chunks.txt").write_text(f"{attnbench_chunks(text)}\n")
                 if (order := attnbench_first_token_order(text)) is not None:
                     (dest / rel.parent / "order.txt").write_text(f"{order}\n")
+                run = path.parent
+                if (wire := attnbench_wire(run.parent.parent, run.parent.name, int(run.name[1:]), text)) is not None:
+                    (dest / rel.parent / "wire.json").write_text(json.dumps(wire))
         elif rel.parent.name == "vllm-bench" and name.endswith(".json"):
             result = json.loads(text_of(path))
             if _keep_records(name):
@@ -57,8 +61,9 @@ def archive(src: Path, dest: Path, records: bool = True) -> None:
                 if "itls" in result:  # not yet archived
                     result["chunks"] = vllm_bench_chunks(result)
                     result["order"] = vllm_bench_first_token_order(result)
+                    result["wire"] = vllm_bench_wire(path.parent.parent, int(name.split(".")[0][1:]), result)
                 (dest / rel.parent / name).write_text(json.dumps({k: v for k, v in result.items() if k not in DETAIL}))
-        elif name.endswith((".prom", ".log")):
+        elif name.endswith((".prom", ".log", ".jsonl")):  # scrapes, logs, send traces
             _gzip_to(text_of(path), dest / rel)
         else:
             shutil.copyfile(path, dest / rel)

@@ -13,7 +13,9 @@ reads, the order in which the server answered the requests (rank correlation of 
 request's number with the time of its first token: 1.0 is first come, first served in the
 dataset's order), the CPU seconds of the server's processes and of each client, kernel
 compiles; and each client's latencies minus the server's own for the same requests (the
-third witness).
+third witness). Where cross-check.sh traced the clients' sends (SEND_TRACE=1, sent/), each
+client's TTFT also counted from the moment its request was on the wire (send_trace.py), with
+what each client did between its clock's start and that moment.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import statistics
 import sys
 from pathlib import Path
 
+from attnbench.runner.loadgen import request_id
 from attnbench.runner.serverlog import jit_compiles
 from attnbench.runner.witness import Snapshot, between
 
@@ -80,6 +83,63 @@ def vllm_bench_first_token_order(result: dict) -> float | None:
     return _rank_correlation([start + ttft for start, ttft in zip(result["start_times"], result["ttfts"]) if ttft])
 
 
+def sent_rows(load_dir: Path, client: str, repeat: int) -> dict[str, dict]:
+    """send_trace.py's rows of one run, by request id (requests without one are left out)."""
+    rows = {}
+    for path in sorted((load_dir / "sent").glob(f"{client}-r{repeat}.*.jsonl*")):
+        for line in filter(None, text_of(path).splitlines()):
+            row = json.loads(line)
+            if row.get("id") and row.get("headers") is not None:
+                rows[row["id"]] = row
+    return rows
+
+
+def on_the_wire(ttft_ms: dict[str, float], rows: dict[str, dict]) -> dict | None:
+    """One run's TTFT counted from when each request was written, and what came before.
+
+    ``ttft_ms``: the client's own TTFT per request id. For each request traced: ``wait_ms``
+    = headers written - the client's clock start (connecting, and waiting for the client's
+    event loop to write it), ``wire_ttft_ms`` = TTFT - wait, ``taken_ms`` = response
+    headers - request headers (vLLM's API server taking the request in). Returns medians
+    (and the mean of wire TTFT, the share of requests that had to connect) over the run.
+    """
+    both = [(ttft_ms[i], rows[i]) for i in ttft_ms if i in rows]
+    if not both:
+        return None
+    wait = [(r["headers"] - r["start"]) * 1e3 for _, r in both]
+    wire = [t - w for (t, _), w in zip(both, wait)]
+    return {"traced": len(both), "connected": sum(r["new_conn"] for _, r in both) / len(both),
+            "median_wait_ms": statistics.median(wait), "max_wait_ms": max(wait),
+            "median_taken_ms": statistics.median((r["response"] - r["headers"]) * 1e3 for _, r in both),
+            "median_ttft_ms": statistics.median(t for t, _ in both),
+            "median_wire_ttft_ms": statistics.median(wire), "mean_wire_ttft_ms": statistics.fmean(wire)}
+
+
+def attnbench_wire(load_dir: Path, client: str, repeat: int, records: str) -> dict | None:
+    """`on_the_wire` for one attnbench run from its requests.jsonl text (None: not traced)."""
+    rows = sent_rows(load_dir, client, repeat)
+    if not rows:
+        return None
+    ttft = {request_id(d["index"], d["phase"]): (d["chunk_s"][0] - d["sent_s"]) * 1e3
+            for d in map(json.loads, filter(None, records.splitlines())) if d["phase"] == "measure" and d["chunk_s"]}
+    return on_the_wire(ttft, rows)
+
+
+def vllm_bench_wire(load_dir: Path, repeat: int, result: dict) -> dict | None:
+    """`on_the_wire` for one vllm bench run from its --save-detailed result (None: not
+    traced). vllm bench numbers its ids <prefix><position>; a traced row counts only if it
+    started within 2 ms of the result's own start time for that position (one task step
+    starts both)."""
+    rows = sent_rows(load_dir, "vllm-bench", repeat)
+    ttft = {}
+    for rid, row in rows.items():
+        suffix = rid.rsplit("-", 1)[-1]
+        j = int(suffix) if suffix.isdigit() else -1
+        if 0 <= j < len(result["ttfts"]) and result["ttfts"][j] and abs(result["start_times"][j] - row["start"]) < 2e-3:
+            ttft[rid] = result["ttfts"][j] * 1e3
+    return on_the_wire(ttft, rows) if rows else None
+
+
 def attnbench_runs(load_dir: Path, client: str = "attnbench") -> list[dict]:
     runs = []
     for summary in sorted(load_dir.glob(f"{client}/r*/summary.json"), key=_repeat):
@@ -88,10 +148,13 @@ def attnbench_runs(load_dir: Path, client: str = "attnbench") -> list[dict]:
         if records.exists():
             text = text_of(records)
             s["chunks"], s["order"] = attnbench_chunks(text), attnbench_first_token_order(text)
+            s["wire"] = attnbench_wire(load_dir, client, _repeat(summary), text)
         elif (summary.parent / "chunks.txt").exists():  # archived copies keep only these
             s["chunks"] = int((summary.parent / "chunks.txt").read_text())
             order = summary.parent / "order.txt"
             s["order"] = float(order.read_text()) if order.exists() else None
+            wire = summary.parent / "wire.json"
+            s["wire"] = json.loads(wire.read_text()) if wire.exists() else None
         s["server"] = s.get("server_metrics") or {}
         s["repeat"] = _repeat(summary)
         runs.append(s)
@@ -107,6 +170,7 @@ def vllm_bench_runs(load_dir: Path) -> list[dict]:
             s["chunks"] = vllm_bench_chunks(s)
             if s.get("start_times"):
                 s["order"] = vllm_bench_first_token_order(s)
+                s["wire"] = vllm_bench_wire(load_dir, i, s)
         scrapes = [next(iter(sorted(load_dir.glob(f"vllm-bench/r{i}.{w}.prom*"))), None) for w in ("before", "after")]
         s["server"] = between(*(Snapshot.parse(text_of(p)) for p in scrapes)) if all(scrapes) else {}
         s["repeat"] = i
@@ -201,10 +265,50 @@ def report(root: Path) -> list[str]:
             server = _med([r["server"].get("mean_ttft_ms") for r in runs])
             lines.append(f"| {client} | {_fmt(server)} | {_fmt(ttft)} | {_fmt(itl, 2)} |")
         lines.append("")
+        lines += _wire_tables(clients)
     for rate, loads in by_rate.items():
         if len(loads) > 1:
             lines += _pooled(rate, loads)
     return lines
+
+
+def _wire_tables(clients: list[tuple[str, list[dict]]]) -> list[str]:
+    """Where each client's TTFT clock starts (send_trace.py): per run, then the criterion on
+    TTFT counted from the request's write. Nothing when no run was traced."""
+    if not any(r.get("wire") for _, runs in clients for r in runs):
+        return []
+    lines = ["Where each client's TTFT clock starts (aiohttp's trace of every request, send_trace.py): "
+             "wait = request headers written - the client's clock start (connecting, then the client's own "
+             "event loop getting to the write); taken = response headers - request headers (vLLM's API server "
+             "taking the request in); TTFT from the write = TTFT - wait. ms, per run:", "",
+             "| client | run | traced | had to connect | median wait | max wait | median taken | median TTFT "
+             "| median TTFT from the write | mean TTFT from the write |", "|---|---|---|---|---|---|---|---|---|---|"]
+    for client, runs in clients:
+        for r in runs:
+            w = r.get("wire")
+            if w:
+                lines.append(f"| {client} | r{r['repeat']} | {w['traced']} | {w['connected']:.0%} | "
+                             f"{_fmt(w['median_wait_ms'])} | {_fmt(w['max_wait_ms'])} | {_fmt(w['median_taken_ms'])} | "
+                             f"{_fmt(w['median_ttft_ms'])} | {_fmt(w['median_wire_ttft_ms'])} | {_fmt(w['mean_wire_ttft_ms'])} |")
+    theirs = next((runs for client, runs in clients if client == "vllm-bench"), [])
+    lines += ["", "The TTFT criterion with both clocks started at the write (medians over runs):", "",
+              "| client | median TTFT from the write | - vllm bench's | spread | vllm spread | criterion |",
+              "|---|---|---|---|---|---|"]
+    v = _med([(r.get("wire") or {}).get("median_wire_ttft_ms") for r in theirs])
+    sv = _spread([(r.get("wire") or {}).get("median_wire_ttft_ms") for r in theirs])
+    lines.append(f"| vllm-bench | {_fmt(v)} | | | {_fmt(sv)}% | |")
+    for client, runs in clients:
+        if client == "vllm-bench":
+            continue
+        values = [(r.get("wire") or {}).get("median_wire_ttft_ms") for r in runs]
+        a, sa = _med(values), _spread(values)
+        if a is None or v is None or sa is None or sv is None:
+            continue
+        diff = (a - v) / v * 100
+        ok = abs(diff) <= 5 and sa <= sv + 2
+        lines.append(f"| {client} | {_fmt(a)} | {_fmt(diff)}% | {_fmt(sa)}% | {_fmt(sv)}% | "
+                     f"{'pass' if ok else 'FAIL'} (|diff| {abs(diff):.1f}% <= 5; spread {sa:.1f} <= {sv + 2:.1f}) |")
+    return lines + [""]
 
 
 def _compiles(where: Path, whose: str) -> list[str]:

@@ -13,8 +13,10 @@
 # LOADS (default "burst poisson") picks the loads; FIXED_PROCS="1 2 8" adds to every pair a
 # run of `attnbench load --client-processes N` for each N (attnbench-pN/; 1 is vllm bench
 # serve's own count), which separates what the client's process count does to the server's
-# own timing from what each client adds. It ends with compare_clients.py's verdict in
-# XCHECK_DIR/comparison.md. A dry run on a CPU:
+# own timing from what each client adds. SEND_TRACE=1 runs every client under send_trace.py
+# (aiohttp's trace of when each request was written, in sent/), so that the report also
+# counts TTFT from the write, not only from each client's own clock. It ends with
+# compare_clients.py's verdict in XCHECK_DIR/comparison.md. A dry run on a CPU:
 #   NO_GPU_SETUP=1 SUITE=recipes/cpu-demo.yaml MODEL=tiny-llama TOKENIZER=.models/tiny-llama \
 #   PROMPTS=24 PAIRS=1 RATE=4 MODELS=as-written bash docs/results/h100/cross-check.sh v1
 set -u
@@ -39,12 +41,17 @@ common=(--url $url --model $model --tokenizer $tok --dataset sharegpt --dataset-
         --num-prompts "$prompts" --seed 0)
 attnbench load "${common[@]}" --num-prompts 16 --out "$res/warmup" > /dev/null 2>&1
 
+python_for() {  # $1 a trace's file prefix: sets $py, the python command line a client runs under
+  py=(python3); [ -z "${SEND_TRACE:-}" ] || py=(python3 $here/send_trace.py "$1")
+}
+
 measure_attnbench() {  # $1 load, $2 rate, $3 repeat, $4 client name, $5 client processes
   local name=${4:-attnbench}
   [ -s "$res/$1/$name/r$3/summary.json" ] && return
+  python_for "$res/$1/sent/$name-r$3"
   python3 $here/proc_cpu.py $server > "$res/$1/cpu/$name-r$3.before.json"
   python3 $here/proc_cpu.py --run "$res/$1/cpu/$name-r$3.client.json" -- \
-    attnbench load "${common[@]}" --request-rate "$2" --arrival poisson --client-processes "${5:-auto}" \
+    "${py[@]}" -m attnbench.cli load "${common[@]}" --request-rate "$2" --arrival poisson --client-processes "${5:-auto}" \
     --out "$res/$1/$name/r$3" 2>&1 | tail -2
   python3 $here/proc_cpu.py $server > "$res/$1/cpu/$name-r$3.after.json"
 }
@@ -54,10 +61,11 @@ measure_fixed() {  # attnbench with each of FIXED_PROCS client processes
 }
 measure_vllm_bench() {  # $1 load, $2 rate, $3 repeat
   { [ -s "$res/$1/vllm-bench/r$3.json" ] || [ -s "$res/$1/vllm-bench/r$3.json.gz" ]; } && return
+  python_for "$res/$1/sent/vllm-bench-r$3"
   python3 $here/proc_cpu.py $server > "$res/$1/cpu/vllm-bench-r$3.before.json"
   curl -s $url/metrics > "$res/$1/vllm-bench/r$3.before.prom"
   python3 $here/proc_cpu.py --run "$res/$1/cpu/vllm-bench-r$3.client.json" -- \
-    python3 $here/vllm_bench_serve.py --backend vllm --base-url $url --model $model \
+    "${py[@]}" $here/vllm_bench_serve.py --backend vllm --base-url $url --model $model \
     --tokenizer $tok --dataset-name sharegpt --dataset-path "$res/prompts.json" --num-prompts "$prompts" \
     --ignore-eos --temperature 0 --request-rate "$2" --burstiness 1.0 --seed 0 \
     --percentile-metrics ttft,tpot,itl,e2el --save-result --save-detailed \
@@ -68,7 +76,7 @@ measure_vllm_bench() {  # $1 load, $2 rate, $3 repeat
 
 for load in ${LOADS:-burst poisson}; do
   if [ $load = burst ]; then r=inf; else r=$rate; fi
-  mkdir -p "$res/$load/vllm-bench" "$res/$load/cpu"
+  mkdir -p "$res/$load/vllm-bench" "$res/$load/cpu" "$res/$load/sent"
   # one unrecorded run of this load first: the server's first run after a change of load
   # was the slowest of its kind in the 2026-11-23 runs, whichever client sent it
   [ -e "$res/$load/warmed-up" ] || { attnbench load "${common[@]}" --request-rate $r --arrival poisson \
@@ -84,6 +92,6 @@ for load in ${LOADS:-burst poisson}; do
     fi
   done
 done
-gzip -f "$res"/*/attnbench*/r*/requests.jsonl "$res"/*/vllm-bench/r*.json 2>/dev/null
+gzip -f "$res"/*/attnbench*/r*/requests.jsonl "$res"/*/vllm-bench/r*.json "$res"/*/sent/*.jsonl 2>/dev/null
 python3 $here/compare_clients.py "$res" > "$res/comparison.md"
 cat "$res/comparison.md"
