@@ -16,7 +16,9 @@
 # own timing from what each client adds. SEND_TRACE=1 runs every client under send_trace.py
 # (aiohttp's trace of when each request was written, in sent/), so that the report also
 # counts TTFT from the write, not only from each client's own clock. It ends with
-# compare_clients.py's verdict in XCHECK_DIR/comparison.md. A dry run on a CPU:
+# compare_clients.py's verdict in XCHECK_DIR/comparison.md. SERVER_PID=PID measures a server
+# already listening on port 8123 instead of starting one (PID: its process, for the CPU
+# accounting; it is left running). A dry run on a CPU:
 #   NO_GPU_SETUP=1 SUITE=recipes/cpu-demo.yaml MODEL=tiny-llama TOKENIZER=.models/tiny-llama \
 #   PROMPTS=24 PAIRS=1 RATE=4 MODELS=as-written bash docs/results/h100/cross-check.sh v1
 set -u
@@ -28,10 +30,14 @@ tok=${TOKENIZER:-$models/llama-3.1-8b}; port=8123; url=http://127.0.0.1:$port
 res=${XCHECK_DIR:-${OUT:-/tmp}/cross-check}; mkdir -p "$res"
 here=docs/results/h100
 
-setsid attnbench serve "$suite" --only "$run" --models "${MODELS:-dummy}" --models-dir $models --port $port \
-  --log "$res/server.log" > "$res/serve.out" 2>&1 &
-server=$!
-trap 'kill -TERM -- -$server 2>/dev/null; wait $server 2>/dev/null' EXIT
+if [ -n "${SERVER_PID:-}" ]; then  # a server the caller started on $port (e.g. `vllm serve` with other flags)
+  server=$SERVER_PID
+else
+  setsid attnbench serve "$suite" --only "$run" --models "${MODELS:-dummy}" --models-dir $models --port $port \
+    --log "$res/server.log" > "$res/serve.out" 2>&1 &
+  server=$!
+  trap 'kill -TERM -- -$server 2>/dev/null; wait $server 2>/dev/null' EXIT
+fi
 until curl -sf $url/health >/dev/null; do
   kill -0 $server 2>/dev/null || { tail -20 "$res/server.log"; exit 1; }
   sleep 2
