@@ -50,8 +50,9 @@ def archive(src: Path, dest: Path, records: bool = True) -> None:
                 (dest / rel.parent / "chunks.txt").write_text(f"{attnbench_chunks(text)}\n")
                 if (order := attnbench_first_token_order(text)) is not None:
                     (dest / rel.parent / "order.txt").write_text(f"{order}\n")
-                run = path.parent
-                if (wire := attnbench_wire(run.parent.parent, run.parent.name, int(run.name[1:]), text)) is not None:
+                run = path.parent  # LOAD/CLIENT/rN (a load's warm-up has no repeat number and no trace)
+                if run.name[1:].isdigit() and (wire := attnbench_wire(run.parent.parent, run.parent.name,
+                                                                      int(run.name[1:]), text)) is not None:
                     (dest / rel.parent / "wire.json").write_text(json.dumps(wire))
         elif rel.parent.name == "vllm-bench" and name.endswith(".json"):
             result = json.loads(text_of(path))

@@ -94,50 +94,59 @@ def sent_rows(load_dir: Path, client: str, repeat: int) -> dict[str, dict]:
     return rows
 
 
-def on_the_wire(ttft_ms: dict[str, float], rows: dict[str, dict]) -> dict | None:
+def on_the_wire(clocked: dict[str, tuple[float, float]], rows: dict[str, dict]) -> dict | None:
     """One run's TTFT counted from when each request was written, and what came before.
 
-    ``ttft_ms``: the client's own TTFT per request id. For each request traced: ``wait_ms``
-    = headers written - the client's clock start (connecting, and waiting for the client's
-    event loop to write it), ``wire_ttft_ms`` = TTFT - wait, ``taken_ms`` = response
-    headers - request headers (vLLM's API server taking the request in). Returns medians
-    (and the mean of wire TTFT, the share of requests that had to connect) over the run.
+    ``clocked``: per request id, the client's own TTFT (ms) and the moment its TTFT clock
+    started (``time.perf_counter()`` s, the clock of ``rows``). For each request traced:
+    ``wait_ms`` = headers written - the clock's start (connecting, and waiting for the
+    client's event loop to write it), ``wire_ttft_ms`` = TTFT - wait, ``taken_ms`` =
+    response headers - request headers (vLLM's API server taking the request in). Returns
+    medians (and the mean of wire TTFT, the share of requests that had to connect) over the
+    run; None when no request was traced.
     """
-    both = [(ttft_ms[i], rows[i]) for i in ttft_ms if i in rows]
+    both = [(*clocked[i], rows[i]) for i in clocked if i in rows]
     if not both:
         return None
-    wait = [(r["headers"] - r["start"]) * 1e3 for _, r in both]
-    wire = [t - w for (t, _), w in zip(both, wait)]
-    return {"traced": len(both), "connected": sum(r["new_conn"] for _, r in both) / len(both),
+    wait = [(r["headers"] - start) * 1e3 for _, start, r in both]
+    wire = [ttft - w for (ttft, _, _), w in zip(both, wait)]
+    return {"traced": len(both), "connected": sum(r["new_conn"] for _, _, r in both) / len(both),
             "median_wait_ms": statistics.median(wait), "max_wait_ms": max(wait),
-            "median_taken_ms": statistics.median((r["response"] - r["headers"]) * 1e3 for _, r in both),
-            "median_ttft_ms": statistics.median(t for t, _ in both),
+            "median_taken_ms": statistics.median((r["response"] - r["headers"]) * 1e3 for _, _, r in both),
+            "median_ttft_ms": statistics.median(ttft for ttft, _, _ in both),
             "median_wire_ttft_ms": statistics.median(wire), "mean_wire_ttft_ms": statistics.fmean(wire)}
 
 
 def attnbench_wire(load_dir: Path, client: str, repeat: int, records: str) -> dict | None:
-    """`on_the_wire` for one attnbench run from its requests.jsonl text (None: not traced)."""
+    """`on_the_wire` for one attnbench run from its requests.jsonl text (None: not traced).
+
+    Records hold ``sent_s``, seconds after the load's start; the trace starts each request
+    at or after that moment, so the load's start on the trace's clock is the smallest
+    (trace start - sent_s) over the run's requests (clients forked from one start share it).
+    """
     rows = sent_rows(load_dir, client, repeat)
-    if not rows:
+    records_by_id = {request_id(d["index"], d["phase"]): d
+                     for d in map(json.loads, filter(None, records.splitlines())) if d["phase"] == "measure" and d["chunk_s"]}
+    traced = [(rows[i]["start"] - d["sent_s"]) for i, d in records_by_id.items() if i in rows]
+    if not traced:
         return None
-    ttft = {request_id(d["index"], d["phase"]): (d["chunk_s"][0] - d["sent_s"]) * 1e3
-            for d in map(json.loads, filter(None, records.splitlines())) if d["phase"] == "measure" and d["chunk_s"]}
-    return on_the_wire(ttft, rows)
+    t0 = min(traced)
+    return on_the_wire({i: ((d["chunk_s"][0] - d["sent_s"]) * 1e3, t0 + d["sent_s"]) for i, d in records_by_id.items()},
+                       rows)
 
 
 def vllm_bench_wire(load_dir: Path, repeat: int, result: dict) -> dict | None:
     """`on_the_wire` for one vllm bench run from its --save-detailed result (None: not
-    traced). vllm bench numbers its ids <prefix><position>; a traced row counts only if it
-    started within 2 ms of the result's own start time for that position (one task step
-    starts both)."""
+    traced). vllm bench numbers its request ids <prefix><position> and keeps each
+    request's clock start (``start_times``, perf_counter s)."""
     rows = sent_rows(load_dir, "vllm-bench", repeat)
-    ttft = {}
-    for rid, row in rows.items():
+    clocked = {}
+    for rid in rows:
         suffix = rid.rsplit("-", 1)[-1]
         j = int(suffix) if suffix.isdigit() else -1
-        if 0 <= j < len(result["ttfts"]) and result["ttfts"][j] and abs(result["start_times"][j] - row["start"]) < 2e-3:
-            ttft[rid] = result["ttfts"][j] * 1e3
-    return on_the_wire(ttft, rows) if rows else None
+        if 0 <= j < len(result["ttfts"]) and result["ttfts"][j]:
+            clocked[rid] = (result["ttfts"][j] * 1e3, result["start_times"][j])
+    return on_the_wire(clocked, rows)
 
 
 def attnbench_runs(load_dir: Path, client: str = "attnbench") -> list[dict]:
