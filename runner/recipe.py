@@ -140,6 +140,19 @@ class ServeSettings(_Strict):
     def _known_variant(cls, v):
         return one_of(v, KERNEL_VARIANTS)
 
+    @field_validator("extra_args")
+    @classmethod
+    def _no_ignored_flags(cls, v):
+        # The runner starts vLLM through its api_server module (server.VLLM_SERVER_MODULE),
+        # which runs one API-server process and accepts --api-server-count without acting on
+        # it; only `vllm serve` starts several. A run must not claim what it did not run.
+        for arg in v:
+            if arg in ("--api-server-count", "-asc") or arg.startswith("--api-server-count="):
+                raise ValueError(f"{arg!r}: the runner's vLLM entry point (vllm.entrypoints.openai.api_server) "
+                                 "runs one API-server process and would ignore it; several API servers need "
+                                 "`vllm serve` (docs/results/h100/cross-check.sh measures one through SERVER_PID)")
+        return v
+
     @model_validator(mode="after")
     def _variant_needs_custom_backend(self):
         named = self.env.get(VARIANT_ENV)

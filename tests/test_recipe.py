@@ -61,6 +61,9 @@ def test_matrix_expands_into_named_runs(tmp_path):
     ({"runs": [{"serve": {}}]}, ["runs[0]", "name"]),
     ({"runz": []}, ["unknown top-level keys", "runz"]),
     ({"runs": [{"name": "a", "matrix": {"serve.port": 80}}]}, ["runs[0].matrix"]),
+    ({"runs": [{"name": "a", "serve": {"extra_args": ["--api-server-count", "2"]}}]},
+     ["serve.extra_args", "'--api-server-count'", "one API-server process", "vllm serve"]),
+    ({"runs": [{"name": "a", "serve": {"extra_args": ["--api-server-count=4"]}}]}, ["serve.extra_args"]),
 ])
 def test_bad_suites_name_file_field_and_value(tmp_path, change, words):
     data = {**BASE, **change}
