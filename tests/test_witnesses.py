@@ -141,6 +141,28 @@ def test_load_client_processes_must_be_a_count_or_auto(tmp_path):
         assert "expected a count from 1 to 64 or 'auto'" in result.output
 
 
+def load_against(routes: dict, requests: list[BenchRequest]) -> list[RequestRecord]:
+    """`run_load` of ``requests``, all due at once, against a loopback aiohttp server with
+    ``routes`` (path -> handler: POST for /v1/completions, GET otherwise)."""
+    from aiohttp import web
+
+    async def main():
+        app = web.Application()
+        for path, handler in routes.items():
+            (app.router.add_post if path == "/v1/completions" else app.router.add_get)(path, handler)
+        runner = web.AppRunner(app)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        url = f"http://127.0.0.1:{site._server.sockets[0].getsockname()[1]}"
+        try:
+            return await run_load(LoadConfig(url, "m"), requests, [0.0] * len(requests), lambda r: None)
+        finally:
+            await runner.cleanup()
+
+    return asyncio.run(main())
+
+
 def test_run_load_marks_reads_that_carry_several_chunks():
     from aiohttp import web
 
@@ -155,20 +177,7 @@ def test_run_load_marks_reads_that_carry_several_chunks():
                          b"data: [DONE]\n\n")
         return resp
 
-    async def main():
-        app = web.Application()
-        app.router.add_post("/v1/completions", burst)
-        runner = web.AppRunner(app)
-        await runner.setup()
-        site = web.TCPSite(runner, "127.0.0.1", 0)
-        await site.start()
-        url = f"http://127.0.0.1:{site._server.sockets[0].getsockname()[1]}"
-        try:
-            return await run_load(LoadConfig(url, "m"), [BenchRequest("p", 1, 4)], [0.0], lambda r: None)
-        finally:
-            await runner.cleanup()
-
-    (rec,) = asyncio.run(main())
+    (rec,) = load_against({"/v1/completions": burst}, [BenchRequest("p", 1, 4)])
     assert rec.status == "ok" and len(rec.chunk_s) == 4
     assert rec.coalesced == 2 and rec.chunk_s[1] == rec.chunk_s[2] == rec.chunk_s[3]
 
@@ -323,24 +332,10 @@ def test_send_trace_times_each_request_of_a_real_client(tmp_path, monkeypatch):
     async def models(_request):
         return web.json_response({"data": []})
 
-    async def main():
-        app = web.Application()
-        app.router.add_post("/v1/completions", completions)
-        app.router.add_get("/v1/models", models)
-        runner = web.AppRunner(app)
-        await runner.setup()
-        site = web.TCPSite(runner, "127.0.0.1", 0)
-        await site.start()
-        url = f"http://127.0.0.1:{site._server.sockets[0].getsockname()[1]}"
-        try:
-            return await run_load(LoadConfig(url, "m"), [BenchRequest(f"p{i}", 1, 1) for i in range(3)],
-                                  [0.0] * 3, lambda r: None)
-        finally:
-            await runner.cleanup()
-
     monkeypatch.setattr(aiohttp.ClientSession, "__init__", aiohttp.ClientSession.__init__)  # undone after
     _docs_script("send_trace").SendTrace(str(tmp_path / "r1")).install()
-    records = asyncio.run(main())
+    records = load_against({"/v1/completions": completions, "/v1/models": models},
+                           [BenchRequest(f"p{i}", 1, 1) for i in range(3)])
     (trace,) = tmp_path.glob("r1.*.jsonl")
     rows = [json.loads(line) for line in trace.read_text().splitlines()]
     sent = {r["id"]: r for r in rows if r["id"]}

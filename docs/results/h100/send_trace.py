@@ -9,11 +9,13 @@ and every HTTP request it makes becomes one JSON line in PREFIX.PID.jsonl (one f
 process: attnbench's forked client processes inherit the patch), written when the
 response's headers arrive, so a process that exits abruptly keeps what it had sent:
 
-    id         the request's X-Request-Id (both clients send one: attnbench-<i>,
-               benchmark-serving<i>); null for requests without one (warm-ups, /v1/models)
-    start      aiohttp began the request: the same task step in which both clients start
-               their TTFT clock (attnbench's ``sent_s``, vllm bench's ``st``), so it stands
-               for that clock's zero
+    id         the request's X-Request-Id (both clients send one: attnbench-<i>, vllm
+               bench's <prefix><i>); null for requests without one (vllm bench's test
+               prompt, attnbench's GET /v1/models that open connections)
+    start      aiohttp began the request: usually the task step in which the client started
+               its TTFT clock (attnbench's ``sent_s``, vllm bench's ``st``), but not always
+               (one vllm bench request in 500 began 6 ms after its clock on the H100), so
+               compare_clients.py counts the wait from each client's own clock
     conn       a connection was ready: taken from the pool or newly connected
     new_conn   true when it had to connect (TCP handshake with the server's API process)
     headers    the request's headers were written to the socket
@@ -22,8 +24,9 @@ response's headers arrive, so a process that exits abruptly keeps what it had se
                (parsed, tokenized, handed to the engine) and opened its stream
 
 All are ``time.perf_counter()`` seconds (CLOCK_MONOTONIC: one clock for every process on
-the host). A client's TTFT minus (headers - start) is its TTFT counted from the moment the
-request was on the wire, the same point for both clients whatever each does before it.
+the host). A client's TTFT minus (headers - its clock's start) is its TTFT counted from the
+moment the request was on the wire, the same point for both clients whatever each does
+before it.
 Tracing costs a few coroutine calls per request; the cross-check runs it on every client.
 """
 
