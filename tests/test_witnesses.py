@@ -345,6 +345,19 @@ def test_send_trace_times_each_request_of_a_real_client(tmp_path, monkeypatch):
     assert len(rows) - len(sent) == 3 and all(r["new_conn"] for r in rows if not r["id"])
 
 
+def test_permutation_p_tells_a_client_difference_from_run_noise():
+    """5 + 5 runs, every split enumerated: fully separated groups have medians 3 and 8, and
+    only the 12 of the 252 splits that put 1-3 on one side and 8-10 on the other are as far
+    apart (the smallest p five runs a side can give); interleaved ones are typical. Too many
+    splits are sampled instead, with a fixed seed."""
+    p = _docs_script("compare_clients").permutation_p
+    assert p([1, 2, 3, 4, 5], [6, 7, 8, 9, 10]) == pytest.approx(12 / 252)
+    assert p([1, 3, 5, 7, 9], [2, 4, 6, 8, 10]) > 0.5
+    assert p([1.0], [2.0, 3.0]) is None
+    many = p([float(i) for i in range(18)], [i + 17.5 for i in range(18)], draws=2000)
+    assert many == p([float(i) for i in range(18)], [i + 17.5 for i in range(18)], draws=2000) and many < 0.01
+
+
 def test_pooled_burst_takes_the_servers_merging_out():
     """Two campaigns at one rate are pooled, and each criterion is fitted over the chunk count
     the client saw: here every run's TPOT is 100 ms - 2 ms per 1,000 chunks, +1 ms for

@@ -21,7 +21,10 @@ what each client did between its clock's start and that moment.
 from __future__ import annotations
 
 import gzip
+import itertools
 import json
+import math
+import random
 import statistics
 import sys
 from pathlib import Path
@@ -371,19 +374,47 @@ def _pooled(rate, loads: list[tuple[str, list[dict], list[dict]]]) -> list[str]:
     return lines + [""]
 
 
+def permutation_p(a: list[float], b: list[float], draws: int = 20_000) -> float | None:
+    """How often the difference of medians of two groups of runs is at least as large as
+    ``a``'s against ``b``'s when the runs are dealt to the groups at random (two-sided):
+    whether a difference between clients stands out from the run-to-run variation. Every
+    split is enumerated when there are at most ``draws`` of them (5 + 5 runs: 252, and no
+    difference of medians can reach below p = 12/252 = 0.048), else ``draws`` splits are
+    drawn with a fixed seed."""
+    if len(a) < 2 or len(b) < 2:
+        return None
+    runs = a + b
+    observed = abs(statistics.median(a) - statistics.median(b)) - 1e-9
+
+    def farther(picked) -> bool:
+        rest = [x for i, x in enumerate(runs) if i not in picked]
+        return abs(statistics.median([runs[i] for i in picked]) - statistics.median(rest)) >= observed
+
+    if math.comb(len(runs), len(a)) <= draws:
+        splits = [set(c) for c in itertools.combinations(range(len(runs)), len(a))]
+    else:
+        rng = random.Random(0)
+        splits = [set(rng.sample(range(len(runs)), len(a))) for _ in range(draws)]
+    return sum(map(farther, splits)) / len(splits)
+
+
 def _criteria_table(ours: list[dict], theirs: list[dict], label: str) -> list[str]:
-    """The issue's table: medians over runs of each client, difference, spreads, verdict."""
+    """The issue's table: medians over runs of each client, difference, spreads, verdict,
+    and the difference's permutation p over the runs (`permutation_p`)."""
     lines = [f"| metric | {label} (median of runs) | vllm bench serve | {label} - vllm | {label} spread "
-             "| vllm spread | criterion |", "|---|---|---|---|---|---|---|"]
+             "| vllm spread | criterion | p, runs permuted |", "|---|---|---|---|---|---|---|---|"]
     for k in KEYS:
-        a, v = _med([r.get(k) for r in ours]), _med([r.get(k) for r in theirs])
-        sa, sv = _spread([r.get(k) for r in ours]), _spread([r.get(k) for r in theirs])
+        ours_k, theirs_k = [r[k] for r in ours if r.get(k) is not None], [r[k] for r in theirs if r.get(k) is not None]
+        a, v = _med(ours_k), _med(theirs_k)
+        sa, sv = _spread(ours_k), _spread(theirs_k)
         diff = (a - v) / v * 100 if a is not None and v else None
         verdict = ""
         if k in CRITERIA and diff is not None and sa is not None and sv is not None:
             ok = abs(diff) <= 5 and sa <= sv + 2
             verdict = ("pass" if ok else "FAIL") + f" (|diff| {abs(diff):.1f}% <= 5; spread {sa:.1f} <= {sv + 2:.1f})"
-        lines.append(f"| {k} | {_fmt(a)} | {_fmt(v)} | {_fmt(diff)}% | {_fmt(sa)}% | {_fmt(sv)}% | {verdict} |")
+        p = permutation_p(ours_k, theirs_k) if k in CRITERIA else None
+        lines.append(f"| {k} | {_fmt(a)} | {_fmt(v)} | {_fmt(diff)}% | {_fmt(sa)}% | {_fmt(sv)}% | {verdict} "
+                     f"| {_fmt(p, 2)} |")
     return lines
 
 
