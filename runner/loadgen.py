@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import json
+import secrets
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Callable, Iterable, Literal
@@ -74,6 +75,7 @@ class RequestRecord:
                   one arrival time
     end_s         when the stream finished (or failed)
     prompt_tokens / completion_tokens   the server's final usage
+    request_id    the ``X-Request-Id`` it was sent with (`LoadConfig.request_id_prefix`)
     """
 
     index: int
@@ -92,6 +94,7 @@ class RequestRecord:
     status: Literal["ok", "error"] = "ok"
     http_status: int | None = None
     error: str = ""
+    request_id: str = ""
 
     def to_json(self) -> str:
         """One JSON line; orjson serializes the dataclass directly (~20x faster than
@@ -104,19 +107,6 @@ class RequestRecord:
     def from_dict(cls, d: dict) -> "RequestRecord":
         return cls(**d)
 
-    @property
-    def request_id(self) -> str:
-        """The ``X-Request-Id`` this request was sent with (`request_id`)."""
-        return request_id(self.index, self.phase)
-
-
-def request_id(index: int, phase: str) -> str:
-    """The ``X-Request-Id`` of request ``index`` of a load, which vLLM takes as its request id
-    (its logs and traces name the request by it): ``attnbench-<index>`` in the measured
-    phase, ``attnbench-warmup-<index>`` in the warm-up. The same request of another repeat
-    has the same id, as with `vllm bench serve`'s ``<prefix><index>``; vLLM adds a suffix of
-    its own, so ids never collide inside the server."""
-    return f"attnbench-{index}" if phase == "measure" else f"attnbench-{phase}-{index}"
 
 
 def run_async(coro):
@@ -167,6 +157,11 @@ class LoadConfig:
     request_timeout_s: float = 600.0
     temperature: float = 0.0
     per_chunk_usage: bool = False  # ask for usage in every chunk (module docstring: its cost)
+    # Each request is sent with ``X-Request-Id: <prefix><index>`` (``<prefix>warmup-<index>``
+    # in a warm-up), which vLLM takes as its request id, so its logs and traces name the
+    # record's request. One fresh prefix per config, like `vllm bench serve`'s per run: two
+    # loads on one server never share an id (vLLM's V0 engine refuses an id in flight).
+    request_id_prefix: str = field(default_factory=lambda: f"attnbench-{secrets.token_hex(4)}-")
 
 
 def _payload(cfg: LoadConfig, req: BenchRequest) -> dict:
@@ -276,7 +271,8 @@ async def run_load(cfg: LoadConfig, requests: list[BenchRequest], offsets: Itera
     gate = asyncio.Semaphore(cfg.max_concurrency) if cfg.max_concurrency else None
     timeout = aiohttp.ClientTimeout(total=cfg.request_timeout_s)
     connector = aiohttp.TCPConnector(limit=cfg.max_concurrency or 0, force_close=False)
-    records = [RequestRecord(i, phase, r.prompt_len, r.output_len, scheduled_s=o)
+    id_prefix = cfg.request_id_prefix + ("" if phase == "measure" else f"{phase}-")
+    records = [RequestRecord(i, phase, r.prompt_len, r.output_len, scheduled_s=o, request_id=f"{id_prefix}{i}")
                for i, r, o in zip(indices, requests, offsets)]
 
     async with aiohttp.ClientSession(timeout=timeout, connector=connector) as session:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import statistics
 import time
 
@@ -141,18 +142,23 @@ def test_payload_asks_for_streamed_usage_and_ignore_eos():
 
 
 def test_each_request_carries_its_record_id():
-    """The server is told each request's id (vLLM names the request by it in its logs)."""
+    """The server is told each request's id (vLLM names the request by it in its logs): the
+    config's prefix and the request's number, ``warmup-`` before it in a warm-up; another
+    config (another load) gets another prefix."""
     records = []
+    cfg = LoadConfig("", "m")
 
     async def go(url):
-        cfg = LoadConfig(url, "m")
+        cfg.base_url = url
         reqs = [BenchRequest(f"ok#{i}", 3, 2) for i in range(3)]
         await run_load(cfg, reqs[:1], [0.0], sink=records.append, phase="warmup")
         return await run_load(cfg, reqs, [0.0, 0.01, 0.02], sink=records.append, indices=[4, 5, 6])
 
     fake, _ = asyncio.run(_with_server(go))
+    prefix = cfg.request_id_prefix
+    assert re.fullmatch(r"attnbench-[0-9a-f]{8}-", prefix) and LoadConfig("", "m").request_id_prefix != prefix
     assert sorted(fake.request_ids) == sorted(r.request_id for r in records)
-    assert sorted(fake.request_ids) == ["attnbench-4", "attnbench-5", "attnbench-6", "attnbench-warmup-0"]
+    assert sorted(fake.request_ids) == [f"{prefix}4", f"{prefix}5", f"{prefix}6", f"{prefix}warmup-0"]
 
 
 def test_per_chunk_usage_is_asked_for_only_when_wanted():

@@ -275,10 +275,11 @@ def _trace_sends(load):
     out."""
     for i in (1, 2):
         run = load / "attnbench" / f"r{i}"
-        records = "".join(json.dumps({"index": j, "phase": "measure", "sent_s": 1.0 + j, "chunk_s": c}) + "\n"
+        records = "".join(json.dumps({"index": j, "phase": "measure", "sent_s": 1.0 + j, "chunk_s": c,
+                                      "request_id": f"attnbench-5eed-{j}"}) + "\n"
                           for j, c in enumerate(([1.1, 1.2, 1.3], [2.05, 2.2])))
         run.joinpath("requests.jsonl.gz").write_bytes(gzip.compress(records.encode()))
-    rows = {"attnbench": [{"id": f"attnbench-{j}", "start": 5.0 + j, "new_conn": False, "headers": 5.0002 + j,
+    rows = {"attnbench": [{"id": f"attnbench-5eed-{j}", "start": 5.0 + j, "new_conn": False, "headers": 5.0002 + j,
                            "response": 5.01 + j} for j in (0, 1)]
             + [{"id": None, "start": 4.0, "new_conn": True, "headers": 4.1, "response": 4.2}],
             "vllm-bench": [{"id": "bench-ab12-0", "start": 10.0005, "new_conn": True, "headers": 10.3005,
@@ -339,7 +340,7 @@ def test_send_trace_times_each_request_of_a_real_client(tmp_path, monkeypatch):
     (trace,) = tmp_path.glob("r1.*.jsonl")
     rows = [json.loads(line) for line in trace.read_text().splitlines()]
     sent = {r["id"]: r for r in rows if r["id"]}
-    assert sorted(sent) == sorted(r.request_id for r in records) == ["attnbench-0", "attnbench-1", "attnbench-2"]
+    assert sorted(sent) == sorted(r.request_id for r in records) and len(sent) == 3
     assert all(r["start"] <= r["conn"] <= r["headers"] <= r["body"] <= r["response"] for r in sent.values())
     assert not any(r["new_conn"] for r in sent.values())
     assert len(rows) - len(sent) == 3 and all(r["new_conn"] for r in rows if not r["id"])

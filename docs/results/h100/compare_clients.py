@@ -29,7 +29,6 @@ import statistics
 import sys
 from pathlib import Path
 
-from attnbench.runner.loadgen import request_id
 from attnbench.runner.serverlog import jit_compiles
 from attnbench.runner.witness import Snapshot, between
 
@@ -128,8 +127,8 @@ def attnbench_wire(load_dir: Path, client: str, repeat: int, records: str) -> di
     (trace start - sent_s) over the run's requests (clients forked from one start share it).
     """
     rows = sent_rows(load_dir, client, repeat)
-    records_by_id = {request_id(d["index"], d["phase"]): d
-                     for d in map(json.loads, filter(None, records.splitlines())) if d["phase"] == "measure" and d["chunk_s"]}
+    records_by_id = {d["request_id"]: d for d in map(json.loads, filter(None, records.splitlines()))
+                     if d["phase"] == "measure" and d["chunk_s"] and d.get("request_id")}
     traced = [(rows[i]["start"] - d["sent_s"]) for i, d in records_by_id.items() if i in rows]
     if not traced:
         return None

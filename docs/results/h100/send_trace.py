@@ -9,8 +9,8 @@ and every HTTP request it makes becomes one JSON line in PREFIX.PID.jsonl (one f
 process: attnbench's forked client processes inherit the patch), written when the
 response's headers arrive, so a process that exits abruptly keeps what it had sent:
 
-    id         the request's X-Request-Id (both clients send one: attnbench-<i>, vllm
-               bench's <prefix><i>); null for requests without one (vllm bench's test
+    id         the request's X-Request-Id (both clients send one: attnbench's
+               <prefix><i>, kept in its record; vllm bench's <prefix><i>); null for requests without one (vllm bench's test
                prompt, attnbench's GET /v1/models that open connections)
     start      aiohttp began the request: usually the task step in which the client started
                its TTFT clock (attnbench's ``sent_s``, vllm bench's ``st``), but not always
