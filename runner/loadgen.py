@@ -108,7 +108,6 @@ class RequestRecord:
         return cls(**d)
 
 
-
 def run_async(coro):
     """Run a coroutine to completion on uvloop when installed (vLLM installs it; ~20% more
     chunks/s for this client), else on asyncio's default loop. The garbage collector is

@@ -127,6 +127,8 @@ def attnbench_wire(load_dir: Path, client: str, repeat: int, records: str) -> di
     (trace start - sent_s) over the run's requests (clients forked from one start share it).
     """
     rows = sent_rows(load_dir, client, repeat)
+    if not rows:
+        return None
     records_by_id = {d["request_id"]: d for d in map(json.loads, filter(None, records.splitlines()))
                      if d["phase"] == "measure" and d["chunk_s"] and d.get("request_id")}
     traced = [(rows[i]["start"] - d["sent_s"]) for i, d in records_by_id.items() if i in rows]
