@@ -35,6 +35,20 @@ ENGINE_PRESETS = {
     "v0-style": _V0_SCHEDULER,
     "v1": {"max_num_seqs": 1024, "enable_chunked_prefill": True, "max_num_batched_tokens": 8192},
 }
+# vLLM flags that server.vllm_args writes from a recipe field (the field); serve.extra_args
+# refuses them
+FIELD_FLAGS = {"--model": "model.path", "--served-model-name": "model.served_name", "--host": "serve.host",
+               "--port": "serve.port", "--tokenizer": "model.tokenizer", "--max-num-seqs": "serve.max_num_seqs",
+               "--enable-chunked-prefill": "serve.enable_chunked_prefill",
+               "--no-enable-chunked-prefill": "serve.enable_chunked_prefill",
+               "--max-num-batched-tokens": "serve.max_num_batched_tokens",
+               "--enable-prefix-caching": "serve.enable_prefix_caching",
+               "--no-enable-prefix-caching": "serve.enable_prefix_caching",
+               "--attention-backend": "serve.attention_backend", "--enforce-eager": "serve.graph_mode",
+               "--tensor-parallel-size": "serve.tensor_parallel_size", "-tp": "serve.tensor_parallel_size",
+               "--api-server-count": "serve.api_server_count", "-asc": "serve.api_server_count",
+               "--dtype": "serve.dtype", "--max-model-len": "serve.max_model_len", "--load-format": "serve.load_format",
+               "--gpu-memory-utilization": "serve.gpu_memory_utilization"}
 ENGINE_LABELS = {"v0": "V0", "v0-style": "V0-style settings on V1", "v1": "V1"}
 V0_LAST_RELEASE = (0, 10)  # V0 was removed in vLLM 0.11
 
@@ -122,6 +136,7 @@ class ServeSettings(_Strict):
     kernel_variant: str | None = None
     graph_mode: Literal[GRAPH_MODES] | None = None  # type: ignore[valid-type]
     tensor_parallel_size: int = Field(1, ge=1)
+    api_server_count: int | None = Field(None, ge=1)  # `vllm serve --api-server-count`: API-server processes
     dtype: str | None = None
     max_model_len: int | None = Field(None, ge=16)
     load_format: str | None = None
@@ -142,15 +157,13 @@ class ServeSettings(_Strict):
 
     @field_validator("extra_args")
     @classmethod
-    def _no_ignored_flags(cls, v):
-        # The runner starts vLLM through its api_server module (server.VLLM_SERVER_MODULE),
-        # which runs one API-server process and accepts --api-server-count without acting on
-        # it; only `vllm serve` starts several. A run must not claim what it did not run.
+    def _no_flags_with_a_field(cls, v):
+        # A flag that has its own field goes there, so that a run's recipe (and the tables
+        # grouped by its fields) says what the server ran with.
         for arg in v:
-            if arg in ("--api-server-count", "-asc") or arg.startswith("--api-server-count="):
-                raise ValueError(f"{arg!r}: the runner's vLLM entry point (vllm.entrypoints.openai.api_server) "
-                                 "runs one API-server process and would ignore it; several API servers need "
-                                 "`vllm serve` (docs/results/h100/cross-check.sh measures one through SERVER_PID)")
+            flag = arg.split("=", 1)[0]
+            if flag in FIELD_FLAGS:
+                raise ValueError(f"{arg!r}: set {FIELD_FLAGS[flag]} instead of passing {flag} in extra_args")
         return v
 
     @model_validator(mode="after")
@@ -181,6 +194,9 @@ class ServeSettings(_Strict):
         if self.engine == "v0" and self.graph_mode not in (None, "eager"):
             raise ValueError(f"engine 'v0' has no CUDA-graph modes (graph_mode {self.graph_mode!r} is a V1 "
                              "setting); use 'eager' or leave it unset")
+        if self.engine == "v0" and (self.api_server_count or 1) > 1:
+            raise ValueError(f"engine 'v0' runs one API server (api_server_count {self.api_server_count} "
+                             "needs the V1 engine); leave it unset")
         return self
 
     def resolved(self, key: str):

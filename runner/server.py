@@ -1,9 +1,9 @@
 """Start, watch and stop a real `vllm serve` process.
 
 `build_launch` turns a recipe into a `LaunchPlan` (an argv list, never a shell string, and
-an environment) for one of two launchers: ``process`` (vLLM's OpenAI server module in this
-Python, e.g. inside the container or a venv) and ``docker`` (``docker run`` of an image,
-for version-vs-version runs). `ServerProcess` runs a plan in its own process group with a
+an environment) for one of two launchers: ``process`` (`vllm serve` in this Python, e.g.
+inside the container or a venv) and ``docker`` (``docker run`` of an image, for
+version-vs-version runs). Both run vLLM's own CLI through `VLLM_SERVE_MODULE`. `ServerProcess` runs a plan in its own process group with a
 log file, waits for ``/health``, reports an early exit with the log's last lines, and on
 stop sends TERM to the whole group, then KILL after a grace period, and checks that the
 port is free again.
@@ -29,7 +29,10 @@ from attnbench.kernels.schema import VARIANT_ENV
 from .recipe import Recipe
 from .serverlog import root_cause
 
-VLLM_SERVER_MODULE = "vllm.entrypoints.openai.api_server"
+# `vllm serve`, run as ``python -m VLLM_SERVE_MODULE serve ...`` so that the server is the
+# Python attnbench (and its vLLM plugin) is installed in, on vLLM's CPU wheel too
+# (kernels/plugin/vllm_cli.py). The runner names the module; it never imports it.
+VLLM_SERVE_MODULE = "attnbench.kernels.plugin.vllm_cli"
 
 
 INTERRUPT_GRACE_S = 3.0  # Ctrl-C during start-up: TERM, this long, then KILL of the group
@@ -96,6 +99,8 @@ def vllm_args(recipe: Recipe, host: str, port: int) -> list[str]:
     args += graph_mode_args(s.graph_mode)
     if s.tensor_parallel_size != 1:
         args += ["--tensor-parallel-size", str(s.tensor_parallel_size)]
+    if s.api_server_count is not None:
+        args += ["--api-server-count", str(s.api_server_count)]
     for flag, value in (("--dtype", s.dtype), ("--max-model-len", s.max_model_len),
                         ("--load-format", s.load_format),
                         ("--gpu-memory-utilization", s.gpu_memory_utilization)):
@@ -147,7 +152,7 @@ def build_launch(recipe: Recipe, port: int | None = None, python: str | None = N
     s = recipe.serve
     port = port or s.port or free_port(s.host)
     if s.launcher == "process":
-        argv = [python or sys.executable, "-m", VLLM_SERVER_MODULE, *vllm_args(recipe, s.host, port)]
+        argv = [python or sys.executable, "-m", VLLM_SERVE_MODULE, "serve", *vllm_args(recipe, s.host, port)]
         return LaunchPlan(argv, server_env(recipe), s.host, port)
     container = f"attnbench-{recipe.name}-{os.getpid()}-{port}"
     argv = ["docker", "run", "--rm", "--name", container, *DOCKER_DEVICE_ARGS[s.gpu_vendor],
@@ -162,7 +167,7 @@ def build_launch(recipe: Recipe, port: int | None = None, python: str | None = N
     inner = vllm_args(recipe, "0.0.0.0", port)
     if model_dir.exists():
         inner[inner.index("--model") + 1] = str(model_dir.resolve())
-    argv += ["--entrypoint", "python3", s.image, "-m", VLLM_SERVER_MODULE, *inner]
+    argv += ["--entrypoint", "python3", s.image, "-m", VLLM_SERVE_MODULE, "serve", *inner]
     return LaunchPlan(argv, {}, s.host, port, container=container)
 
 

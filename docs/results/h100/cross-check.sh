@@ -18,7 +18,9 @@
 # counts TTFT from the write, not only from each client's own clock. It ends with
 # compare_clients.py's verdict in XCHECK_DIR/comparison.md. SERVER_PID=PID measures a server
 # already listening on port 8123 instead of starting one (PID: its process, for the CPU
-# accounting; it is left running). A dry run on a CPU:
+# accounting; it is left running). The same server with two API-server processes:
+#   SUITE=recipes/cross-check-h100.yaml bash docs/results/h100/cross-check.sh api2-custom
+# A dry run on a CPU:
 #   NO_GPU_SETUP=1 SUITE=recipes/cpu-demo.yaml MODEL=tiny-llama TOKENIZER=.models/tiny-llama \
 #   PROMPTS=24 PAIRS=1 RATE=4 MODELS=as-written bash docs/results/h100/cross-check.sh v1
 set -u
