@@ -40,6 +40,7 @@ except ImportError:  # pragma: no cover - depends on the host
     _dumps = None
 
 LOOP_WATCH_PERIOD_S = 0.005
+READ_TO_END_TIMEOUT_S = 1.0  # how long a finished stream's end may lag its [DONE] (_read_to_end)
 
 
 @dataclass
@@ -182,6 +183,7 @@ async def _stream_one(session: aiohttp.ClientSession, cfg: LoadConfig, req: Benc
     seen_tokens = 0
     counted = True  # every chunk's tokens came from per-chunk usage
     done = False
+    done_s = None  # when the read that brought [DONE] returned
     try:
         async with session.post(cfg.base_url + "/v1/completions", json=_payload(cfg, req),
                                 headers={"X-Request-Id": rec.request_id}) as resp:
@@ -200,7 +202,7 @@ async def _stream_one(session: aiohttp.ClientSession, cfg: LoadConfig, req: Benc
                         continue
                     payload = event[5:].strip()
                     if payload == b"[DONE]":
-                        done = True
+                        done, done_s = True, now
                         break
                     chunk = _loads(payload)
                     usage = chunk.get("usage")
@@ -224,13 +226,32 @@ async def _stream_one(session: aiohttp.ClientSession, cfg: LoadConfig, req: Benc
                 rec.status, rec.error = "error", "stream ended before [DONE]"
             elif not counted and rec.completion_tokens not in (None, len(rec.chunk_tokens)):
                 rec.chunk_tokens = []  # some chunk carried several tokens; which, is unknown
+            if done:
+                await _read_to_end(resp)
     except asyncio.CancelledError:
-        rec.status, rec.error = "error", "cancelled"
+        if not done:  # a stream that brought [DONE] is complete while its end is read
+            rec.status, rec.error = "error", "cancelled"
         raise
     except (aiohttp.ClientError, asyncio.TimeoutError, ValueError, ConnectionError) as e:
         rec.status, rec.error = "error", f"{type(e).__name__}: {e}"[:500]
     finally:
-        rec.end_s = clock() - t0
+        rec.end_s = done_s if done_s is not None else clock() - t0
+
+
+async def _read_to_end(resp: aiohttp.ClientResponse) -> None:
+    """Read what is left of a stream after its [DONE] event.
+
+    That is only the chunked body's closing empty chunk, but vLLM often sends it in a packet
+    of its own, after [DONE]. aiohttp puts a connection back in the pool only when its
+    response was read to the end, and closes it otherwise: without this read most requests
+    of a load at a finite rate paid for a new connection (and the server for accepting
+    it), where `vllm bench serve`, which reads every stream to its end, reuses one. A
+    server that keeps the stream open after [DONE] gets its connection closed instead.
+    """
+    try:
+        await asyncio.wait_for(resp.content.read(), READ_TO_END_TIMEOUT_S)
+    except (asyncio.TimeoutError, aiohttp.ClientError):
+        pass
 
 
 async def open_connections(session: aiohttp.ClientSession, base_url: str, count: int) -> None:

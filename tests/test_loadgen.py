@@ -33,7 +33,8 @@ def _final(n, prompt_tokens=5):
 
 class FakeServer:
     """Behaviour chosen by the prompt: ok | multi | multi-nousage | split | error500 | early |
-    nousage | slow | paced (60 ms between chunks); "MODE#i" is MODE, told apart by i."""
+    nousage | slow | paced (60 ms between chunks) | late-end (the response ends 20 ms after
+    [DONE], in a packet of its own, as vLLM's often does); "MODE#i" is MODE, told apart by i."""
 
     def __init__(self):
         self.in_flight = 0
@@ -42,6 +43,7 @@ class FakeServer:
         self.request_ids = []  # X-Request-Id of every completions request, in arrival order
         self.arrived = {}  # prompt -> time.perf_counter() when its request arrived
         self.connections_before = []  # per GET /v1/models: completions requests seen before it
+        self.client_ports = []  # per completions request: the client's port (which connection)
 
     async def models(self, request):
         self.connections_before.append(len(self.bodies))
@@ -51,6 +53,7 @@ class FakeServer:
         body = await request.json()
         self.bodies.append(body)
         self.request_ids.append(request.headers.get("X-Request-Id"))
+        self.client_ports.append(request.transport.get_extra_info("peername")[1])
         self.arrived[body["prompt"]] = time.perf_counter()
         mode, n = body["prompt"].split("#")[0], body["max_tokens"]  # "mode#i": the mode, told apart by i
         if mode == "error500":
@@ -93,6 +96,8 @@ class FakeServer:
                     if mode == "early" and i == 2:
                         return resp  # connection closed without [DONE]
             await resp.write(_final(n))
+            if mode == "late-end":
+                await asyncio.sleep(0.02)
             return resp
         finally:
             self.in_flight -= 1
@@ -428,6 +433,17 @@ def test_requests_due_at_the_start_get_their_connections_first(offsets, limit, o
     fake, recs, _ = load([BenchRequest("ok", 3, 2) for _ in offsets], offsets, max_concurrency=limit)
     assert fake.connections_before == [0] * opened
     assert all(r.status == "ok" for r in recs)
+
+
+def test_a_finished_stream_leaves_its_connection_for_the_next_request():
+    """After [DONE] the client reads the response to its end, so the connection goes back to
+    the pool: requests one after another use one keep-alive connection, as `vllm bench
+    serve` does (a stream left unread at its end is closed, and every later request paid for
+    a new connection and the server for accepting it)."""
+    offsets = [0.0, 0.1, 0.2, 0.3, 0.4]
+    fake, recs, _ = load([BenchRequest(f"late-end#{i}", 3, 6) for i in range(5)], offsets)
+    assert all(r.status == "ok" and r.completion_tokens == 6 for r in recs)
+    assert len(set(fake.client_ports)) == 1, fake.client_ports
 
 
 def test_client_processes_ctrl_c_keeps_what_was_measured():

@@ -16,7 +16,8 @@
 #                      `attnbench microbench recipes/microbench/NAME.yaml` into NAME.csv; +IMPL,...: only
 #                      those implementations (--impl), into NAME+IMPL,....csv; @read or @zero: --l2-flush,
 #                      into ...-FLUSH.csv; under `timeout ${MICRO_TIMEOUT_S:-900}` (rows are kept per case)
-#   xcheck[:RUN]       docs/results/h100/cross-check.sh on RUN (default backends-custom)
+#   xcheck[:RUN]       docs/results/h100/cross-check.sh on RUN (default backends-custom; SUITE= picks
+#                      another suite file) into cross-check/RUN/
 #   overhead           docs/results/h100/client-overhead.sh: both clients against the stub (OUTPUT_LEN=256)
 #   khost              `attnbench kernels overhead --json --profile`: host cost per kernel call
 #   tune:SUITE         `attnbench tune recipes/microbench/SUITE.yaml` over recipes/microbench/tune-space.yaml:
@@ -96,7 +97,7 @@ job() {
       [ -s "$CAMPAIGN/micro/$csv.csv" ] || timeout "${MICRO_TIMEOUT_S:-900}" attnbench microbench \
         "recipes/microbench/$suite.yaml" "${flags[@]}" --out "$CAMPAIGN/micro/$csv.csv" ;;
     xcheck)
-      XCHECK_DIR="$CAMPAIGN/cross-check" bash docs/results/h100/cross-check.sh ${arg:-backends-custom} ;;
+      XCHECK_DIR="$CAMPAIGN/cross-check/${arg:-backends-custom}" bash docs/results/h100/cross-check.sh ${arg:-backends-custom} ;;
     overhead)
       OVERHEAD_DIR="$CAMPAIGN/client-overhead" OUTPUT_LEN=${OUTPUT_LEN:-256} bash docs/results/h100/client-overhead.sh ;;
     khost)
