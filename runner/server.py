@@ -3,10 +3,10 @@
 `build_launch` turns a recipe into a `LaunchPlan` (an argv list, never a shell string, and
 an environment) for one of two launchers: ``process`` (`vllm serve` in this Python, e.g.
 inside the container or a venv) and ``docker`` (``docker run`` of an image, for
-version-vs-version runs). Both run vLLM's own CLI through `VLLM_SERVE_MODULE`. `ServerProcess` runs a plan in its own process group with a
-log file, waits for ``/health``, reports an early exit with the log's last lines, and on
-stop sends TERM to the whole group, then KILL after a grace period, and checks that the
-port is free again.
+version-vs-version runs); both run vLLM's own CLI through `VLLM_SERVE_MODULE`.
+`ServerProcess` runs a plan in its own process group with a log file, waits for
+``/health``, reports an early exit with the log's last lines, and on stop sends TERM to the
+whole group, then KILL after a grace period, and checks that the port is free again.
 """
 
 from __future__ import annotations

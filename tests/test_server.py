@@ -51,6 +51,21 @@ def test_process_argv_v1_defaults(tmp_path):
     assert argv[argv.index("--api-server-count") + 1] == "2"
 
 
+def test_every_flag_the_recipe_writes_is_refused_in_extra_args(tmp_path):
+    """recipe.FIELD_FLAGS (the flags extra_args refuses) covers every flag vllm_args writes
+    from a field, so a flag given twice never reaches vLLM. --compilation-config is the one
+    left to extra_args: graph_mode writes only its CUDA-graph mode."""
+    from attnbench.runner.recipe import FIELD_FLAGS
+
+    plan = build_launch(recipe(tmp_path, {
+        "engine": "v1", "attention_backend": "TRITON_ATTN", "graph_mode": "eager", "tensor_parallel_size": 2,
+        "api_server_count": 2, "dtype": "bfloat16", "max_model_len": 4096, "load_format": "dummy",
+        "gpu_memory_utilization": 0.5, "enable_prefix_caching": True}), port=9000)
+    written = {a for a in plan.argv if a.startswith("-") and a != "-m"}
+    assert written - set(FIELD_FLAGS) == set(), written - set(FIELD_FLAGS)
+    assert "--compilation-config" not in FIELD_FLAGS
+
+
 def test_docker_argv_nvidia(tmp_path):
     model = tmp_path / "model"
     model.mkdir()
