@@ -377,3 +377,21 @@ def test_pooled_burst_takes_the_servers_merging_out():
     assert "| mean_tpot_ms | -2.00 | " in text and "| +2.00 | 0.00 |" in text
     assert "| median_itl_ms | +0.00 | " in text  # a constant offset, no slope
     assert "| output_throughput | 6,000.0 | 6,000.0 | 0.0% |" in text
+
+
+def test_self_agreement_deals_one_clients_runs_into_halves():
+    """A client's runs against themselves: steady runs always pass; with one outlier among
+    six runs, each deal has it in one half (spread 200%, against 0% in the other), so the
+    criterion holds exactly when the clean half is "ours": half the deals. Bimodal runs
+    (3 at 20 ms, 3 at 40 ms) never give two halves with medians within 5%. Fewer than 6 runs:
+    no verdict. The table names each client with runs enough."""
+    compare = _docs_script("compare_clients")
+    assert compare.self_agreement([100.0, 101.0] * 3) == 1.0
+    assert compare.self_agreement([10.0] * 5 + [30.0]) == 0.5
+    assert compare.self_agreement([20.0, 40.0] * 3) == 0.0
+    assert compare.self_agreement([1.0, 2.0, 3.0, 4.0, 5.0]) is None
+    runs = [{"median_itl_ms": v, "output_throughput": 6000.0} for v in [10.0] * 5 + [30.0]]
+    text = "\n".join(compare._self_agreement_table([("attnbench", runs), ("vllm-bench", runs[:5])]))
+    assert "| metric | attnbench vs attnbench |" in text and "vllm-bench vs" not in text
+    assert "| median_itl_ms | 0.50 |" in text and "| output_throughput | 1.00 |" in text
+    assert "| median_ttft_ms | - |" in text

@@ -240,6 +240,8 @@ def report(root: Path) -> list[str]:
                   "vllm bench serve runs, alternating)", ""]
         lines += _compiles(load_dir, f"{load_dir.name}'s server (its own launch)")
         lines += _criteria_table(ours, theirs, "attnbench")
+        clients = [("attnbench", ours), *fixed.items(), ("vllm-bench", theirs)]
+        lines += _self_agreement_table(clients)
         for name, runs in fixed.items():
             n = name[len(FIXED):]
             lines += ["", f"The same against `attnbench load --client-processes {n}` ({len(runs)} runs, "
@@ -253,7 +255,6 @@ def report(root: Path) -> list[str]:
                   "| chunks | first tokens in request order | loop lag p99 ms | coalesced | JIT compiles "
                   "| CPU s: client / server processes |",
                   "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
-        clients = [("attnbench", ours), *fixed.items(), ("vllm-bench", theirs)]
         for client, runs in clients:
             for r in runs:
                 s = r["server"]
@@ -313,14 +314,14 @@ def _wire_tables(clients: list[tuple[str, list[dict]]]) -> list[str]:
     for client, runs in clients:
         if client == "vllm-bench":
             continue
-        values = [(r.get("wire") or {}).get("median_wire_ttft_ms") for r in runs]
-        a, sa = _med(values), _spread(values)
-        if a is None or v is None or sa is None or sv is None:
+        values = [w for w in ((r.get("wire") or {}).get("median_wire_ttft_ms") for r in runs) if w is not None]
+        theirs_wire = [w for w in ((r.get("wire") or {}).get("median_wire_ttft_ms") for r in theirs) if w is not None]
+        result = criterion(values, theirs_wire)
+        if result is None:
             continue
-        diff = (a - v) / v * 100
-        ok = abs(diff) <= 5 and sa <= sv + 2
-        lines.append(f"| {client} | {_fmt(a)} | {_fmt(diff)}% | {_fmt(sa)}% | {_fmt(sv)}% | "
-                     f"{'pass' if ok else 'FAIL'} (|diff| {abs(diff):.1f}% <= 5; spread {sa:.1f} <= {sv + 2:.1f}) |")
+        _, diff, sa, _ = result
+        lines.append(f"| {client} | {_fmt(_med(values))} | {_fmt(diff)}% | {_fmt(sa)}% | {_fmt(sv)}% | "
+                     f"{_verdict(result)} |")
     return lines + [""]
 
 
@@ -399,6 +400,58 @@ def permutation_p(a: list[float], b: list[float], draws: int = 20_000) -> float 
     return sum(map(farther, splits)) / len(splits)
 
 
+def criterion(ours: list[float], theirs: list[float]) -> tuple[bool, float, float, float] | None:
+    """The issue's criterion for one metric over two groups of runs: the medians of runs
+    within 5% of ``theirs``, and ``ours``' spread (max - min over median, %) no wider than
+    ``theirs``' + 2 points. Returns (passes, difference %, our spread, their spread), or None
+    when a group is empty or ``theirs``' median is 0."""
+    a, v, sa, sv = _med(ours), _med(theirs), _spread(ours), _spread(theirs)
+    if a is None or not v or sa is None or sv is None:
+        return None
+    diff = (a - v) / v * 100
+    return abs(diff) <= 5 and sa <= sv + 2, diff, sa, sv
+
+
+def _verdict(result: tuple[bool, float, float, float]) -> str:
+    ok, diff, sa, sv = result
+    return ("pass" if ok else "FAIL") + f" (|diff| {abs(diff):.1f}% <= 5; spread {sa:.1f} <= {sv + 2:.1f})"
+
+
+def self_agreement(values: list[float]) -> float | None:
+    """How often one client passes the issue's criterion against itself: its runs dealt into
+    two halves (the first n // 2 runs of every combination against the rest) in every way,
+    each half taken once as "ours", the share of deals that pass `criterion`. What a
+    criterion can tell apart: where a client meets it against itself in only some of the
+    deals, the server's run-to-run variation decides a verdict between clients as often.
+    None with fewer than 6 runs (halves of 3)."""
+    if len(values) < 6:
+        return None
+    n = len(values)
+    deals = []
+    for picked in itertools.combinations(range(n), n // 2):
+        half = [values[i] for i in picked]
+        rest = [values[i] for i in range(n) if i not in picked]
+        deals += [(half, rest), (rest, half)] if n % 2 == 0 else [(half, rest)]
+    results = [criterion(a, b) for a, b in deals]
+    return sum(bool(r and r[0]) for r in results) / len(results)
+
+
+def _self_agreement_table(clients: list[tuple[str, list[dict]]]) -> list[str]:
+    """`self_agreement` of each client with 6 runs or more, per criterion (nothing otherwise)."""
+    shares = {client: {k: self_agreement([r[k] for r in runs if r.get(k) is not None]) for k in CRITERIA}
+              for client, runs in clients}
+    shown = [c for c, by_key in shares.items() if any(v is not None for v in by_key.values())]
+    if not shown:
+        return []
+    lines = ["", "Each client against itself: its runs dealt into two halves in every way, the share of "
+             "deals in which one half passes the criterion against the other (1.00: the criterion "
+             "always holds between two runs of one client on this server):", "",
+             "| metric | " + " | ".join(f"{c} vs {c}" for c in shown) + " |", "|---" * (len(shown) + 1) + "|"]
+    for k in CRITERIA:
+        lines.append(f"| {k} | " + " | ".join(_fmt(shares[c][k], 2) for c in shown) + " |")
+    return lines
+
+
 def _criteria_table(ours: list[dict], theirs: list[dict], label: str) -> list[str]:
     """The issue's table: medians over runs of each client, difference, spreads, verdict,
     and the difference's permutation p over the runs (`permutation_p`)."""
@@ -409,10 +462,8 @@ def _criteria_table(ours: list[dict], theirs: list[dict], label: str) -> list[st
         a, v = _med(ours_k), _med(theirs_k)
         sa, sv = _spread(ours_k), _spread(theirs_k)
         diff = (a - v) / v * 100 if a is not None and v else None
-        verdict = ""
-        if k in CRITERIA and diff is not None and sa is not None and sv is not None:
-            ok = abs(diff) <= 5 and sa <= sv + 2
-            verdict = ("pass" if ok else "FAIL") + f" (|diff| {abs(diff):.1f}% <= 5; spread {sa:.1f} <= {sv + 2:.1f})"
+        result = criterion(ours_k, theirs_k) if k in CRITERIA else None
+        verdict = _verdict(result) if result else ""
         p = permutation_p(ours_k, theirs_k) if k in CRITERIA else None
         lines.append(f"| {k} | {_fmt(a)} | {_fmt(v)} | {_fmt(diff)}% | {_fmt(sa)}% | {_fmt(sv)}% | {verdict} "
                      f"| {_fmt(p, 2)} |")
