@@ -241,8 +241,8 @@ def test_cross_check_verdict_sets_each_client_beside_the_server(tmp_path):
     assert "| output_throughput | 1,000.0 | 1,010.0 | -1.0% | 0.0% | 0.0% | pass" in text
     assert "| median_ttft_ms | 650.0 | 810.0 | -19.8% |" in text and "FAIL (|diff| 19.8% <= 5" in text
     # 650 and 810 ms over the server's 600; these pages have no ITL histogram: "-"
-    assert "| attnbench | 600.0 | 50.0 | - |" in text and "| vllm-bench | 600.0 | 210.0 | - |" in text
-    assert "| median_ttft_ms | 790.0 | 810.0 | -2.5% |" in text and "| attnbench-p1 | 600.0 | 190.0 | - |" in text
+    assert "| attnbench | 600.0 | 0.0% | 50.0 | - |" in text and "| vllm-bench | 600.0 | 0.0% | 210.0 | - |" in text
+    assert "| median_ttft_ms | 790.0 | 810.0 | -2.5% |" in text and "| attnbench-p1 | 600.0 | 0.0% | 190.0 | - |" in text
     # 3 + 2 chunks; first tokens against request order: reversed (-1) and in order (1)
     assert "| attnbench | r2 | 1,000 | 660.0 | 20.00 | 600.0 | - | 5 | -1.00 |" in text
     assert "| vllm-bench | r2 | 1,010 | 820.0 | 20.20 | 600.0 | - | 5 | 1.00 |" in text
@@ -371,12 +371,16 @@ def test_pooled_burst_takes_the_servers_merging_out():
 
     ours = [run(c, +1) for c in (95_000, 99_000, 104_000)]
     theirs = [run(c, -1) for c in (96_000, 98_000, 103_000)]
-    text = "\n".join(_docs_script("compare_clients")._pooled("inf", [("burst", ours[:2], theirs[:2]),
+    compare = _docs_script("compare_clients")
+    text = "\n".join(compare._pooled("inf", [("burst", ours[:2], theirs[:2]),
                                                                      ("burst-2", ours[2:], theirs[2:])]))
     assert "pooled (burst/, burst-2/: 3 attnbench and 3 vllm bench serve runs)" in text
     assert "| mean_tpot_ms | -2.00 | " in text and "| +2.00 | 0.00 |" in text
     assert "| median_itl_ms | +0.00 | " in text  # a constant offset, no slope
     assert "| output_throughput | 6,000.0 | 6,000.0 | 0.0% |" in text
+    # one burst alone gets the same fit; runs that all saw as many chunks give nothing to fit
+    assert "| mean_tpot_ms | -2.00 | " in "\n".join(compare._net_of_merging(ours, theirs))
+    assert compare._net_of_merging([run(95_000, 1)] * 2, [run(95_000, -1)] * 2) == []
 
 
 def test_self_agreement_deals_one_clients_runs_into_halves():

@@ -37,7 +37,9 @@
 #                      unchanged into the campaign's tree, so that later run(s) jobs measure only
 #                      what is missing (a fresh host starts with an empty tree)
 # Results under $CAMPAIGN (default /tmp/campaign): results/ (the suite tree), micro/,
-# calibrate.jsonl, cross-check/, client-overhead/, gputest-*.log, worker.log; `wait` packs them into $OUT/*.tgz.
+# calibrate.jsonl, cross-check/, client-overhead/, gputest-*.log, worker.log; every `start` and `wait`
+# packs them into $OUT/*.tgz (over 15 MB: X.tgz.part-aa, -ab, ...), so that each call brings back
+# everything measured so far: a machine given back between two calls loses nothing already packed.
 set -u
 CAMPAIGN=${CAMPAIGN:-/tmp/campaign}
 mkdir -p "$CAMPAIGN"
@@ -55,6 +57,10 @@ pack() {  # what the worker has so far, in pieces small enough for the trip back
   [ -d "$CAMPAIGN/cross-check" ] && tar czf "$OUT/cross-check.tgz" -C "$CAMPAIGN" cross-check
   [ -d "$CAMPAIGN/client-overhead" ] && tar czf "$OUT/client-overhead.tgz" -C "$CAMPAIGN" \
     --exclude='*.jsonl' --exclude='vllm-bench/r*.json' client-overhead
+  local f
+  for f in "$OUT"/*.tgz; do  # files over 16 MiB do not come back: pieces (cat X.tgz.part-* | tar xzf -)
+    [ -f "$f" ] && [ "$(stat -c %s "$f")" -gt 15000000 ] && split -b 15000000 "$f" "$f.part-" && rm "$f"
+  done
   ls -la "$OUT"
 }
 

@@ -240,6 +240,8 @@ def report(root: Path) -> list[str]:
                   "vllm bench serve runs, alternating)", ""]
         lines += _compiles(load_dir, f"{load_dir.name}'s server (its own launch)")
         lines += _criteria_table(ours, theirs, "attnbench")
+        if str(rate) == "inf":  # a burst (summaries hold the float inf)
+            lines += _net_of_merging(ours, theirs)
         clients = [("attnbench", ours), *fixed.items(), ("vllm-bench", theirs)]
         lines += _self_agreement_table(clients)
         for name, runs in fixed.items():
@@ -271,13 +273,18 @@ def report(root: Path) -> list[str]:
         lines += ["", "The server as third witness: each client's mean TTFT and mean ITL minus the server's own "
                   "for the same requests (vLLM's /metrics over the run), ms, median over runs. Every client "
                   "reads the same server, so a difference between rows in the last two columns is the clients' own; "
-                  "one in the first column is the server treating the clients' loads differently:", "",
-                  "| client | server mean TTFT | mean TTFT - server's | mean ITL - server's |", "|---|---|---|---|"]
+                  "one in the first two is the server treating the clients' loads differently (or changing "
+                  "between their runs: the spread, max - min over median, of its own mean TTFT over each "
+                  "client's runs):", "",
+                  "| client | server mean TTFT | its spread | mean TTFT - server's | mean ITL - server's |",
+                  "|---|---|---|---|---|"]
         for client, runs in clients:
             ttft = _med([_minus(r.get("mean_ttft_ms"), r["server"].get("mean_ttft_ms")) for r in runs])
             itl = _med([_minus(r.get("mean_itl_ms"), r["server"].get("mean_itl_ms")) for r in runs])
-            server = _med([r["server"].get("mean_ttft_ms") for r in runs])
-            lines.append(f"| {client} | {_fmt(server)} | {_fmt(ttft)} | {_fmt(itl, 2)} |")
+            server = [r["server"].get("mean_ttft_ms") for r in runs]
+            spread = _spread(server)
+            lines.append(f"| {client} | {_fmt(_med(server))} | {'-' if spread is None else f'{spread:.1f}%'} "
+                         f"| {_fmt(ttft)} | {_fmt(itl, 2)} |")
         lines.append("")
         lines += _wire_tables(clients)
     for rate, loads in by_rate.items():
@@ -338,27 +345,32 @@ def _compiles(where: Path, whose: str) -> list[str]:
 
 
 def _pooled(rate, loads: list[tuple[str, list[dict], list[dict]]]) -> list[str]:
-    """Every campaign at one request rate taken together, and the server's own variation taken out.
+    """Every campaign at one request rate taken together: the criteria, then `_net_of_merging`."""
+    names = ", ".join(f"{name}/" for name, _, _ in loads)
+    ours = [r for _, runs, _ in loads for r in runs]
+    theirs = [r for _, _, runs in loads for r in runs]
+    lines = [f"## All runs at request rate {rate} req/s pooled ({names}: {len(ours)} attnbench and "
+             f"{len(theirs)} vllm bench serve runs)", ""]
+    return lines + _criteria_table(ours, theirs, "attnbench") + _net_of_merging(ours, theirs) + [""]
+
+
+def _net_of_merging(ours: list[dict], theirs: list[dict]) -> list[str]:
+    """The server's variation taken out of a burst's ITL and TPOT.
 
     At a burst, how far vLLM's API server falls behind the engine decides how many tokens it
     merges into one chunk, and that moves every run's ITL and TPOT for either client. Each
     criterion is fitted as one line over the chunk count with its own offset per client
     (least squares, common slope): the difference of the offsets is attnbench - vllm bench
     net of the server's merging, to be read against the residuals' standard deviation.
+    Nothing when a client has fewer than 2 runs with a chunk count, or all runs saw as many.
     """
-    names = ", ".join(f"{name}/" for name, _, _ in loads)
-    ours = [r for _, runs, _ in loads for r in runs]
-    theirs = [r for _, _, runs in loads for r in runs]
-    lines = [f"## All runs at request rate {rate} req/s pooled ({names}: {len(ours)} attnbench and "
-             f"{len(theirs)} vllm bench serve runs)", ""]
-    lines += _criteria_table(ours, theirs, "attnbench")
     groups = [[r for r in runs if r.get("chunks")] for runs in (ours, theirs)]
-    if min(len(g) for g in groups) < 2:
-        return lines + [""]
-    lines += ["", "Net of the server's merging (each criterion fitted over the chunks the client saw, one "
-              "slope for all runs, one offset per client):", "",
-              "| metric | change per 1,000 more chunks | correlation | attnbench - vllm bench, net | "
-              "residual std |", "|---|---|---|---|---|"]
+    if min(len(g) for g in groups) < 2 or len({r["chunks"] for g in groups for r in g}) < 2:
+        return []  # too few runs, or every run saw as many chunks: nothing to fit over
+    lines = ["", "Net of the server's merging (each criterion fitted over the chunks the client saw, one "
+             "slope for all runs, one offset per client):", "",
+             "| metric | change per 1,000 more chunks | correlation | attnbench - vllm bench, net | "
+             "residual std |", "|---|---|---|---|---|"]
     for k in CRITERIA[1:]:
         xs = [[r["chunks"] / 1000 for r in g] for g in groups]
         ys = [[r.get(k) for r in g] for g in groups]
@@ -373,7 +385,7 @@ def _pooled(rate, loads: list[tuple[str, list[dict], list[dict]]]) -> list[str]:
         residuals = [y - slope * x for cx, cy in centred for x, y in zip(cx, cy)]
         lines.append(f"| {k} | {slope:+.2f} | {statistics.correlation([x for g in xs for x in g], flat_y):+.2f} "
                      f"| {offsets[0] - offsets[1]:+.2f} | {statistics.pstdev(residuals):.2f} |")
-    return lines + [""]
+    return lines
 
 
 def permutation_p(a: list[float], b: list[float], draws: int = 20_000) -> float | None:
