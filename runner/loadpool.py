@@ -29,9 +29,10 @@ _START_MARGIN_S = 0.1  # from "all workers ready" to t0: time for each worker to
 
 
 # `client_processes: auto`, from `attnbench calibrate` on a 16-core H100 host
-# (docs/perf/loadgen-calibration.md): at 256 paced streams 2 processes kept the added p99
-# TTFT within 5 ms in both sessions measured, at 1,024 streams only 8 came near (5.2 ms;
-# one process: 68.6 ms, its ITL 5.7 ms off the pace at the median)
+# (docs/perf/loadgen-calibration.md): at 256 paced streams every count from 1 to 8 keeps
+# the added p99 TTFT within 5 ms (1.9-2.3 ms with the current client); at 1,024 streams 2
+# processes do (3.9 ms) and 8 with the most margin (2.1 ms), while one process falls a
+# whole pace behind (75.9 ms)
 STREAMS_PER_PROCESS = 128
 MAX_AUTO_PROCESSES = 8
 
