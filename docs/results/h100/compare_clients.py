@@ -430,9 +430,9 @@ def _verdict(result: tuple[bool, float, float, float]) -> str:
 
 
 def self_agreement(values: list[float]) -> float | None:
-    """How often one client passes the issue's criterion against itself: its runs dealt into
-    two halves (the first n // 2 runs of every combination against the rest) in every way,
-    each half taken once as "ours", the share of deals that pass `criterion`. What a
+    """How often one client passes the issue's criterion against itself: every choice of
+    n // 2 of its n runs against the rest (each half taken once as "ours" when n is even),
+    the share of these deals that pass `criterion`. What a
     criterion can tell apart: where a client meets it against itself in only some of the
     deals, the server's run-to-run variation decides a verdict between clients as often.
     None with fewer than 6 runs (halves of 3)."""
