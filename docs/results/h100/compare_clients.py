@@ -315,14 +315,13 @@ def _wire_tables(clients: list[tuple[str, list[dict]]]) -> list[str]:
     lines += ["", "The TTFT criterion with both clocks started at the write (medians over runs):", "",
               "| client | median TTFT from the write | - vllm bench's | spread | vllm spread | criterion |",
               "|---|---|---|---|---|---|"]
-    v = _med([(r.get("wire") or {}).get("median_wire_ttft_ms") for r in theirs])
-    sv = _spread([(r.get("wire") or {}).get("median_wire_ttft_ms") for r in theirs])
-    lines.append(f"| vllm-bench | {_fmt(v)} | | | {_fmt(sv)}% | |")
+    theirs_wire = _wire_ttfts(theirs)
+    sv = _spread(theirs_wire)
+    lines.append(f"| vllm-bench | {_fmt(_med(theirs_wire))} | | | {_fmt(sv)}% | |")
     for client, runs in clients:
         if client == "vllm-bench":
             continue
-        values = [w for w in ((r.get("wire") or {}).get("median_wire_ttft_ms") for r in runs) if w is not None]
-        theirs_wire = [w for w in ((r.get("wire") or {}).get("median_wire_ttft_ms") for r in theirs) if w is not None]
+        values = _wire_ttfts(runs)
         result = criterion(values, theirs_wire)
         if result is None:
             continue
@@ -330,6 +329,16 @@ def _wire_tables(clients: list[tuple[str, list[dict]]]) -> list[str]:
         lines.append(f"| {client} | {_fmt(_med(values))} | {_fmt(diff)}% | {_fmt(sa)}% | {_fmt(sv)}% | "
                      f"{_verdict(result)} |")
     return lines + [""]
+
+
+def _values(runs: list[dict], key: str) -> list[float]:
+    """``key`` of every run that has it."""
+    return [r[key] for r in runs if r.get(key) is not None]
+
+
+def _wire_ttfts(runs: list[dict]) -> list[float]:
+    """Each traced run's median TTFT counted from the write (ms); untraced runs left out."""
+    return [w["median_wire_ttft_ms"] for w in (r.get("wire") for r in runs) if w]
 
 
 def _compiles(where: Path, whose: str) -> list[str]:
@@ -450,7 +459,7 @@ def self_agreement(values: list[float]) -> float | None:
 
 def _self_agreement_table(clients: list[tuple[str, list[dict]]]) -> list[str]:
     """`self_agreement` of each client with 6 runs or more, per criterion (nothing otherwise)."""
-    shares = {client: {k: self_agreement([r[k] for r in runs if r.get(k) is not None]) for k in CRITERIA}
+    shares = {client: {k: self_agreement(_values(runs, k)) for k in CRITERIA}
               for client, runs in clients}
     shown = [c for c, by_key in shares.items() if any(v is not None for v in by_key.values())]
     if not shown:
@@ -470,7 +479,7 @@ def _criteria_table(ours: list[dict], theirs: list[dict], label: str) -> list[st
     lines = [f"| metric | {label} (median of runs) | vllm bench serve | {label} - vllm | {label} spread "
              "| vllm spread | criterion | p, runs permuted |", "|---|---|---|---|---|---|---|---|"]
     for k in KEYS:
-        ours_k, theirs_k = [r[k] for r in ours if r.get(k) is not None], [r[k] for r in theirs if r.get(k) is not None]
+        ours_k, theirs_k = _values(ours, k), _values(theirs, k)
         a, v = _med(ours_k), _med(theirs_k)
         sa, sv = _spread(ours_k), _spread(theirs_k)
         diff = (a - v) / v * 100 if a is not None and v else None
