@@ -36,6 +36,7 @@ CRITERIA = ("output_throughput", "median_ttft_ms", "median_itl_ms", "mean_tpot_m
 KEYS = CRITERIA + ("mean_ttft_ms", "mean_itl_ms", "p99_itl_ms", "mean_e2el_ms", "duration",
                    "total_output_tokens", "completed")
 FIXED = "attnbench-p"  # attnbench-pN/: `attnbench load --client-processes N`, when cross-check.sh made them
+HOST = ("steal_s", "cpu_stall_s")  # proc_cpu.host(): the machine's own counters, differenced per run
 SERVER = ("mean_ttft_ms", "median_ttft_ms", "mean_itl_ms", "mean_e2el_ms", "mean_queue_ms", "generation_tokens")
 
 
@@ -63,14 +64,26 @@ def vllm_bench_chunks(result: dict) -> int:
     return sum(len(gaps) + 1 for gaps, ttft in zip(result["itls"], result.get("ttfts", [])) if ttft)
 
 
+def _ranks(values: list[float]) -> list[int]:
+    ranks = [0] * len(values)
+    for rank, i in enumerate(sorted(range(len(values)), key=values.__getitem__)):
+        ranks[i] = rank
+    return ranks
+
+
+def spearman(xs: list[float], ys: list[float]) -> float | None:
+    """Spearman's rho of two paired lists (ties ranked in order); None when under 3 pairs
+    or when either list is constant."""
+    if len(xs) < 3 or len(set(xs)) < 2 or len(set(ys)) < 2:
+        return None
+    return statistics.correlation(_ranks(xs), _ranks(ys))
+
+
 def _rank_correlation(times: list[float]) -> float | None:
     """Spearman's rho between request number (0..n-1) and ``times``."""
     if len(times) < 2:
         return None
-    ranks = [0] * len(times)
-    for rank, i in enumerate(sorted(range(len(times)), key=times.__getitem__)):
-        ranks[i] = rank
-    return statistics.correlation(list(range(len(times))), ranks)
+    return statistics.correlation(list(range(len(times))), _ranks(times))
 
 
 def attnbench_first_token_order(records: str) -> float | None:
@@ -192,7 +205,8 @@ def vllm_bench_runs(load_dir: Path) -> list[dict]:
 
 
 def _cpu(load_dir: Path, client: str, i: int) -> dict:
-    """CPU seconds during one client run: per server process (by name) and the client's."""
+    """CPU seconds during one client run: per server process (by name), the client's, and
+    the host's stolen and stalled seconds (`proc_cpu.host`) where the snapshots hold them."""
     cpu = load_dir / "cpu"
     try:
         before = json.loads((cpu / f"{client}-r{i}.before.json").read_text())
@@ -201,6 +215,10 @@ def _cpu(load_dir: Path, client: str, i: int) -> dict:
     except FileNotFoundError:
         return {}
     out: dict = {"client": own["cpu_s"], "client_wall": own["wall_s"]}
+    host_before, host_after = before.pop("host", {}), after.pop("host", {})
+    for key in HOST:
+        if key in host_before and key in host_after:
+            out[key] = host_after[key] - host_before[key]
     for pid, p in after.items():
         used = p["cpu_s"] - before.get(pid, {}).get("cpu_s", 0.0)
         if used > 0.5:
@@ -261,7 +279,8 @@ def report(root: Path) -> list[str]:
             for r in runs:
                 s = r["server"]
                 cpu = _cpu(load_dir, client, r["repeat"])
-                procs = ", ".join(f"{k} {v:.1f}" for k, v in cpu.items() if k not in ("client", "client_wall"))
+                procs = ", ".join(f"{k} {v:.1f}" for k, v in cpu.items() if k not in ("client", "client_wall", *HOST))
+                procs += "".join(f"; host {k[:-2].replace('_', ' ')} {cpu[k]:.1f}" for k in HOST if k in cpu)
                 lag = (r.get("client_loop_lag_ms") or {}).get("p99")
                 coalesced = r.get("client_coalesced_chunks")
                 lines.append(
@@ -286,11 +305,43 @@ def report(root: Path) -> list[str]:
             lines.append(f"| {client} | {_fmt(_med(server))} | {'-' if spread is None else f'{spread:.1f}%'} "
                          f"| {_fmt(ttft)} | {_fmt(itl, 2)} |")
         lines.append("")
+        lines += _host_witness(load_dir, clients)
         lines += _wire_tables(clients)
     for rate, loads in by_rate.items():
         if len(loads) > 1:
             lines += _pooled(rate, loads)
     return lines
+
+
+def _host_witness(load_dir: Path, clients: list[tuple[str, list[dict]]]) -> list[str]:
+    """What moved the server between runs: Spearman's rho, over the runs of this load, of
+    the server's own mean TTFT with the CPU seconds its processes used, with each client's
+    CPU time per chunk it read, and with the host's stolen and stalled CPU seconds where
+    recorded. A client does the same work for every chunk in every run, so its CPU time
+    per chunk measures how fast the host ran; when it rises with the server's TTFT in both
+    clients' runs, the host, not the client, set the spread. A client's row needs 5 runs
+    with CPU records and chunk counts; nothing at all under 6 runs."""
+    rows = []  # (client, server mean TTFT, server processes' CPU s, client CPU us per chunk, host counters)
+    for client, runs in clients:
+        for r in runs:
+            cpu, ttft = _cpu(load_dir, client, r["repeat"]), r["server"].get("mean_ttft_ms")
+            if cpu and ttft is not None:
+                server_s = sum(v for k, v in cpu.items() if k not in ("client", "client_wall", *HOST))
+                per_chunk = cpu["client"] / r["chunks"] * 1e6 if r.get("chunks") else None
+                rows.append((client, ttft, server_s, per_chunk, cpu))
+    if len(rows) < 6:
+        return []
+    cells = [("the server's processes' CPU s", [(row[2], row[1]) for row in rows])]
+    cells += [(f"{client}'s CPU us per chunk", [(row[3], row[1]) for row in rows if row[0] == client and row[3]])
+              for client, _ in clients]
+    cells += [(f"host {key[:-2].replace('_', ' ')} s", [(row[4][key], row[1]) for row in rows if key in row[4]])
+              for key in HOST]
+    shown = [(name, spearman(*zip(*pairs)), len(pairs)) for name, pairs in cells if len(pairs) >= 5]
+    return (["What moved the server between runs: the rank correlation (Spearman) of the server's own mean "
+             "TTFT with each witness, over the runs. A client does the same work for each chunk in every "
+             "run, so its CPU time per chunk measures how fast the host ran:", "",
+             "| server mean TTFT against | rho | runs |", "|---|---|---|"]
+            + [f"| {name} | {_fmt(rho, 2)} | {n} |" for name, rho, n in shown] + [""])
 
 
 def _wire_tables(clients: list[tuple[str, list[dict]]]) -> list[str]:

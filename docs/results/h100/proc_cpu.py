@@ -1,7 +1,8 @@
 """CPU time of processes, for the cross-check (Linux /proc; seconds of user + system time).
 
     python3 proc_cpu.py PID                 JSON: every descendant of PID (the vLLM server's
-                                            API-server, engine-core and worker processes)
+                                            API-server, engine-core and worker processes),
+                                            and under "host" the whole machine's counters
     python3 proc_cpu.py --run OUT -- CMD..  run CMD; write its (and its children's) CPU
                                             seconds, peak RSS and wall seconds to OUT
 """
@@ -22,6 +23,25 @@ def _stat(pid: int):
     comm = text[text.index("(") + 1:text.rindex(")")]
     fields = text[text.rindex(")") + 2:].split()
     return comm, int(fields[1]), (int(fields[11]) + int(fields[12])) / TICK  # ppid, utime + stime
+
+
+def host() -> dict:
+    """The machine's cumulative counters, seconds since boot: CPU time stolen by the
+    hypervisor (`steal_s`, all CPUs together, /proc/stat), and time in which some runnable
+    task waited for a CPU (`cpu_stall_s`, /proc/pressure/cpu "some"; absent without PSI).
+    Differenced around a run they say whether the host, not the server, slowed down."""
+    out = {}
+    with open("/proc/stat") as fh:
+        fields = fh.readline().split()  # cpu user nice system idle iowait irq softirq steal ...
+    if len(fields) > 8:
+        out["steal_s"] = int(fields[8]) / TICK
+    try:
+        with open("/proc/pressure/cpu") as fh:
+            some = fh.readline().split()  # some avg10=.. avg60=.. avg300=.. total=<us>
+        out["cpu_stall_s"] = int(some[-1].split("=")[1]) / 1e6
+    except (OSError, IndexError, ValueError):
+        pass
+    return out
 
 
 def descendants(root: int) -> dict:
@@ -51,4 +71,4 @@ if __name__ == "__main__":
             json.dump({"cmd": cmd[:3], "rc": rc, "wall_s": time.perf_counter() - start,
                        "cpu_s": usage.ru_utime + usage.ru_stime, "max_rss_mib": usage.ru_maxrss / 1024}, fh)
         sys.exit(rc)
-    print(json.dumps(descendants(int(sys.argv[1]))))
+    print(json.dumps({"host": host(), **descendants(int(sys.argv[1]))}))
