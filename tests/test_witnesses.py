@@ -406,31 +406,38 @@ def test_host_witness_ranks_the_servers_ttft_against_the_hosts_speed(tmp_path):
     the server's mean TTFT with the server processes' CPU seconds, each client's CPU time
     per chunk, and the host's stolen seconds, all differenced from proc_cpu.py's real
     snapshot format. Here attnbench's CPU per chunk rises with the server's TTFT (rho 1),
-    vllm bench's falls (rho -1), the host's steal rises with it everywhere; a client with
-    under 5 runs gets no row."""
+    vllm bench's falls (rho -1), the host's steal and the probe's time rise with it
+    everywhere (the probe's samples outside a run's snapshots are not its own); a client
+    with under 5 runs gets no row."""
     compare, proc_cpu = _docs_script("compare_clients"), _docs_script("proc_cpu")
     snapshot = proc_cpu.descendants(__import__("os").getpid())
     assert snapshot and all({"comm", "cpu_s"} <= set(p) for p in snapshot.values())
     assert "steal_s" in proc_cpu.host()  # Linux /proc/stat always has the column
     load = tmp_path / "poisson"
     (load / "cpu").mkdir(parents=True)
+    probe = [{"t": 1000.0 * i + 1, "ms": 2.0 + i} for i in range(1, 6)] + [{"t": 1000.0 * i + 500, "ms": 99.0}
+                                                                         for i in range(1, 6)]
+    (tmp_path / "host-probe.jsonl.gz").write_bytes(gzip.compress("".join(json.dumps(r) + "\n" for r in probe).encode()))
     clients = []
     for client, n, sign in (("attnbench", 5, 1), ("vllm-bench", 5, -1), ("attnbench-p1", 3, 1)):
         runs = []
         for i in range(1, n + 1):
             ttft = 40.0 + 5 * i
-            before = {"host": {"steal_s": 100.0, "cpu_stall_s": 7.0}, "42": {"comm": "VLLM::EngineCor", "cpu_s": 10.0}}
-            after = {"host": {"steal_s": 100.0 + i}, "42": {"comm": "VLLM::EngineCor", "cpu_s": 30.0 + i}}
+            before = {"host": {"time": 1000.0 * i, "steal_s": 100.0, "cpu_stall_s": 7.0},
+                      "42": {"comm": "VLLM::EngineCor", "cpu_s": 10.0}}
+            after = {"host": {"time": 1000.0 * i + 10, "steal_s": 100.0 + i}, "42": {"comm": "VLLM::EngineCor", "cpu_s": 30.0 + i}}
             for when, snap in (("before", before), ("after", after)):
                 (load / "cpu" / f"{client}-r{i}.{when}.json").write_text(json.dumps(snap))
             (load / "cpu" / f"{client}-r{i}.client.json").write_text(json.dumps({"cpu_s": 10.0 + sign * i, "wall_s": 30.0}))
             runs.append({"repeat": i, "chunks": 1000, "server": {"mean_ttft_ms": ttft}})
         clients.append((client, runs))
     cpu = compare._cpu(load, "attnbench", 3)
-    assert cpu == {"client": 13.0, "client_wall": 30.0, "steal_s": 3.0, "VLLM::EngineCor": 23.0}  # no stall after
+    assert cpu == {"client": 13.0, "client_wall": 30.0, "steal_s": 3.0, "probe_ms": 5.0,
+                   "VLLM::EngineCor": 23.0}  # no stall after: no stall
     text = "\n".join(compare._host_witness(load, clients))
     assert "| the server's processes' CPU s | 1.00 | 13 |" in text
     assert "| attnbench's CPU us per chunk | 1.00 | 5 |" in text
     assert "| vllm-bench's CPU us per chunk | -1.00 | 5 |" in text
     assert "| host steal s | 1.00 | 13 |" in text and "attnbench-p1" not in text and "stall" not in text
+    assert "| host probe ms (median in the run) | 1.00 | 13 |" in text
     assert compare._host_witness(load, [clients[2]]) == []  # 3 runs: nothing to rank

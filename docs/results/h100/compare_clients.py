@@ -20,6 +20,7 @@ what each client did between its clock's start and that moment.
 
 from __future__ import annotations
 
+import functools
 import gzip
 import itertools
 import json
@@ -37,6 +38,7 @@ KEYS = CRITERIA + ("mean_ttft_ms", "mean_itl_ms", "p99_itl_ms", "mean_e2el_ms", 
                    "total_output_tokens", "completed")
 FIXED = "attnbench-p"  # attnbench-pN/: `attnbench load --client-processes N`, when cross-check.sh made them
 HOST = ("steal_s", "cpu_stall_s")  # proc_cpu.host(): the machine's own counters, differenced per run
+NOT_SERVER = ("client", "client_wall", "probe_ms", *HOST)  # the keys of `_cpu` that are no server process
 SERVER = ("mean_ttft_ms", "median_ttft_ms", "mean_itl_ms", "mean_e2el_ms", "mean_queue_ms", "generation_tokens")
 
 
@@ -204,9 +206,20 @@ def vllm_bench_runs(load_dir: Path) -> list[dict]:
     return runs
 
 
+@functools.lru_cache(maxsize=None)
+def _probe_samples(root: Path) -> tuple[tuple[float, float], ...]:
+    """(epoch s, ms) of every `proc_cpu.py --probe` sample in ``root``'s host-probe.jsonl[.gz]
+    (cross-check.sh runs the probe through a whole campaign); empty where there is none."""
+    path = next(iter(sorted(root.glob("host-probe.jsonl*"))), None)
+    if path is None:
+        return ()
+    return tuple((r["t"], r["ms"]) for r in map(json.loads, filter(None, text_of(path).splitlines())))
+
+
 def _cpu(load_dir: Path, client: str, i: int) -> dict:
     """CPU seconds during one client run: per server process (by name), the client's, and
-    the host's stolen and stalled seconds (`proc_cpu.host`) where the snapshots hold them."""
+    the host's stolen and stalled seconds (`proc_cpu.host`) where the snapshots hold them;
+    ``probe_ms``: the median time of the host probe's fixed work between the snapshots."""
     cpu = load_dir / "cpu"
     try:
         before = json.loads((cpu / f"{client}-r{i}.before.json").read_text())
@@ -219,6 +232,10 @@ def _cpu(load_dir: Path, client: str, i: int) -> dict:
     for key in HOST:
         if key in host_before and key in host_after:
             out[key] = host_after[key] - host_before[key]
+    if "time" in host_before and "time" in host_after:
+        during = [ms for t, ms in _probe_samples(load_dir.parent) if host_before["time"] <= t <= host_after["time"]]
+        if during:
+            out["probe_ms"] = statistics.median(during)
     for pid, p in after.items():
         used = p["cpu_s"] - before.get(pid, {}).get("cpu_s", 0.0)
         if used > 0.5:
@@ -279,8 +296,9 @@ def report(root: Path) -> list[str]:
             for r in runs:
                 s = r["server"]
                 cpu = _cpu(load_dir, client, r["repeat"])
-                procs = ", ".join(f"{k} {v:.1f}" for k, v in cpu.items() if k not in ("client", "client_wall", *HOST))
+                procs = ", ".join(f"{k} {v:.1f}" for k, v in cpu.items() if k not in NOT_SERVER)
                 procs += "".join(f"; host {k[:-2].replace('_', ' ')} {cpu[k]:.1f}" for k in HOST if k in cpu)
+                procs += f"; probe {cpu['probe_ms']:.2f} ms" if "probe_ms" in cpu else ""
                 lag = (r.get("client_loop_lag_ms") or {}).get("p99")
                 coalesced = r.get("client_coalesced_chunks")
                 lines.append(
@@ -316,17 +334,18 @@ def report(root: Path) -> list[str]:
 def _host_witness(load_dir: Path, clients: list[tuple[str, list[dict]]]) -> list[str]:
     """What moved the server between runs: Spearman's rho, over the runs of this load, of
     the server's own mean TTFT with the CPU seconds its processes used, with each client's
-    CPU time per chunk it read, and with the host's stolen and stalled CPU seconds where
-    recorded. A client does the same work for every chunk in every run, so its CPU time
-    per chunk measures how fast the host ran; when it rises with the server's TTFT in both
-    clients' runs, the host, not the client, set the spread. A client's row needs 5 runs
-    with CPU records and chunk counts; nothing at all under 6 runs."""
+    CPU time per chunk it read, with the host's stolen and stalled CPU seconds where
+    recorded, and with the host probe's time for its fixed work (`proc_cpu.probe`). A
+    client does the same work for every chunk in every run, so its CPU time per chunk
+    measures how fast the host ran; when it and the probe rise with the server's TTFT in
+    both clients' runs, the host, not the client, set the spread. A row needs 5 runs with
+    its witness; nothing at all under 6 runs."""
     rows = []  # (client, server mean TTFT, server processes' CPU s, client CPU us per chunk, host counters)
     for client, runs in clients:
         for r in runs:
             cpu, ttft = _cpu(load_dir, client, r["repeat"]), r["server"].get("mean_ttft_ms")
             if cpu and ttft is not None:
-                server_s = sum(v for k, v in cpu.items() if k not in ("client", "client_wall", *HOST))
+                server_s = sum(v for k, v in cpu.items() if k not in NOT_SERVER)
                 per_chunk = cpu["client"] / r["chunks"] * 1e6 if r.get("chunks") else None
                 rows.append((client, ttft, server_s, per_chunk, cpu))
     if len(rows) < 6:
@@ -336,10 +355,12 @@ def _host_witness(load_dir: Path, clients: list[tuple[str, list[dict]]]) -> list
               for client, _ in clients]
     cells += [(f"host {key[:-2].replace('_', ' ')} s", [(row[4][key], row[1]) for row in rows if key in row[4]])
               for key in HOST]
+    cells.append(("host probe ms (median in the run)", [(row[4]["probe_ms"], row[1]) for row in rows if "probe_ms" in row[4]]))
     shown = [(name, spearman(*zip(*pairs)), len(pairs)) for name, pairs in cells if len(pairs) >= 5]
     return (["What moved the server between runs: the rank correlation (Spearman) of the server's own mean "
              "TTFT with each witness, over the runs. A client does the same work for each chunk in every "
-             "run, so its CPU time per chunk measures how fast the host ran:", "",
+             "run, so its CPU time per chunk measures how fast the host ran, as does the time the host "
+             "probe (`proc_cpu.py --probe`, where it ran) takes for its fixed work:", "",
              "| server mean TTFT against | rho | runs |", "|---|---|---|"]
             + [f"| {name} | {_fmt(rho, 2)} | {n} |" for name, rho, n in shown] + [""])
 

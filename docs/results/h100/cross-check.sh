@@ -8,7 +8,8 @@
 # requests (same prompts, max_tokens, temperature 0, ignore_eos) on the same schedule (same
 # seed: attnbench draws arrivals as vLLM does). Around every client run: vLLM's /metrics
 # (the server's own TTFT/ITL: the third witness) and the CPU time of every server process
-# and of the client. From the repository root on the GPU host, after the vLLM bundle:
+# and of the client, and the host's speed (a probe's fixed work, stolen and stalled CPU).
+# From the repository root on the GPU host, after the vLLM bundle:
 #   bash docs/results/h100/cross-check.sh [RUN]       (XCHECK_DIR: output, default $OUT/cross-check)
 # LOADS (default "burst poisson") picks the loads; FIXED_PROCS="1 2 8" adds to every pair a
 # run of `attnbench load --client-processes N` for each N (attnbench-pN/; 1 is vllm bench
@@ -38,8 +39,12 @@ else
   setsid attnbench serve "$suite" --only "$run" --models "${MODELS:-dummy}" --models-dir $models --port $port \
     --log "$res/server.log" > "$res/serve.out" 2>&1 &
   server=$!
-  trap 'kill -TERM -- -$server 2>/dev/null; wait $server 2>/dev/null' EXIT
+  stop_server() { kill -TERM -- -$server 2>/dev/null; wait $server 2>/dev/null; }
 fi
+# the host probe (proc_cpu.py --probe) times a fixed piece of work 4 times a second through
+# the whole campaign: how fast the host ran during each run, for compare_clients.py
+python3 $here/proc_cpu.py --probe "$res/host-probe.jsonl" & probe=$!
+trap 'kill $probe 2>/dev/null; [ -z "${SERVER_PID:-}" ] && stop_server' EXIT
 until curl -sf $url/health >/dev/null; do
   kill -0 $server 2>/dev/null || { tail -20 "$res/server.log"; exit 1; }
   sleep 2

@@ -5,6 +5,10 @@
                                             and under "host" the whole machine's counters
     python3 proc_cpu.py --run OUT -- CMD..  run CMD; write its (and its children's) CPU
                                             seconds, peak RSS and wall seconds to OUT
+    python3 proc_cpu.py --probe OUT         until stopped, time a fixed piece of Python work
+                                            every PROBE_EVERY_S and append each time to OUT
+                                            (JSON lines: epoch seconds, ms): how fast the
+                                            host runs one thread, whatever slows it
 """
 
 import json
@@ -15,6 +19,22 @@ import sys
 import time
 
 TICK = os.sysconf("SC_CLK_TCK")
+PROBE_EVERY_S = 0.25
+PROBE_WORK = 50_000  # squares summed per probe: ~2 ms on one current x86 core
+
+
+def probe(out: str) -> None:
+    """Append {"t": epoch s, "ms": wall ms of PROBE_WORK} to ``out`` every PROBE_EVERY_S until
+    killed. Wall time, not CPU time: a frequency drop, the hypervisor's steal and contention
+    for the core all lengthen it alike."""
+    with open(out, "a") as fh:
+        while True:
+            start = time.perf_counter()
+            sum(i * i for i in range(PROBE_WORK))
+            ms = (time.perf_counter() - start) * 1e3
+            fh.write(json.dumps({"t": round(time.time(), 3), "ms": round(ms, 4)}) + "\n")
+            fh.flush()
+            time.sleep(PROBE_EVERY_S)
 
 
 def _stat(pid: int):
@@ -30,7 +50,7 @@ def host() -> dict:
     hypervisor (`steal_s`, all CPUs together, /proc/stat), and time in which some runnable
     task waited for a CPU (`cpu_stall_s`, /proc/pressure/cpu "some"; absent without PSI).
     Differenced around a run they say whether the host, not the server, slowed down."""
-    out = {}
+    out = {"time": time.time()}  # epoch s: where this snapshot sits among --probe's samples
     with open("/proc/stat") as fh:
         fields = fh.readline().split()  # cpu user nice system idle iowait irq softirq steal ...
     if len(fields) > 8:
@@ -71,4 +91,6 @@ if __name__ == "__main__":
             json.dump({"cmd": cmd[:3], "rc": rc, "wall_s": time.perf_counter() - start,
                        "cpu_s": usage.ru_utime + usage.ru_stime, "max_rss_mib": usage.ru_maxrss / 1024}, fh)
         sys.exit(rc)
+    if sys.argv[1] == "--probe":
+        probe(sys.argv[2])
     print(json.dumps({"host": host(), **descendants(int(sys.argv[1]))}))
