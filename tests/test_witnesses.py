@@ -441,3 +441,23 @@ def test_host_witness_ranks_the_servers_ttft_against_the_hosts_speed(tmp_path):
     assert "| host steal s | 1.00 | 13 |" in text and "attnbench-p1" not in text and "stall" not in text
     assert "| host probe ms (median in the run) | 1.00 | 13 |" in text
     assert compare._host_witness(load, [clients[2]]) == []  # 3 runs: nothing to rank
+
+
+def test_net_of_server_takes_the_hosts_drift_out_of_both_clients():
+    """Each latency criterion fitted over the server's own value in the same run: here the
+    server's mean TTFT drifts 40-70 ms between runs and each client reads it + 8 ms
+    (attnbench) or + 10 ms (vllm bench), TPOT = the server's ITL + 0.5 ms for both. The
+    drift fell mostly on vllm bench's runs, so the raw medians differ by far more than the
+    2 ms the fit finds at equal server timing, with nothing left over; a client with one
+    run gives no fit."""
+    def run(server_ttft, offset):
+        return {"median_ttft_ms": server_ttft + offset, "mean_tpot_ms": server_ttft / 5 + 0.5,
+                "server": {"mean_ttft_ms": server_ttft, "mean_itl_ms": server_ttft / 5}}
+
+    ours = [run(t, 8.0) for t in (40.0, 42.0, 45.0)]
+    theirs = [run(t, 10.0) for t in (50.0, 60.0, 70.0)]
+    compare = _docs_script("compare_clients")
+    text = "\n".join(compare._net_of_server(ours, theirs))
+    assert "| median_ttft_ms | +1.00 | +1.00 | -2.00 | 0.00 |" in text
+    assert "| mean_tpot_ms | +1.00 | +1.00 | +0.00 | 0.00 |" in text and "median_itl_ms" not in text
+    assert compare._net_of_server(ours[:1], theirs) == []

@@ -277,6 +277,7 @@ def report(root: Path) -> list[str]:
         lines += _criteria_table(ours, theirs, "attnbench")
         if str(rate) == "inf":  # a burst (summaries hold the float inf)
             lines += _net_of_merging(ours, theirs)
+        lines += _net_of_server(ours, theirs)
         clients = [("attnbench", ours), *fixed.items(), ("vllm-bench", theirs)]
         lines += _self_agreement_table(clients)
         for name, runs in fixed.items():
@@ -426,47 +427,74 @@ def _compiles(where: Path, whose: str) -> list[str]:
 
 
 def _pooled(rate, loads: list[tuple[str, list[dict], list[dict]]]) -> list[str]:
-    """Every campaign at one request rate taken together: the criteria, then `_net_of_merging`."""
+    """Every campaign at one request rate taken together: the criteria, then `_net_of_merging`
+    and `_net_of_server`."""
     names = ", ".join(f"{name}/" for name, _, _ in loads)
     ours = [r for _, runs, _ in loads for r in runs]
     theirs = [r for _, _, runs in loads for r in runs]
     lines = [f"## All runs at request rate {rate} req/s pooled ({names}: {len(ours)} attnbench and "
              f"{len(theirs)} vllm bench serve runs)", ""]
-    return lines + _criteria_table(ours, theirs, "attnbench") + _net_of_merging(ours, theirs) + [""]
+    return (lines + _criteria_table(ours, theirs, "attnbench") + _net_of_merging(ours, theirs)
+            + _net_of_server(ours, theirs) + [""])
+
+
+def common_slope_fit(xs: list[list[float]], ys: list[list[float]]) -> tuple[float, list[float], float, float]:
+    """Least squares of y over x with one slope for every group and one offset per group
+    (analysis of covariance): (slope, each group's offset, the residuals' standard
+    deviation, the correlation of x and y over all points). A difference of two offsets is
+    the difference of the groups at equal x."""
+    centred = [([x - statistics.fmean(gx) for x in gx], [y - statistics.fmean(gy) for y in gy])
+               for gx, gy in zip(xs, ys)]
+    sxx = sum(x * x for cx, _ in centred for x in cx)
+    slope = sum(x * y for cx, cy in centred for x, y in zip(cx, cy)) / sxx if sxx else 0.0
+    offsets = [statistics.fmean(gy) - slope * statistics.fmean(gx) for gx, gy in zip(xs, ys)]
+    residuals = [y - slope * x for cx, cy in centred for x, y in zip(cx, cy)]
+    flat_x, flat_y = [x for g in xs for x in g], [y for g in ys for y in g]
+    return slope, offsets, statistics.pstdev(residuals), statistics.correlation(flat_x, flat_y)
+
+
+def _net_of(ours: list[dict], theirs: list[dict], witness: dict, heading: str, per: str, scale: float) -> list[str]:
+    """Each criterion fitted over a witness of the same run (``witness[criterion](run)``, in
+    units of ``scale``) by `common_slope_fit`, attnbench and vllm bench as the groups: the
+    two clients' difference at equal witness, to be read against the residuals' standard
+    deviation. Nothing when a client has fewer than 2 runs with the witness, or the witness
+    is the same in every run."""
+    lines = []
+    for k, of in witness.items():
+        groups = [[(of(r) / scale, r[k]) for r in runs if of(r) is not None and r.get(k) is not None]
+                  for runs in (ours, theirs)]
+        if min(map(len, groups)) < 2 or len({x for g in groups for x, _ in g}) < 2 \
+                or len({y for g in groups for _, y in g}) < 2:
+            continue
+        slope, offsets, residual, corr = common_slope_fit([[x for x, _ in g] for g in groups],
+                                                          [[y for _, y in g] for g in groups])
+        lines.append(f"| {k} | {slope:+.2f} | {corr:+.2f} | {offsets[0] - offsets[1]:+.2f} | {residual:.2f} |")
+    return (["", heading, "", f"| metric | change per {per} | correlation | attnbench - vllm bench, net | "
+             "residual std |", "|---|---|---|---|---|"] + lines) if lines else []
 
 
 def _net_of_merging(ours: list[dict], theirs: list[dict]) -> list[str]:
-    """The server's variation taken out of a burst's ITL and TPOT.
+    """The server's merging taken out of a burst's criteria: at a burst, how far vLLM's API
+    server falls behind the engine decides how many tokens it merges into one chunk, and
+    that moves every run's ITL and TPOT for either client; each is fitted over the chunks
+    the client saw (`_net_of`)."""
+    chunks = {k: (lambda r: r.get("chunks")) for k in CRITERIA[1:]}
+    return _net_of(ours, theirs, chunks, "Net of the server's merging (each criterion fitted over the chunks "
+                   "the client saw, one slope for all runs, one offset per client):", "1,000 more chunks", 1000)
 
-    At a burst, how far vLLM's API server falls behind the engine decides how many tokens it
-    merges into one chunk, and that moves every run's ITL and TPOT for either client. Each
-    criterion is fitted as one line over the chunk count with its own offset per client
-    (least squares, common slope): the difference of the offsets is attnbench - vllm bench
-    net of the server's merging, to be read against the residuals' standard deviation.
-    Nothing when a client has fewer than 2 runs with a chunk count, or all runs saw as many.
-    """
-    groups = [[r for r in runs if r.get("chunks")] for runs in (ours, theirs)]
-    if min(len(g) for g in groups) < 2 or len({r["chunks"] for g in groups for r in g}) < 2:
-        return []  # too few runs, or every run saw as many chunks: nothing to fit over
-    lines = ["", "Net of the server's merging (each criterion fitted over the chunks the client saw, one "
-             "slope for all runs, one offset per client):", "",
-             "| metric | change per 1,000 more chunks | correlation | attnbench - vllm bench, net | "
-             "residual std |", "|---|---|---|---|---|"]
-    for k in CRITERIA[1:]:
-        xs = [[r["chunks"] / 1000 for r in g] for g in groups]
-        ys = [[r.get(k) for r in g] for g in groups]
-        flat_y = [y for g in ys for y in g]
-        if None in flat_y or len(set(flat_y)) < 2:
-            continue  # missing, or nothing to fit
-        centred = [([x - statistics.fmean(gx) for x in gx], [y - statistics.fmean(gy) for y in gy])
-                   for gx, gy in zip(xs, ys)]
-        sxx = sum(x * x for cx, _ in centred for x in cx)
-        slope = sum(x * y for cx, cy in centred for x, y in zip(cx, cy)) / sxx if sxx else 0.0
-        offsets = [statistics.fmean(gy) - slope * statistics.fmean(gx) for gx, gy in zip(xs, ys)]
-        residuals = [y - slope * x for cx, cy in centred for x, y in zip(cx, cy)]
-        lines.append(f"| {k} | {slope:+.2f} | {statistics.correlation([x for g in xs for x in g], flat_y):+.2f} "
-                     f"| {offsets[0] - offsets[1]:+.2f} | {statistics.pstdev(residuals):.2f} |")
-    return lines
+
+def _net_of_server(ours: list[dict], theirs: list[dict]) -> list[str]:
+    """The server's own run-to-run variation taken out: each latency criterion fitted over
+    what the server itself measured in the same run (vLLM's /metrics: its mean TTFT for the
+    client's median TTFT, its mean ITL for the client's median ITL and mean TPOT). Where the
+    host's speed moves the server between runs, both clients' latencies move with it; the
+    difference at equal server timing is the clients' own (`_net_of`)."""
+    witness = {"median_ttft_ms": lambda r: r.get("server", {}).get("mean_ttft_ms"),
+               "median_itl_ms": lambda r: r.get("server", {}).get("mean_itl_ms"),
+               "mean_tpot_ms": lambda r: r.get("server", {}).get("mean_itl_ms")}
+    return _net_of(ours, theirs, witness, "Net of the server's own timing (each criterion fitted over the "
+                   "server's mean TTFT or mean ITL in the same run, /metrics; one slope for all runs, one "
+                   "offset per client):", "ms of the server's", 1)
 
 
 def permutation_p(a: list[float], b: list[float], draws: int = 20_000) -> float | None:
