@@ -429,17 +429,18 @@ def test_host_witness_ranks_the_servers_ttft_against_the_hosts_speed(tmp_path):
             for when, snap in (("before", before), ("after", after)):
                 (load / "cpu" / f"{client}-r{i}.{when}.json").write_text(json.dumps(snap))
             (load / "cpu" / f"{client}-r{i}.client.json").write_text(json.dumps({"cpu_s": 10.0 + sign * i, "wall_s": 30.0}))
-            runs.append({"repeat": i, "chunks": 1000, "server": {"mean_ttft_ms": ttft}})
+            runs.append({"repeat": i, "chunks": 900 if i == 5 else 1000, "server": {"mean_ttft_ms": ttft}})
         clients.append((client, runs))
     cpu = compare._cpu(load, "attnbench", 3)
     assert cpu == {"client": 13.0, "client_wall": 30.0, "steal_s": 3.0, "probe_ms": 5.0,
                    "VLLM::EngineCor": 23.0}  # no stall after: no stall
     text = "\n".join(compare._host_witness(load, clients))
-    assert "| the server's processes' CPU s | 1.00 | 13 |" in text
-    assert "| attnbench's CPU us per chunk | 1.00 | 5 |" in text
-    assert "| vllm-bench's CPU us per chunk | -1.00 | 5 |" in text
-    assert "| host steal s | 1.00 | 13 |" in text and "attnbench-p1" not in text and "stall" not in text
-    assert "| host probe ms (median in the run) | 1.00 | 13 |" in text
+    # every run saw 1,000 chunks but each client's r5 900: the more steal, the more merging, and chunks rank at rho -0.64 (pandas agrees)
+    assert "| the server's processes' CPU s | 1.00 | -0.64 | 13 |" in text
+    assert "| attnbench's CPU us per chunk | 1.00 | - | 5 |" in text
+    assert "| vllm-bench's CPU us per chunk | -1.00 | - | 5 |" in text
+    assert "| host steal s | 1.00 | -0.64 | 13 |" in text and "attnbench-p1" not in text and "stall" not in text
+    assert "| host probe ms (median in the run) | 1.00 | -0.64 | 13 |" in text
     assert compare._host_witness(load, [clients[2]]) == []  # 3 runs: nothing to rank
 
 

@@ -66,16 +66,24 @@ def vllm_bench_chunks(result: dict) -> int:
     return sum(len(gaps) + 1 for gaps, ttft in zip(result["itls"], result.get("ttfts", [])) if ttft)
 
 
-def _ranks(values: list[float]) -> list[int]:
-    ranks = [0] * len(values)
-    for rank, i in enumerate(sorted(range(len(values)), key=values.__getitem__)):
-        ranks[i] = rank
+def _ranks(values: list[float]) -> list[float]:
+    """Each value's rank (0-based); tied values share the mean of their ranks."""
+    order = sorted(range(len(values)), key=values.__getitem__)
+    ranks = [0.0] * len(values)
+    start = 0
+    while start < len(order):
+        end = start
+        while end + 1 < len(order) and values[order[end + 1]] == values[order[start]]:
+            end += 1
+        for i in order[start:end + 1]:
+            ranks[i] = (start + end) / 2
+        start = end + 1
     return ranks
 
 
 def spearman(xs: list[float], ys: list[float]) -> float | None:
-    """Spearman's rho of two paired lists (ties ranked in order); None when under 3 pairs
-    or when either list is constant."""
+    """Spearman's rho of two paired lists (tied values share their mean rank); None when
+    under 3 pairs or when either list is constant."""
     if len(xs) < 3 or len(set(xs)) < 2 or len(set(ys)) < 2:
         return None
     return statistics.correlation(_ranks(xs), _ranks(ys))
@@ -334,36 +342,49 @@ def report(root: Path) -> list[str]:
 
 def _host_witness(load_dir: Path, clients: list[tuple[str, list[dict]]]) -> list[str]:
     """What moved the server between runs: Spearman's rho, over the runs of this load, of
-    the server's own mean TTFT with the CPU seconds its processes used, with each client's
-    CPU time per chunk it read, with the host's stolen and stalled CPU seconds where
-    recorded, and with the host probe's time for its fixed work (`proc_cpu.probe`). A
-    client does the same work for every chunk in every run, so its CPU time per chunk
-    measures how fast the host ran; when it and the probe rise with the server's TTFT in
-    both clients' runs, the host, not the client, set the spread. A row needs 5 runs with
-    its witness; nothing at all under 6 runs."""
-    rows = []  # (client, server mean TTFT, server processes' CPU s, client CPU us per chunk, host counters)
+    the server's own mean TTFT, and of the chunks the client saw (how many tokens the server
+    merged: fewer chunks, more merging), with the CPU seconds the server's processes used,
+    with each client's CPU time per chunk it read, with the host's stolen and stalled CPU
+    seconds where recorded, and with the host probe's time for its fixed work
+    (`proc_cpu.probe`). A client does the same work for every chunk in every run, so its
+    CPU time per chunk measures how fast the host ran (it is not ranked against the chunks
+    it is divided by); when it and the probe rise with the server's TTFT in both clients'
+    runs, the host, not the client, set the spread. A row needs 5 runs with its witness;
+    nothing at all under 6 runs."""
+    rows = []  # (client, server mean TTFT, chunks, server processes' CPU s, client CPU us per chunk, host counters)
     for client, runs in clients:
         for r in runs:
             cpu, ttft = _cpu(load_dir, client, r["repeat"]), r["server"].get("mean_ttft_ms")
             if cpu and ttft is not None:
                 server_s = sum(v for k, v in cpu.items() if k not in NOT_SERVER)
                 per_chunk = cpu["client"] / r["chunks"] * 1e6 if r.get("chunks") else None
-                rows.append((client, ttft, server_s, per_chunk, cpu))
+                rows.append((client, ttft, r.get("chunks"), server_s, per_chunk, cpu))
     if len(rows) < 6:
         return []
-    cells = [("the server's processes' CPU s", [(row[2], row[1]) for row in rows])]
-    cells += [(f"{client}'s CPU us per chunk", [(row[3], row[1]) for row in rows if row[0] == client and row[3]])
-              for client, _ in clients]
-    cells += [(f"host {key[:-2].replace('_', ' ')} s", [(row[4][key], row[1]) for row in rows if key in row[4]])
-              for key in HOST]
-    cells.append(("host probe ms (median in the run)", [(row[4]["probe_ms"], row[1]) for row in rows if "probe_ms" in row[4]]))
-    shown = [(name, spearman(*zip(*pairs)), len(pairs)) for name, pairs in cells if len(pairs) >= 5]
+
+    def cell(name: str, had: list[tuple], witness, against_chunks: bool = True) -> str | None:
+        if len(had) < 5:
+            return None
+        xs = [witness(row) for row in had]
+        with_chunks = [(x, row[2]) for x, row in zip(xs, had) if row[2]]
+        rho_chunks = spearman(*zip(*with_chunks)) if against_chunks and len(with_chunks) >= 5 else None
+        return (f"| {name} | {_fmt(spearman(xs, [row[1] for row in had]), 2)} | {_fmt(rho_chunks, 2)} "
+                f"| {len(had)} |")
+
+    cells = [cell("the server's processes' CPU s", rows, lambda row: row[3])]
+    cells += [cell(f"{client}'s CPU us per chunk", [row for row in rows if row[0] == client and row[4]],
+                   lambda row: row[4], against_chunks=False) for client, _ in clients]
+    cells += [cell(f"host {key[:-2].replace('_', ' ')} s", [row for row in rows if key in row[5]],
+                   lambda row, key=key: row[5][key]) for key in HOST]
+    cells.append(cell("host probe ms (median in the run)", [row for row in rows if "probe_ms" in row[5]],
+                      lambda row: row[5]["probe_ms"]))
     return (["What moved the server between runs: the rank correlation (Spearman) of the server's own mean "
-             "TTFT with each witness, over the runs. A client does the same work for each chunk in every "
-             "run, so its CPU time per chunk measures how fast the host ran, as does the time the host "
-             "probe (`proc_cpu.py --probe`, where it ran) takes for its fixed work:", "",
-             "| server mean TTFT against | rho | runs |", "|---|---|---|"]
-            + [f"| {name} | {_fmt(rho, 2)} | {n} |" for name, rho, n in shown] + [""])
+             "TTFT, and of the chunks each run's client saw (fewer: the server merged more tokens into "
+             "one chunk), with each witness, over the runs. A client does the same work for each chunk in "
+             "every run, so its CPU time per chunk measures how fast the host ran, as does the time the "
+             "host probe (`proc_cpu.py --probe`, where it ran) takes for its fixed work:", "",
+             "| witness | rho with the server's mean TTFT | rho with the chunks | runs |", "|---|---|---|---|"]
+            + [c for c in cells if c] + [""])
 
 
 def _wire_tables(clients: list[tuple[str, list[dict]]]) -> list[str]:
