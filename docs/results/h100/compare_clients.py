@@ -12,10 +12,14 @@ points). Then the evidence: what the server itself measured for each client's ru
 reads, the order in which the server answered the requests (rank correlation of each
 request's number with the time of its first token: 1.0 is first come, first served in the
 dataset's order), the CPU seconds of the server's processes and of each client, kernel
-compiles; and each client's latencies minus the server's own for the same requests (the
-third witness). Where cross-check.sh traced the clients' sends (SEND_TRACE=1, sent/), each
-client's TTFT also counted from the moment its request was on the wire (send_trace.py), with
-what each client did between its clock's start and that moment.
+compiles; each client's latencies minus the server's own for the same requests (the
+third witness), and each criterion fitted over the server's own reading run by run (the
+clients' difference at equal server timing); what moved the server between runs (its TTFT
+and its merging of tokens ranked against the host's speed: CPU seconds per unit of work,
+stolen CPU, a probe's fixed work). Where cross-check.sh traced the clients' sends
+(SEND_TRACE=1, sent/), each client's TTFT also counted from the moment its request was on
+the wire (send_trace.py), with what each client did between its clock's start and that
+moment.
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ import itertools
 import json
 import math
 import random
-import statistics
+import statistics  # stdlib only: cross-check.sh runs this on GPU hosts with vLLM's packages alone
 import sys
 from pathlib import Path
 
