@@ -445,6 +445,8 @@ def test_host_witness_ranks_the_servers_ttft_against_the_hosts_speed(tmp_path):
     assert "| host steal s | 1.00 | -0.64 | 13 |" in text and "attnbench-p1" not in text and "stall" not in text
     assert "| host probe ms (median in the run) | 1.00 | -0.64 | 13 |" in text
     assert compare._host_witness(load, [clients[2]]) == []  # 3 runs: nothing to rank
+    # ties share a rank; two first tokens read at one instant give no order rather than an error
+    assert compare.spearman([1, 2, 2, 3], [5, 7, 7, 9]) == 1.0 and compare._rank_correlation([0.5, 0.5]) is None
 
 
 def test_net_of_server_takes_the_hosts_drift_out_of_both_clients():

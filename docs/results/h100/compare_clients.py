@@ -87,17 +87,15 @@ def _ranks(values: list[float]) -> list[float]:
 
 def spearman(xs: list[float], ys: list[float]) -> float | None:
     """Spearman's rho of two paired lists (tied values share their mean rank); None when
-    under 3 pairs or when either list is constant."""
-    if len(xs) < 3 or len(set(xs)) < 2 or len(set(ys)) < 2:
+    under 2 pairs or when either list is constant."""
+    if len(xs) < 2 or len(set(xs)) < 2 or len(set(ys)) < 2:
         return None
     return statistics.correlation(_ranks(xs), _ranks(ys))
 
 
 def _rank_correlation(times: list[float]) -> float | None:
     """Spearman's rho between request number (0..n-1) and ``times``."""
-    if len(times) < 2:
-        return None
-    return statistics.correlation(list(range(len(times))), _ranks(times))
+    return spearman(list(range(len(times))), times)
 
 
 def attnbench_first_token_order(records: str) -> float | None:
@@ -228,10 +226,12 @@ def _probe_samples(root: Path) -> tuple[tuple[float, float], ...]:
     return tuple((r["t"], r["ms"]) for r in map(json.loads, filter(None, text_of(path).splitlines())))
 
 
+@functools.lru_cache(maxsize=None)
 def _cpu(load_dir: Path, client: str, i: int) -> dict:
     """CPU seconds during one client run: per server process (by name), the client's, and
     the host's stolen and stalled seconds (`proc_cpu.host`) where the snapshots hold them;
-    ``probe_ms``: the median time of the host probe's fixed work between the snapshots."""
+    ``probe_ms``: the median time of the host probe's fixed work between the snapshots.
+    Read once per run (cached); callers must not change the dict."""
     cpu = load_dir / "cpu"
     try:
         before = json.loads((cpu / f"{client}-r{i}.before.json").read_text())
@@ -355,33 +355,32 @@ def _host_witness(load_dir: Path, clients: list[tuple[str, list[dict]]]) -> list
     it is divided by); when it and the probe rise with the server's TTFT in both clients'
     runs, the host, not the client, set the spread. A row needs 5 runs with its witness;
     nothing at all under 6 runs."""
-    rows = []  # (client, server mean TTFT, chunks, server processes' CPU s, client CPU us per chunk, host counters)
+    rows = []  # one per run with CPU records and the server's mean TTFT
     for client, runs in clients:
         for r in runs:
             cpu, ttft = _cpu(load_dir, client, r["repeat"]), r["server"].get("mean_ttft_ms")
             if cpu and ttft is not None:
-                server_s = sum(v for k, v in cpu.items() if k not in NOT_SERVER)
-                per_chunk = cpu["client"] / r["chunks"] * 1e6 if r.get("chunks") else None
-                rows.append((client, ttft, r.get("chunks"), server_s, per_chunk, cpu))
+                rows.append({"client": client, "ttft": ttft, "chunks": r.get("chunks"), "host": cpu,
+                             "server_s": sum(v for k, v in cpu.items() if k not in NOT_SERVER),
+                             "per_chunk": cpu["client"] / r["chunks"] * 1e6 if r.get("chunks") else None})
     if len(rows) < 6:
         return []
 
-    def cell(name: str, had: list[tuple], witness, against_chunks: bool = True) -> str | None:
+    def cell(name: str, witness, against_chunks: bool = True, client: str | None = None) -> str | None:
+        """One witness's row: ``witness(row)`` (None: not recorded) over this load's runs, or one client's."""
+        had = [(witness(row), row) for row in rows if client in (None, row["client"]) and witness(row) is not None]
         if len(had) < 5:
             return None
-        xs = [witness(row) for row in had]
-        with_chunks = [(x, row[2]) for x, row in zip(xs, had) if row[2]]
+        with_chunks = [(x, row["chunks"]) for x, row in had if row["chunks"]]
         rho_chunks = spearman(*zip(*with_chunks)) if against_chunks and len(with_chunks) >= 5 else None
-        return (f"| {name} | {_fmt(spearman(xs, [row[1] for row in had]), 2)} | {_fmt(rho_chunks, 2)} "
-                f"| {len(had)} |")
+        rho_ttft = spearman([x for x, _ in had], [row["ttft"] for _, row in had])
+        return f"| {name} | {_fmt(rho_ttft, 2)} | {_fmt(rho_chunks, 2)} | {len(had)} |"
 
-    cells = [cell("the server's processes' CPU s", rows, lambda row: row[3])]
-    cells += [cell(f"{client}'s CPU us per chunk", [row for row in rows if row[0] == client and row[4]],
-                   lambda row: row[4], against_chunks=False) for client, _ in clients]
-    cells += [cell(f"host {key[:-2].replace('_', ' ')} s", [row for row in rows if key in row[5]],
-                   lambda row, key=key: row[5][key]) for key in HOST]
-    cells.append(cell("host probe ms (median in the run)", [row for row in rows if "probe_ms" in row[5]],
-                      lambda row: row[5]["probe_ms"]))
+    cells = [cell("the server's processes' CPU s", lambda row: row["server_s"])]
+    cells += [cell(f"{client}'s CPU us per chunk", lambda row: row["per_chunk"], against_chunks=False, client=client)
+              for client, _ in clients]
+    cells += [cell(f"host {key[:-2].replace('_', ' ')} s", lambda row, key=key: row["host"].get(key)) for key in HOST]
+    cells.append(cell("host probe ms (median in the run)", lambda row: row["host"].get("probe_ms")))
     return (["What moved the server between runs: the rank correlation (Spearman) of the server's own mean "
              "TTFT, and of the chunks each run's client saw (fewer: the server merged more tokens into "
              "one chunk), with each witness, over the runs. A client does the same work for each chunk in "
