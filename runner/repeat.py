@@ -3,8 +3,9 @@ run` (each repeat of a suite) and `attnbench load` (a server someone else starte
 
 Around the load it reads the server's own metrics (`witness`: TTFT, ITL, E2EL as vLLM
 timed them) and, when the server's log is known, the kernel compiles it logged meanwhile
-(`serverlog`); the client's event-loop lag comes from the load itself. All of it lands in
-the summary next to the client-side metrics.
+(`serverlog`); the client's event-loop lag comes from the load itself, and the CPU its
+machine lost meanwhile from the kernel's counters (`host`). All of it lands in the summary
+next to the client-side metrics.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from pathlib import Path
 from tqdm import tqdm
 
 from .datasets import BenchRequest
+from .host import host_between, host_counters
 from .loadgen import ClientStats, LoadConfig, RequestRecord
 from .loadpool import run_load_processes
 from .metrics import summarize
@@ -39,6 +41,7 @@ def measure_repeat(cfg: LoadConfig, requests: list[BenchRequest], offsets: list[
     completed). Ctrl-C propagates after the sink has every record measured so far."""
     window = LogWindow(server_log) if server_log is not None else None
     before = scrape(cfg.base_url)
+    host_before = host_counters()
     stats = ClientStats()
     bar = tqdm(total=len(requests), desc=desc, unit="req", leave=False, dynamic_ncols=True)
     try:
@@ -48,6 +51,7 @@ def measure_repeat(cfg: LoadConfig, requests: list[BenchRequest], offsets: list[
         bar.close()
     summary = summarize(records, slo_ms, stats)
     summary["client_processes"] = processes
+    summary["client_host"] = host_between(host_before, host_counters()) or None
     after = scrape(cfg.base_url) if before is not None else None
     if after is not None:
         summary["server_metrics"] = between(before, after)

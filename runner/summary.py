@@ -61,6 +61,7 @@ class _Summary(BaseModel):
     server_metrics: dict | None = None  # vLLM's /metrics over the repeat (`witness.between`)
     jit_compiles: list[str] | None = None  # kernel compiles the server logged meanwhile
     client_processes: int | None = None  # client processes that shared the load
+    client_host: dict[str, float] | None = None  # CPU s the client's machine lost meanwhile (`host.host_between`)
     client_loop_lag_ms: dict[str, float] | None = None  # p50 / p99 / max
     client_coalesced_chunks: float | None = None  # share of chunks read together with the one before
     max_chunk_tokens: int | None = None

@@ -128,6 +128,8 @@ def test_load_against_nothing_fails_in_one_line(tmp_path):
     summary = json.loads((tmp_path / "out" / "summary.json").read_text())
     assert summary["status"] == "failed" and summary["completed"] == 0 and summary["failed"] == 4
     assert summary["client_processes"] == 1  # auto: 4 requests in flight at most
+    # the CPU this (Linux) machine lost meanwhile: steal always counted, never negative
+    assert summary["client_host"]["steal_s"] >= 0.0
 
 
 def test_load_client_processes_must_be_a_count_or_auto(tmp_path):
@@ -467,3 +469,15 @@ def test_net_of_server_takes_the_hosts_drift_out_of_both_clients():
     assert "| median_ttft_ms | +1.00 | +1.00 | -2.00 | 0.00 |" in text
     assert "| mean_tpot_ms | +1.00 | +1.00 | +0.00 | 0.00 |" in text and "median_itl_ms" not in text
     assert compare._net_of_server(ours[:1], theirs) == []
+
+
+def test_host_counters_difference_what_the_machine_lost():
+    """`host_counters` reads the kernel's cumulative counters (this machine is Linux: steal
+    from /proc/stat, in seconds, growing); `host_between` differences those read both times
+    and leaves out the others."""
+    from attnbench.runner.host import host_between, host_counters
+
+    first = host_counters()
+    assert first["steal_s"] >= 0.0 and host_counters()["steal_s"] >= first["steal_s"]
+    assert host_between({"steal_s": 1.0, "cpu_stall_s": 2.0}, {"steal_s": 1.25}) == {"steal_s": 0.25}
+    assert host_between({}, first) == {}

@@ -18,6 +18,8 @@ import subprocess
 import sys
 import time
 
+from attnbench.runner.host import host_counters
+
 TICK = os.sysconf("SC_CLK_TCK")
 PROBE_EVERY_S = 0.25
 PROBE_WORK = 50_000  # squares summed per probe: ~2 ms on one current x86 core
@@ -46,22 +48,11 @@ def _stat(pid: int):
 
 
 def host() -> dict:
-    """The machine's cumulative counters, seconds since boot: CPU time stolen by the
-    hypervisor (`steal_s`, all CPUs together, /proc/stat), and time in which some runnable
-    task waited for a CPU (`cpu_stall_s`, /proc/pressure/cpu "some"; absent without PSI).
-    Differenced around a run they say whether the host, not the server, slowed down."""
-    out = {"time": time.time()}  # epoch s: where this snapshot sits among --probe's samples
-    with open("/proc/stat") as fh:
-        fields = fh.readline().split()  # cpu user nice system idle iowait irq softirq steal ...
-    if len(fields) > 8:
-        out["steal_s"] = int(fields[8]) / TICK
-    try:
-        with open("/proc/pressure/cpu") as fh:
-            some = fh.readline().split()  # some avg10=.. avg60=.. avg300=.. total=<us>
-        out["cpu_stall_s"] = int(some[-1].split("=")[1]) / 1e6
-    except (OSError, IndexError, ValueError):
-        pass
-    return out
+    """The machine's cumulative counters (`attnbench.runner.host.host_counters`: stolen and
+    stalled CPU seconds) and the epoch time they were read at, which places a snapshot among
+    --probe's samples. Differenced around a run they say whether the host, not the server,
+    slowed down."""
+    return {"time": time.time(), **host_counters()}
 
 
 def descendants(root: int) -> dict:
