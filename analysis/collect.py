@@ -164,6 +164,7 @@ def collect_results(root: str | Path) -> Collected:
             runs.append({**key, "status": summary.status, **_serve_settings(recipe),
                          **_provenance_columns(prov, recipe), **metrics,
                          "jit_compiles": len(summary.jit_compiles or []), "session": summary.session or "",
+                         **{f"host_{k}": v for k, v in (summary.client_host or {}).items()},  # host_steal_s, ...
                          "first_error": summary.first_error, "source": str(rep_dir)})
             records_file = requests_path(rep_dir)
             if summary.status == "ok" and records_file is not None:

@@ -424,3 +424,16 @@ def test_a_summary_that_is_not_ours_is_named(tmp_path):
     path.write_text(json.dumps({**json.loads(path.read_text()), "status": "finished", "completed": "many"}))
     with pytest.raises(CollectError, match=r"flex/r1/summary\.json: not an attnbench summary: .*status.*completed"):
         collect_results(tmp_path / "res")
+
+
+def test_the_cpu_the_clients_machine_lost_is_a_column_per_repeat(tmp_path):
+    """summary.json's `client_host` (stolen and stalled CPU seconds over the repeat) becomes
+    host_steal_s / host_cpu_stall_s in the runs frame; repeats that did not record it get NaN."""
+    store = ResultsStore(tmp_path / "res", "talk")
+    write_run(store, "talk", "flex", [make_records([100, 120], 10), make_records([110, 130], 10)],
+              backend="FLEX_ATTENTION")
+    path = store.repeat_dir("flex", 1) / "summary.json"
+    path.write_text(json.dumps({**json.loads(path.read_text()), "client_host": {"steal_s": 1.5, "cpu_stall_s": 0.25}}))
+    runs = collect_results(tmp_path / "res").runs.set_index("repeat")
+    assert runs.loc[1, "host_steal_s"] == 1.5 and runs.loc[1, "host_cpu_stall_s"] == 0.25
+    assert runs["host_steal_s"].isna().sum() == 1
