@@ -377,7 +377,7 @@ def test_pooled_burst_takes_the_servers_merging_out():
     text = "\n".join(compare._pooled("inf", [("burst", ours[:2], theirs[:2]),
                                                                      ("burst-2", ours[2:], theirs[2:])]))
     assert "pooled (burst/, burst-2/: 3 attnbench and 3 vllm bench serve runs)" in text
-    assert "| mean_tpot_ms | -2.00 | " in text and "| +2.00 | 0.00 |" in text
+    assert "| mean_tpot_ms | -2.00 | " in text and "| +2.00 | -2.1% | 0.00 |" in text
     assert "| median_itl_ms | +0.00 | " in text  # a constant offset, no slope
     assert "| output_throughput | 6,000.0 | 6,000.0 | 0.0% |" in text
     # one burst alone gets the same fit; runs that all saw as many chunks give nothing to fit
@@ -466,8 +466,8 @@ def test_net_of_server_takes_the_hosts_drift_out_of_both_clients():
     theirs = [run(t, 10.0) for t in (50.0, 60.0, 70.0)]
     compare = _docs_script("compare_clients")
     text = "\n".join(compare._net_of_server(ours, theirs))
-    assert "| median_ttft_ms | +1.00 | +1.00 | -2.00 | 0.00 |" in text
-    assert "| mean_tpot_ms | +1.00 | +1.00 | +0.00 | 0.00 |" in text and "median_itl_ms" not in text
+    assert "| median_ttft_ms | +1.00 | +1.00 | -2.00 | -2.9% | 0.00 |" in text  # of vllm bench's median, 60 + 10 ms
+    assert "| mean_tpot_ms | +1.00 | +1.00 | +0.00 | +0.0% | 0.00 |" in text and "median_itl_ms" not in text
     assert compare._net_of_server(ours[:1], theirs) == []
 
 

@@ -492,9 +492,11 @@ def _net_of(ours: list[dict], theirs: list[dict], witness: dict, heading: str, p
             continue
         slope, offsets, residual, corr = common_slope_fit([[x for x, _ in g] for g in groups],
                                                           [[y for _, y in g] for g in groups])
-        lines.append(f"| {k} | {slope:+.2f} | {corr:+.2f} | {offsets[0] - offsets[1]:+.2f} | {residual:.2f} |")
+        net, theirs_median = offsets[0] - offsets[1], statistics.median(y for _, y in groups[1])
+        share = f"{net / theirs_median * 100:+.1f}%" if theirs_median else "-"
+        lines.append(f"| {k} | {slope:+.2f} | {corr:+.2f} | {net:+.2f} | {share} | {residual:.2f} |")
     return (["", heading, "", f"| metric | change per {per} | correlation | attnbench - vllm bench, net | "
-             "residual std |", "|---|---|---|---|---|"] + lines) if lines else []
+             "of vllm bench's median | residual std |", "|---|---|---|---|---|---|"] + lines) if lines else []
 
 
 def _net_of_merging(ours: list[dict], theirs: list[dict]) -> list[str]:
