@@ -18,9 +18,8 @@ import subprocess
 import sys
 import time
 
-from attnbench.runner.host import host_counters
+from attnbench.runner.host import TICK, host_counters  # TICK: /proc's clock ticks per second
 
-TICK = os.sysconf("SC_CLK_TCK")
 PROBE_EVERY_S = 0.25
 PROBE_WORK = 50_000  # squares summed per probe: ~2 ms on one current x86 core
 
