@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 
+COUNTERS = ("steal_s", "cpu_stall_s")  # what `host_counters` reads, where the machine has it
 TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100  # /proc/stat's unit, per second
 
 

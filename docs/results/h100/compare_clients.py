@@ -34,6 +34,7 @@ import statistics  # stdlib only: cross-check.sh runs this on GPU hosts with vLL
 import sys
 from pathlib import Path
 
+from attnbench.runner.host import COUNTERS as HOST  # the machine's own counters, differenced per run
 from attnbench.runner.serverlog import jit_compiles
 from attnbench.runner.witness import Snapshot, between
 
@@ -41,7 +42,6 @@ CRITERIA = ("output_throughput", "median_ttft_ms", "median_itl_ms", "mean_tpot_m
 KEYS = CRITERIA + ("mean_ttft_ms", "mean_itl_ms", "p99_itl_ms", "mean_e2el_ms", "duration",
                    "total_output_tokens", "completed")
 FIXED = "attnbench-p"  # attnbench-pN/: `attnbench load --client-processes N`, when cross-check.sh made them
-HOST = ("steal_s", "cpu_stall_s")  # proc_cpu.host(): the machine's own counters, differenced per run
 NOT_SERVER = ("client", "client_wall", "probe_ms", *HOST)  # the keys of `_cpu` that are no server process
 SERVER = ("mean_ttft_ms", "median_ttft_ms", "mean_itl_ms", "mean_e2el_ms", "mean_queue_ms", "generation_tokens")
 
@@ -255,6 +255,16 @@ def _cpu(load_dir: Path, client: str, i: int) -> dict:
     return out
 
 
+def _server_processes(cpu: dict) -> dict:
+    """The server processes' CPU seconds (by name) of a `_cpu` record."""
+    return {k: v for k, v in cpu.items() if k not in NOT_SERVER}
+
+
+def _host_label(key: str) -> str:
+    """A host counter's name for a table: "steal_s" -> "host steal"."""
+    return "host " + key.removesuffix("_s").replace("_", " ")
+
+
 def _med(values):
     values = [v for v in values if v is not None]
     return statistics.median(values) if values else None
@@ -309,8 +319,8 @@ def report(root: Path) -> list[str]:
             for r in runs:
                 s = r["server"]
                 cpu = _cpu(load_dir, client, r["repeat"])
-                procs = ", ".join(f"{k} {v:.1f}" for k, v in cpu.items() if k not in NOT_SERVER)
-                procs += "".join(f"; host {k[:-2].replace('_', ' ')} {cpu[k]:.1f}" for k in HOST if k in cpu)
+                procs = ", ".join(f"{k} {v:.1f}" for k, v in _server_processes(cpu).items())
+                procs += "".join(f"; {_host_label(k)} {cpu[k]:.1f}" for k in HOST if k in cpu)
                 procs += f"; probe {cpu['probe_ms']:.2f} ms" if "probe_ms" in cpu else ""
                 lag = (r.get("client_loop_lag_ms") or {}).get("p99")
                 coalesced = r.get("client_coalesced_chunks")
@@ -361,7 +371,7 @@ def _host_witness(load_dir: Path, clients: list[tuple[str, list[dict]]]) -> list
             cpu, ttft = _cpu(load_dir, client, r["repeat"]), r["server"].get("mean_ttft_ms")
             if cpu and ttft is not None:
                 rows.append({"client": client, "ttft": ttft, "chunks": r.get("chunks"), "host": cpu,
-                             "server_s": sum(v for k, v in cpu.items() if k not in NOT_SERVER),
+                             "server_s": sum(_server_processes(cpu).values()),
                              "per_chunk": cpu["client"] / r["chunks"] * 1e6 if r.get("chunks") else None})
     if len(rows) < 6:
         return []
@@ -379,7 +389,7 @@ def _host_witness(load_dir: Path, clients: list[tuple[str, list[dict]]]) -> list
     cells = [cell("the server's processes' CPU s", lambda row: row["server_s"])]
     cells += [cell(f"{client}'s CPU us per chunk", lambda row: row["per_chunk"], against_chunks=False, client=client)
               for client, _ in clients]
-    cells += [cell(f"host {key[:-2].replace('_', ' ')} s", lambda row, key=key: row["host"].get(key)) for key in HOST]
+    cells += [cell(f"{_host_label(key)} s", lambda row, key=key: row["host"].get(key)) for key in HOST]
     cells.append(cell("host probe ms (median in the run)", lambda row: row["host"].get("probe_ms")))
     return (["What moved the server between runs: the rank correlation (Spearman) of the server's own mean "
              "TTFT, and of the chunks each run's client saw (fewer: the server merged more tokens into "
