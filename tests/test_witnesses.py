@@ -250,6 +250,20 @@ def test_cross_check_verdict_sets_each_client_beside_the_server(tmp_path):
     assert "| vllm-bench | r2 | 1,010 | 820.0 | 20.20 | 600.0 | - | 5 | 1.00 |" in text
 
 
+def test_campaigns_on_several_hosts_are_read_apart_then_pooled(tmp_path):
+    """compare_clients.py given two campaigns: each load under its campaign's name, then the
+    rate both ran at pooled, with each load's own difference of the medians per criterion
+    (attnbench's 640/660 ms against vllm bench's 800/820 ms: -19.8% in both)."""
+    for host in ("host-a", "host-b"):
+        _cross_check_tree(tmp_path / host)
+    text = "\n".join(_docs_script("compare_clients").report(tmp_path / "host-a", tmp_path / "host-b"))
+    assert "## host-a/burst (request rate inf req/s; 2 attnbench" in text and "## host-b/burst (" in text
+    assert "pooled (host-a/burst/, host-b/burst/: 4 attnbench and 4 vllm bench serve runs)" in text
+    assert "| host-a/burst | 2 | -1.0% | -19.8% | -1.0% | -1.0% |" in text
+    assert "| host-b/burst | 2 | -1.0% | -19.8% | -1.0% | -1.0% |" in text
+    assert "| median_ttft_ms | 650.0 | 810.0 | -19.8% |" in text.split("pooled")[-1]
+
+
 def test_archived_cross_check_keeps_the_verdict(tmp_path):
     """archive_cross_check.py keeps r1's per-request records, only the chunk count of later
     runs, gzips the scrapes, drops prompts.json; compare_clients reads the same verdict."""

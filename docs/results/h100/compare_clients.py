@@ -1,6 +1,7 @@
 """The cross-check's verdict: `attnbench load` beside `vllm bench serve` on one server.
 
     python3 compare_clients.py CROSS_CHECK_DIR > CROSS_CHECK_DIR/comparison.md
+    python3 compare_clients.py DIR_1 DIR_2 ... > pooled.md    several campaigns, then pooled per rate
 
 For each load (burst/, poisson/): per client, the median over its repeats of output
 throughput, median TTFT, median ITL and mean TPOT (and more), the difference of attnbench
@@ -16,7 +17,10 @@ compiles; each client's latencies minus the server's own for the same requests (
 third witness), and each criterion fitted over the server's own reading run by run (the
 clients' difference at equal server timing); what moved the server between runs (its TTFT
 and its merging of tokens ranked against the host's speed: CPU seconds per unit of work,
-stolen CPU, a probe's fixed work). Where cross-check.sh traced the clients' sends
+stolen CPU, a probe's fixed work). Given several campaigns (on several hosts), each load is
+named DIR/LOAD, and after them every rate that more than one load ran at is pooled: the
+criteria over all their runs, fitted over the server's merging and over its own timing.
+Where cross-check.sh traced the clients' sends
 (SEND_TRACE=1, sent/), each client's TTFT also counted from the moment its request was on
 the wire (send_trace.py), with what each client did between its clock's start and that
 moment.
@@ -282,20 +286,28 @@ def _fmt(v, nd=1) -> str:
     return f"{v:,.{nd}f}" if abs(v) < 1e5 else f"{v:,.0f}"
 
 
-def report(root: Path) -> list[str]:
-    lines = ["# attnbench load vs vllm bench serve", ""] + _compiles(root, "the server")
+def _loads(roots: tuple[Path, ...]) -> list[tuple[str, Path]]:
+    """Each campaign's load folders (burst/, poisson/), named LOAD, or DIR/LOAD given several."""
+    return [(f"{root.name}/{d.name}" if len(roots) > 1 else d.name, d) for root in roots
+            for d in sorted(p for p in root.iterdir() if p.is_dir() and (p / "attnbench").exists())]
+
+
+def report(*roots: Path) -> list[str]:
+    lines = ["# attnbench load vs vllm bench serve", ""]
+    for root in roots:
+        lines += _compiles(root, f"{root.name}'s server" if len(roots) > 1 else "the server")
     by_rate: dict[object, list[tuple[str, list[dict], list[dict]]]] = {}
-    for load_dir in sorted(p for p in root.iterdir() if p.is_dir() and (p / "attnbench").exists()):
+    for name, load_dir in _loads(roots):
         ours, theirs = attnbench_runs(load_dir), vllm_bench_runs(load_dir)
         if not ours or not theirs:
             continue
-        by_rate.setdefault(ours[0].get("request_rate"), []).append((load_dir.name, ours, theirs))
+        by_rate.setdefault(ours[0].get("request_rate"), []).append((name, ours, theirs))
         fixed = {d.name: attnbench_runs(load_dir, d.name)  # optional: attnbench held to N client processes
                  for d in sorted(load_dir.glob(f"{FIXED}*"), key=lambda d: int(d.name[len(FIXED):]))}
         rate = ours[0].get("request_rate")
-        lines += [f"## {load_dir.name} (request rate {rate} req/s; {len(ours)} attnbench and {len(theirs)} "
+        lines += [f"## {name} (request rate {rate} req/s; {len(ours)} attnbench and {len(theirs)} "
                   "vllm bench serve runs, alternating)", ""]
-        lines += _compiles(load_dir, f"{load_dir.name}'s server (its own launch)")
+        lines += _compiles(load_dir, f"{name}'s server (its own launch)")
         lines += _criteria_table(ours, theirs, "attnbench")
         if str(rate) == "inf":  # a burst (summaries hold the float inf)
             lines += _net_of_merging(ours, theirs)
@@ -467,7 +479,16 @@ def _pooled(rate, loads: list[tuple[str, list[dict], list[dict]]]) -> list[str]:
     ours = [r for _, runs, _ in loads for r in runs]
     theirs = [r for _, _, runs in loads for r in runs]
     lines = [f"## All runs at request rate {rate} req/s pooled ({names}: {len(ours)} attnbench and "
-             f"{len(theirs)} vllm bench serve runs)", ""]
+             f"{len(theirs)} vllm bench serve runs)", "",
+             "Each load's difference, attnbench - vllm bench serve, of the medians over its runs:", "",
+             "| load | pairs | " + " | ".join(CRITERIA) + " |", "|---" * (len(CRITERIA) + 2) + "|"]
+    for name, a_runs, v_runs in loads:
+        cells = []
+        for k in CRITERIA:
+            a, v = _med(_values(a_runs, k)), _med(_values(v_runs, k))
+            cells.append(f"{(a - v) / v * 100:+.1f}%" if a is not None and v else "-")
+        lines.append(f"| {name} | {min(len(a_runs), len(v_runs))} | " + " | ".join(cells) + " |")
+    lines += ["", "Over all of them (a spread here also holds what differed between the loads' servers or hosts):", ""]
     return (lines + _criteria_table(ours, theirs, "attnbench") + _net_of_merging(ours, theirs)
             + _net_of_server(ours, theirs) + [""])
 
@@ -632,4 +653,6 @@ def _minus(a, b):
 
 
 if __name__ == "__main__":
-    print("\n".join(report(Path(sys.argv[1]))))
+    if len(sys.argv) < 2:
+        sys.exit("usage: compare_clients.py CROSS_CHECK_DIR [CROSS_CHECK_DIR ...]")
+    print("\n".join(report(*map(Path, sys.argv[1:]))))
