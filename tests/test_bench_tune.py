@@ -243,3 +243,22 @@ def test_the_fitted_tree_picks_by_slowdown_not_by_which_near_tie_won(tmp_path):
     source = emit_python(tree, labels, "Test GPU", "t.csv", regret(tree, labels, rows))
     assert source.count("if f[") == 1 and "if f['max_seqlen_k'] <= 550:" in source
     assert "* a: fastest 100.0 us; the tree's pick 101.0 us (+1.0%)" in source
+
+
+def test_the_read_floor_kernels_read_every_element_once():
+    """docs/perf/read_floor.py's streaming reads, on a size that no tile divides: every launch
+    shape (one tile per program; persistent, strided, pipelined) sums all of the bytes
+    exactly, and a launch that misses a tile is caught."""
+    spec = importlib.util.spec_from_file_location("read_floor", Path(__file__).parents[1] / "docs/perf/read_floor.py")
+    read_floor = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(read_floor)
+    assert read_floor.kv_bytes(*read_floor.DECODE_CASES["mqa-decode-b16-ctx4k"]) == 33_554_432
+    x = read_floor.random_small_integers(3 * 8192 + 1000, DEVICE)
+    launches = read_floor.read_launches(x, programs_per_sm=(1,), num_sms=2)
+    assert len(launches) == 12 + 4
+    for _, launch, partials in launches:
+        read_floor.check_read(x, launch, partials)
+    short = x[: 2 * 8192]  # the partials of a read over fewer elements than x
+    label, launch, partials = read_floor.read_launches(short, programs_per_sm=(1,), num_sms=2)[0]
+    with pytest.raises(ValueError, match="did not read every element once"):
+        read_floor.check_read(x, launch, partials)
