@@ -19,6 +19,7 @@ import numpy as np
 import pandas as pd
 
 from attnbench.runner.catalogue import ITL, METRICS, REPORTED, Metric
+from attnbench.runner.host import COUNTERS as HOST_COUNTERS
 
 from .collect import Collected, CollectError
 
@@ -27,8 +28,13 @@ CONVENTION = ("bars: mean of repeats; error bars: min/max over repeats (throughp
 KEYS = ["gpu", "suite", "run"]
 
 
+HOST_COLUMNS = tuple(f"host_{k}" for k in HOST_COUNTERS)  # collect's columns from summary.json's client_host
+
+
 def aggregate(data: Collected) -> pd.DataFrame:
-    """One row per (gpu, suite, run): ``<metric>``, ``<metric>_lo``, ``<metric>_hi``, ``repeats``."""
+    """One row per (gpu, suite, run): ``<metric>``, ``<metric>_lo``, ``<metric>_hi``, ``repeats``,
+    and ``host_steal_s_min`` / ``_max`` (and the same for ``host_cpu_stall_s``) over the repeats
+    that recorded them."""
     ok = data.runs[data.runs["status"] == "ok"]
     if ok.empty:
         raise CollectError("no successful repeat to aggregate (every summary.json has a status other than ok)")
@@ -43,6 +49,9 @@ def aggregate(data: Collected) -> pd.DataFrame:
         for col in ("failed", "jit_compiles"):  # summed over repeats: shown, never averaged away
             row[col] = int(g[col].fillna(0).sum()) if col in g else 0
         row["sessions"] = sorted({str(v) for v in g.get("session", pd.Series(dtype=str)).dropna() if str(v)})
+        for col in HOST_COLUMNS:  # the CPU the client's machine lost per repeat (s), where recorded
+            if col in g and g[col].notna().any():
+                row[f"{col}_min"], row[f"{col}_max"] = g[col].min(), g[col].max()
         suite, run = key[1], key[2]
         for metric in REPORTED:
             name, per_repeat = metric.name, metric.key("median")

@@ -165,9 +165,15 @@ def noise_lines(norm: pd.DataFrame, base: str) -> list[str]:
     return lines + [""] if lines else []
 
 
+STOLEN_NOTE_S = 1.0  # CPU seconds stolen from the client's machine in one repeat that earn a note
+
+
 def _warnings(s: pd.DataFrame) -> list[str]:
     """Runs whose numbers need a second look: failed requests (left out of the metrics,
-    counted here) and kernel compiles during a measurement (a latency spike)."""
+    counted here), kernel compiles during a measurement (a latency spike), and repeats
+    during which the hypervisor took `STOLEN_NOTE_S` or more CPU seconds from the client's
+    machine (on a shared cloud host the server's own latencies move with the host's speed:
+    docs/results/h100/README.md, "the host's speed")."""
     lines = []
     sessions = sorted({x for v in s.get("sessions", []) if isinstance(v, list) for x in v})
     if len(sessions) > 1:
@@ -178,6 +184,12 @@ def _warnings(s: pd.DataFrame) -> list[str]:
         if row.get("failed", 0):
             lines.append(f"- **warning**: `{row['run']}`: {int(row['failed'])} requests failed over its "
                          f"repeats; its metrics cover only the completed ones.")
+        stolen = row.get("host_steal_s_max")
+        if stolen is not None and not pd.isna(stolen) and stolen >= STOLEN_NOTE_S:
+            lines.append(f"- **note**: `{row['run']}`: the hypervisor took {row['host_steal_s_min']:.1f}-{stolen:.1f} "
+                         "CPU seconds from the client's machine per repeat (steal, /proc/stat): on a shared host "
+                         "the server's latencies move with it; compare repeats' `host_steal_s` before reading "
+                         "their difference.")
         if row.get("jit_compiles", 0):
             lines.append(f"- **warning**: `{row['run']}`: the server logged {int(row['jit_compiles'])} kernel "
                          "compile(s) during measurement (vLLM's JIT monitor): a latency spike inside the numbers.")

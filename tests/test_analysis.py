@@ -437,3 +437,26 @@ def test_the_cpu_the_clients_machine_lost_is_a_column_per_repeat(tmp_path):
     runs = collect_results(tmp_path / "res").runs.set_index("repeat")
     assert runs.loc[1, "host_steal_s"] == 1.5 and runs.loc[1, "host_cpu_stall_s"] == 0.25
     assert runs["host_steal_s"].isna().sum() == 1
+
+
+def test_the_report_notes_runs_whose_repeats_lost_cpu_to_the_hypervisor(tmp_path):
+    """A run whose repeats recorded stolen CPU gets its range per repeat in the aggregate and,
+    from `STOLEN_NOTE_S` on, a note in the report; a run that lost less, or recorded
+    nothing, gets none."""
+    from attnbench.analysis.report import STOLEN_NOTE_S
+
+    store = ResultsStore(tmp_path / "res", "talk")
+    for run, backend in (("flex", "FLEX_ATTENTION"), ("custom", "CUSTOM"), ("triton", "TRITON_ATTN")):
+        write_run(store, "talk", run, [make_records([100, 120], 10), make_records([110, 130], 10)], backend=backend)
+    for run, stolen in (("flex", (0.2, 0.5)), ("custom", (0.3, STOLEN_NOTE_S + 2.5))):
+        for i, steal in enumerate(stolen, start=1):
+            path = store.repeat_dir(run, i) / "summary.json"
+            path.write_text(json.dumps({**json.loads(path.read_text()),
+                                        "client_host": {"steal_s": steal, "cpu_stall_s": 0.0}}))
+    analysis = analyze([tmp_path / "res"], tmp_path / "figs")
+    agg = analysis.agg.set_index("run")
+    assert agg.loc["custom", "host_steal_s_min"] == 0.3 and agg.loc["custom", "host_steal_s_max"] == 3.5
+    assert pd.isna(agg.loc["triton", "host_steal_s_max"])
+    text = write_report(analysis, tmp_path / "report.md").read_text()
+    assert "- **note**: `custom`: the hypervisor took 0.3-3.5 CPU seconds from the client's machine" in text
+    assert "`flex`: the hypervisor" not in text and "`triton`: the hypervisor" not in text
