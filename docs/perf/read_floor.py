@@ -139,15 +139,17 @@ def main(out_csv: Path, cases: tuple[str, ...]) -> None:
     click.echo("| case | MB | floor us | best read, zero flush | best read, read flush | launch (zero) |")
     click.echo("|---|---|---|---|---|---|")
     for case in dict.fromkeys(r["case"] for r in rows):
-        best = {}
-        for flush in ("zero", "read"):
-            sel = [r for r in rows if r["case"] == case and r["l2_flush"] == flush]
-            best[flush] = min(sel, key=lambda r: min(r["eager_us"], r["graph_us"]))
+        best = {flush: min((r for r in rows if r["case"] == case and r["l2_flush"] == flush), key=_best_us)
+                for flush in ("zero", "read")}
         floor_us = best["zero"]["floor_us"]
-        cells = [f"{min(best[f]['eager_us'], best[f]['graph_us']):.1f} us "
-                 f"({floor_us / min(best[f]['eager_us'], best[f]['graph_us']):.0%})" for f in ("zero", "read")]
+        cells = [f"{_best_us(best[f]):.1f} us ({floor_us / _best_us(best[f]):.0%})" for f in ("zero", "read")]
         click.echo(f"| {case} | {best['zero']['bytes'] / 1e6:.1f} | {floor_us:.1f} | {cells[0]} | {cells[1]} "
                    f"| {best['zero']['launch']} |")
+
+
+def _best_us(row: dict) -> float:
+    """The better of a row's eager and graph medians, us."""
+    return min(row["eager_us"], row["graph_us"])
 
 
 if __name__ == "__main__":

@@ -483,11 +483,9 @@ def _pooled(rate, loads: list[tuple[str, list[dict], list[dict]]]) -> list[str]:
              "Each load's difference, attnbench - vllm bench serve, of the medians over its runs:", "",
              "| load | pairs | " + " | ".join(CRITERIA) + " |", "|---" * (len(CRITERIA) + 2) + "|"]
     for name, a_runs, v_runs in loads:
-        cells = []
-        for k in CRITERIA:
-            a, v = _med(_values(a_runs, k)), _med(_values(v_runs, k))
-            cells.append(f"{(a - v) / v * 100:+.1f}%" if a is not None and v else "-")
-        lines.append(f"| {name} | {min(len(a_runs), len(v_runs))} | " + " | ".join(cells) + " |")
+        diffs = [difference_pct(_values(a_runs, k), _values(v_runs, k)) for k in CRITERIA]
+        lines.append(f"| {name} | {min(len(a_runs), len(v_runs))} | "
+                     + " | ".join("-" if d is None else f"{d:+.1f}%" for d in diffs) + " |")
     lines += ["", "Over all of them (a spread here also holds what differed between the loads' servers or hosts):", ""]
     return (lines + _criteria_table(ours, theirs, "attnbench") + _net_of_merging(ours, theirs)
             + _net_of_server(ours, theirs) + [""])
@@ -578,15 +576,21 @@ def permutation_p(a: list[float], b: list[float], draws: int = 20_000) -> float 
     return sum(map(farther, splits)) / len(splits)
 
 
+def difference_pct(ours: list[float], theirs: list[float]) -> float | None:
+    """The median of ``ours`` over the median of ``theirs``, minus 1, in % (None: a group is
+    empty or ``theirs``' median is 0)."""
+    a, v = _med(ours), _med(theirs)
+    return (a - v) / v * 100 if a is not None and v else None
+
+
 def criterion(ours: list[float], theirs: list[float]) -> tuple[bool, float, float, float] | None:
     """The issue's criterion for one metric over two groups of runs: the medians of runs
     within 5% of ``theirs``, and ``ours``' spread (max - min over median, %) no wider than
     ``theirs``' + 2 points. Returns (passes, difference %, our spread, their spread), or None
     when a group is empty or ``theirs``' median is 0."""
-    a, v, sa, sv = _med(ours), _med(theirs), _spread(ours), _spread(theirs)
-    if a is None or not v or sa is None or sv is None:
+    diff, sa, sv = difference_pct(ours, theirs), _spread(ours), _spread(theirs)
+    if diff is None or sa is None or sv is None:
         return None
-    diff = (a - v) / v * 100
     return abs(diff) <= 5 and sa <= sv + 2, diff, sa, sv
 
 
@@ -639,7 +643,7 @@ def _criteria_table(ours: list[dict], theirs: list[dict], label: str) -> list[st
         ours_k, theirs_k = _values(ours, k), _values(theirs, k)
         a, v = _med(ours_k), _med(theirs_k)
         sa, sv = _spread(ours_k), _spread(theirs_k)
-        diff = (a - v) / v * 100 if a is not None and v else None
+        diff = difference_pct(ours_k, theirs_k)
         result = criterion(ours_k, theirs_k) if k in CRITERIA else None
         verdict = _verdict(result) if result else ""
         p = permutation_p(ours_k, theirs_k) if k in CRITERIA else None
