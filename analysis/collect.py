@@ -21,6 +21,7 @@ from pydantic import ValidationError
 from attnbench.kernels.schema import MICROBENCH_FIELDS, MICROBENCH_REQUIRED, VLLM_BACKEND_NAME
 from attnbench.kernels.variants import AUTO
 from attnbench.runner.catalogue import ITL, LATENCIES, TTFT
+from attnbench.runner.host import COUNTERS as HOST_COUNTERS
 from attnbench.runner.metrics import request_latencies
 from attnbench.runner.recipe import Recipe, ServeSettings
 from attnbench.runner.summary import RepeatSummary
@@ -30,6 +31,7 @@ from attnbench.runner.store import (PROVENANCE_FILE, RECIPE_FILE, SUMMARY_FILE, 
 
 
 PER_REQUEST = [m for m in LATENCIES if m.per == "request"]  # columns of `Collected.requests`
+HOST_COLUMNS = tuple(f"host_{k}" for k in HOST_COUNTERS)  # per repeat, from summary.json's client_host
 
 
 class CollectError(ValueError):
@@ -164,7 +166,7 @@ def collect_results(root: str | Path) -> Collected:
             runs.append({**key, "status": summary.status, **_serve_settings(recipe),
                          **_provenance_columns(prov, recipe), **metrics,
                          "jit_compiles": len(summary.jit_compiles or []), "session": summary.session or "",
-                         **{f"host_{k}": v for k, v in (summary.client_host or {}).items()},  # host_steal_s, ...
+                         **{f"host_{k}": v for k, v in (summary.client_host or {}).items()},  # HOST_COLUMNS
                          "first_error": summary.first_error, "source": str(rep_dir)})
             records_file = requests_path(rep_dir)
             if summary.status == "ok" and records_file is not None:

@@ -19,16 +19,12 @@ import numpy as np
 import pandas as pd
 
 from attnbench.runner.catalogue import ITL, METRICS, REPORTED, Metric
-from attnbench.runner.host import COUNTERS as HOST_COUNTERS
 
-from .collect import Collected, CollectError
+from .collect import HOST_COLUMNS, Collected, CollectError
 
 CONVENTION = ("bars: mean of repeats; error bars: min/max over repeats (throughput), "
               "p20/p80 over requests (latency)")
 KEYS = ["gpu", "suite", "run"]
-
-
-HOST_COLUMNS = tuple(f"host_{k}" for k in HOST_COUNTERS)  # collect's columns from summary.json's client_host
 
 
 def aggregate(data: Collected) -> pd.DataFrame:
