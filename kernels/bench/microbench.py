@@ -44,8 +44,17 @@ class Ceilings:
     matmul_flops_s: float
 
 
-def measure_ceilings(device: torch.device, copy_gib: float = 2.0, matmul_n: int = 8192) -> Ceilings:
-    """Copy ``copy_gib`` GiB device-to-device and multiply two random ``n x n`` bf16 matrices."""
+def measure_ceilings(device: torch.device, copy_gib: float = 2.0, matmul_n: int = 8192,
+                     settle_ms: float = 1000.0) -> Ceilings:
+    """Copy ``copy_gib`` GiB device-to-device and multiply two random ``n x n`` bf16 matrices.
+
+    The matmul rate is the one the device sustains: the products run for ``settle_ms``
+    before they are timed. A GPU that was idle runs its first fraction of a second of dense
+    products faster than it can hold at its power limit (an H100, 200 ms windows: 705-755
+    TFLOP/s in the first window of a fresh process, 672-680 in every later one; docs/perf/
+    kernels-h100.md), so timing it cold made the compute floor of every row depend on how
+    long the GPU had rested. The copy rate does not move that way (3,016-3,019 GB/s).
+    """
     n_elem = int(copy_gib * 2**30) // 2
     src = torch.randn(n_elem, dtype=torch.bfloat16, device=device)
     dst = torch.empty_like(src)
@@ -53,7 +62,7 @@ def measure_ceilings(device: torch.device, copy_gib: float = 2.0, matmul_n: int 
     del src, dst
     a = torch.randn(matmul_n, matmul_n, dtype=torch.bfloat16, device=device)
     b = torch.randn(matmul_n, matmul_n, dtype=torch.bfloat16, device=device)
-    mm_ms = do_bench(lambda: a @ b, warmup=25, rep=200, return_mode="median")
+    mm_ms = do_bench(lambda: a @ b, warmup=settle_ms, rep=200, return_mode="median")
     return Ceilings(2 * n_elem * 2 / (copy_ms * 1e-3), 2 * matmul_n**3 / (mm_ms * 1e-3))
 
 
