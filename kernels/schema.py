@@ -60,7 +60,7 @@ MICROBENCH_COLUMNS: tuple[tuple[str, str], ...] = (
     ("achieved_gbps", "bytes / median"),
     ("achieved_tflops", "FLOPs / median"),
     ("copy_gbps", "device-to-device copy bandwidth measured in the same run (read + write)"),
-    ("matmul_tflops", "bf16 matmul rate measured in the same run"),
+    ("matmul_tflops", "bf16 8192^3 matmul rate measured in the same run, after 1 s of matmuls (the sustained rate)"),
     ("device", "GPU name"), ("torch", "torch version"), ("triton", "triton version"),
     ("vllm", "vLLM distribution version ('' if none)"),
     ("timestamp", "UTC ISO time of the row"),
