@@ -224,12 +224,13 @@ def load_microbench(path: str | Path) -> pd.DataFrame:
     if df.empty:
         raise CollectError(f"{path}: no rows")
     df["group"] = df["group"].fillna("")
-    # rows timed with a clean L2 (timing.l2_flush: read) are another measurement of the same
-    # kernel: they keep their own implementation name, so no table or figure averages the two
-    # (CSVs without the column predate it and were all timed with do_bench's flush)
+    # rows timed with a clean or a warm L2 (timing.l2_flush: read, none) are other
+    # measurements of the same kernel: they keep their own implementation name (IMPL@read,
+    # IMPL@none), so no table or figure averages them with do_bench's (CSVs without the
+    # column predate it and were all timed with do_bench's flush)
     df["l2_flush"] = df["l2_flush"].fillna("zero") if "l2_flush" in df.columns else "zero"
-    read = df["l2_flush"] == "read"
-    df.loc[read, "implementation"] = df.loc[read, "implementation"] + "@read"
+    other = df["l2_flush"] != "zero"
+    df.loc[other, "implementation"] = df.loc[other, "implementation"] + "@" + df.loc[other, "l2_flush"]
     df["latency_us"] = best_latency_us(df)
     return df
 

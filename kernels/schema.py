@@ -22,8 +22,9 @@ HOPPER_KERNELS = ("qblock_wgmma", "qblock_wgmma_t64", "qblock_ws", "qblock_ws_t6
 COMPARATORS = ("fa3", "sdpa", "vllm_unified")
 
 # how L2 is emptied before each timed call (bench/timing.py): do_bench's zeroing (dirty
-# lines), or reading the buffer (clean lines); the first is the default
-L2_FLUSHES = ("zero", "read")
+# lines), reading the buffer (clean lines), or not at all (the call finds in L2 what the one
+# before it left: its own data, where that fits); the first is the default
+L2_FLUSHES = ("zero", "read", "none")
 
 # (column, meaning)
 MICROBENCH_COLUMNS: tuple[tuple[str, str], ...] = (
@@ -48,7 +49,7 @@ MICROBENCH_COLUMNS: tuple[tuple[str, str], ...] = (
     ("bytes", "fewest bytes the kernel must move (PagedBatch.bytes_moved)"),
     ("flops", "useful FLOPs (PagedBatch.flops)"),
     ("max_abs_err", "max |out - fp32 reference| of the checked run"),
-    ("l2_flush", "how L2 was flushed before every timed call: zero (do_bench: dirty lines) | read (clean lines)"),
+    ("l2_flush", "how L2 was flushed before every timed call: zero (do_bench: dirty lines) | read (clean lines) | none (warm: calls back to back)"),
     ("median_us", "do_bench median, L2 flushed before every run"),
     ("p20_us", "20th percentile"), ("p80_us", "80th percentile"),
     ("graph_median_us", "median of CUDA/HIP-graph replays of the same call"),

@@ -318,11 +318,15 @@ def test_unknown_baseline_is_an_error(tree, tmp_path):
         analyze([tree], tmp_path / "figs", baseline="nope")
 
 
-def test_clean_l2_rows_stay_apart_from_do_bench_rows(tmp_path):
+def test_clean_and_warm_l2_rows_stay_apart_from_do_bench_rows(tmp_path):
     rows = micro_rows()
     read = [dict(r, l2_flush="read", median_us=r["median_us"] / 2) for r in rows]
-    mb = load_microbench(micro_csv(tmp_path / "both.csv", [dict(r, l2_flush="zero") for r in rows] + read))
-    assert set(mb["implementation"]) == {"qblock", "vllm_unified", "qblock@read", "vllm_unified@read"}
+    warm = [dict(r, l2_flush="none", median_us=r["median_us"] / 3) for r in rows]
+    mb = load_microbench(micro_csv(tmp_path / "all.csv", [dict(r, l2_flush="zero") for r in rows] + read + warm))
+    assert set(mb["implementation"]) == {"qblock", "vllm_unified", "qblock@read", "vllm_unified@read",
+                                         "qblock@none", "vllm_unified@none"}
+    by = mb.set_index(["case", "implementation"])["median_us"]
+    assert by[("c-1.0-4", "qblock@none")] == pytest.approx(by[("c-1.0-4", "qblock")] / 3)  # each keeps its time
     older = tmp_path / "older.csv"  # a CSV from before the column: do_bench's flush
     pd.read_csv(micro_csv(tmp_path / "x.csv", rows)).drop(columns="l2_flush").to_csv(older, index=False)
     assert set(load_microbench(older)["l2_flush"]) == {"zero"}

@@ -94,7 +94,7 @@ def test_microbench_spec_errors_name_file_and_field(tmp_path):
     with pytest.raises(SpecError, match="(?s)heads.*must divide"):
         load_microbench_spec(suite_file(tmp_path, bad))
     bad = dict(SUITE, timing={"l2_flush": "write"})
-    with pytest.raises(SpecError, match=r"(?s)suite.yaml.*timing.l2_flush.*'zero' or 'read'"):
+    with pytest.raises(SpecError, match=r"(?s)suite.yaml.*timing.l2_flush.*'zero', 'read' or 'none'"):
         load_microbench_spec(suite_file(tmp_path, bad))
 
 
@@ -113,6 +113,11 @@ def test_the_l2_flush_is_a_suite_setting_and_a_cli_override(tmp_path):
     assert result.exit_code == 0, result.output
     with (tmp_path / "zero.csv").open() as fh:
         assert [r["l2_flush"] for r in csv.DictReader(fh)] == ["zero"]
+    result = CliRunner().invoke(microbench, [str(path), "--out", str(tmp_path / "warm.csv"), "--device", DEVICE,
+                                             "--l2-flush", "none"])
+    assert result.exit_code == 0, result.output
+    with (tmp_path / "warm.csv").open() as fh:
+        assert [r["l2_flush"] for r in csv.DictReader(fh)] == ["none"]
 
 
 def test_kernels_run_checks_one_case_for_a_profiler(tmp_path, broken_impls, monkeypatch):

@@ -39,7 +39,8 @@ def _check_impls(suite, impls) -> None:
 @click.option("--impl", "impls", multiple=True, help="Implementation to time (repeatable); default the suite's.")
 @click.option("--device", default="cuda", show_default=True, help="torch device ('cpu' runs Triton's interpreter).")
 @click.option("--l2-flush", type=click.Choice(L2_FLUSHES), default=None,
-              help="Override the suite's timing.l2_flush: 'zero' (do_bench's flush, dirty L2) or 'read' (clean L2).")
+              help="Override the suite's timing.l2_flush: 'zero' (do_bench's flush, dirty L2), 'read' (clean L2) "
+                   "or 'none' (no flush: each call finds its own data in L2 where it fits).")
 def microbench(suite_file: Path, out_csv: Path, only: tuple[str, ...], impls: tuple[str, ...], device: str,
                l2_flush: str | None):
     """Check every implementation against the fp32 reference, then time it (median, p20/p80,

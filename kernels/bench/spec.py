@@ -103,7 +103,9 @@ class Timing(_Strict):
     """How each call is timed (`bench/timing.py`): ``l2_flush`` says how L2 is emptied
     before every timed call: ``zero`` as ``triton.testing.do_bench`` does (zeroing a 256 MiB
     buffer, which leaves L2 full of dirty lines the timed kernel writes back), ``read``
-    (reading it: clean lines, as after the weight reads that precede attention in a model)."""
+    (reading it: clean lines, as after the weight reads that precede attention in a model),
+    ``none`` (no flush: calls back to back, each finding in L2 what the last one read; a
+    warm L2 that a model's layers, each with its own KV cache, never give attention)."""
 
     warmup_ms: float = Field(25, gt=0)
     rep_ms: float = Field(100, gt=0)
