@@ -8,7 +8,8 @@ on top of its own traffic: a constant cost that weighs most on short memory-boun
 ``l2_flush="read"`` times the same way but flushes by reading that buffer, ``"none"`` does
 not flush at all: each call finds in L2 what the one before it read, its own data wherever
 that fits (an H100 reads MQA decode's 33.6 MB in 6.4 us from L2 against 20 us from memory),
-as a benchmark that times calls back to back does (`event_bench`)."""
+as a benchmark that times calls back to back does (`event_bench`; graph replays: several
+calls per graph, `time_graph_us`)."""
 
 from __future__ import annotations
 
@@ -30,11 +31,13 @@ def event_bench(fn: Callable, warmup_ms: float, rep_ms: float,
     """do_bench's method with another flush: (median, p20, p80) in milliseconds.
 
     As do_bench: five calls (each after a flush) estimate the time per call, which sets the
-    warm-up and repeat counts for ``warmup_ms`` and ``rep_ms``; each repeat runs ``flush``
-    (None: nothing, so the call finds L2 as the last call left it), then times one call
-    between two events.
+    warm-up and repeat counts for ``warmup_ms`` and ``rep_ms``; each repeat runs ``flush``,
+    then times one call between two events. The flush kernel also keeps the GPU busy while
+    the host queues the call, so the events time the call and not the host's launch. With
+    ``flush=None`` a spin kernel does that instead (`hold_stream`: no memory traffic, so the
+    call finds L2 as the last call left it).
     """
-    flush = flush or (lambda: None)
+    flush = flush or hold_stream
     fn()
     torch.cuda.synchronize()
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -59,6 +62,15 @@ def event_bench(fn: Callable, warmup_ms: float, rep_ms: float,
     times = torch.tensor([s.elapsed_time(e) for s, e in zip(starts, ends)], dtype=torch.float64)
     med, p20, p80 = torch.quantile(times, torch.tensor([0.5, 0.2, 0.8], dtype=torch.float64)).tolist()
     return med, p20, p80
+
+
+HOLD_CYCLES = 200_000  # ~0.1 ms of spinning at the H100's clocks: about as long as do_bench's flush
+
+
+def hold_stream() -> None:
+    """Spin one GPU thread for `HOLD_CYCLES` clock cycles, touching no memory: the stream
+    stays busy while the host queues the next call, and L2 keeps what it holds."""
+    torch.cuda._sleep(HOLD_CYCLES)
 
 
 def read_flush() -> Callable[[], object]:
@@ -91,8 +103,19 @@ def time_us(fn: Callable, warmup_ms: float, rep_ms: float, device: torch.device,
     return statistics.median(samples), q[1], q[7]
 
 
+# calls captured back to back in one graph when timing without a flush (`time_graph_us`)
+WARM_GRAPH_CALLS = 20
+
+
 def time_graph_us(fn: Callable, warmup_ms: float, rep_ms: float, l2_flush: str = "zero") -> tuple[float, float, float]:
-    """Capture one call of ``fn`` in a CUDA/HIP graph and time its replays (as `time_us`)."""
+    """Capture ``fn`` in a CUDA/HIP graph and time its replays (as `time_us`), per call.
+
+    With a flush the graph holds one call. Without one (``"none"``) it holds
+    `WARM_GRAPH_CALLS` calls back to back and a replay's time is divided by their number,
+    as `triton.testing.do_bench_cudagraph` times: each call finds the last one's data in L2
+    and starts as soon as the last one ends, with no host launch or event between them.
+    """
+    calls = WARM_GRAPH_CALLS if l2_flush == "none" else 1
     stream = torch.cuda.Stream()
     stream.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(stream):
@@ -101,5 +124,7 @@ def time_graph_us(fn: Callable, warmup_ms: float, rep_ms: float, l2_flush: str =
     torch.cuda.current_stream().wait_stream(stream)
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
-        fn()
-    return time_us(graph.replay, warmup_ms, rep_ms, torch.device("cuda"), l2_flush)
+        for _ in range(calls):
+            fn()
+    med, p20, p80 = time_us(graph.replay, warmup_ms, rep_ms, torch.device("cuda"), l2_flush)
+    return med / calls, p20 / calls, p80 / calls
