@@ -41,7 +41,9 @@ class KernelConfig:
     num_segments     parallel_tiled: segments per Q-block (third grid axis);
                      static_grid: segments per decode sequence (1 = no split)
     programs_per_sm  static_grid: programs per SM/CU in the fixed grid
-    reduce_num_warps warps of the segment-reduction kernels
+    reduce_num_warps warps of the segment-reduction kernels: 1 by default, since each program of
+                     step 3's reduction merges one output row (<= 64 x head fp32); on an H100 one
+                     warp beats 2-8 on every split decode case (docs/perf/kernels-h100.md)
     kernel           which kernel runs the step: "triton" (`steps/`, every platform) or, for
                      qblock on Hopper, "gluon_ws" (`hopper/qblock_ws.py`, warp-specialized;
                      block_m 128, tile_size 64 or 128; num_warps/num_stages are its own)
@@ -57,7 +59,7 @@ class KernelConfig:
     num_stages: int = 2
     num_segments: int = 1
     programs_per_sm: float = 1.0
-    reduce_num_warps: int = 4
+    reduce_num_warps: int = 1
     kernel: str = "triton"
     persistent: bool = False
 

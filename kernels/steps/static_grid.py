@@ -182,8 +182,9 @@ def default_config(shape: BatchShape, p: Platform) -> KernelConfig:
     programs_per_sm = 4
     items = shape.num_seqs * shape.num_kv_heads
     segments = min(32, max(1, -(-2 * programs_per_sm * p.num_sms // items)))
-    return KernelConfig("static_grid", tile_size=64, block_m=16, num_warps=4,
-                        num_stages=stages, num_segments=segments, programs_per_sm=programs_per_sm)
+    # its reduction's programs each walk many rows of MAX_SEGMENTS padded segments: 4 warps
+    return KernelConfig("static_grid", tile_size=64, block_m=16, num_warps=4, num_stages=stages,
+                        num_segments=segments, programs_per_sm=programs_per_sm, reduce_num_warps=4)
 
 
 STEP = Step("static_grid", "sec. 4.7", launch, default_config)
