@@ -23,8 +23,9 @@ from kernel_checks import DEVICE
 SUITE = {
     "name": "t", "heads": {"num_q_heads": 4, "num_kv_heads": 2, "head_size": 32}, "dtype": "float16",
     "block_size": 16, "timing": {"warmup_ms": 1, "rep_ms": 5, "cuda_graph": True},
-    "implementations": ["qblock", "static_grid", "broken", "crashing", "qb-t16"],
-    "configs": {"qb-t16": {"variant": "qblock", "tile_size": 16}},
+    "implementations": ["qblock", "static_grid", "broken", "crashing", "qb-t16", "pt-rw2"],
+    "configs": {"qb-t16": {"variant": "qblock", "tile_size": 16},
+                "pt-rw2": {"variant": "parallel_tiled", "num_segments": 3, "reduce_num_warps": 2}},
     "cases": [{"name": "decode", "seqs": [{"count": 3, "query_len": 1, "context_len": 40}]},
               {"name": "prefill", "seqs": [{"query_len": 12, "context_len": 0}]}],
 }
@@ -60,11 +61,11 @@ def test_microbench_checks_then_times_and_writes_the_schema(tmp_path, broken_imp
         reader = csv.DictReader(fh)
         assert tuple(reader.fieldnames) == MICROBENCH_FIELDS
         saved = list(reader)
-    assert len(saved) == len(rows) == 2 * 5
+    assert len(saved) == len(rows) == 2 * 6
     by = {(r["case"], r["implementation"]): r for r in saved}
     atol = TOLERANCES[torch.float16][0]
     for case in ("decode", "prefill"):
-        for impl in ("qblock", "static_grid", "qb-t16"):
+        for impl in ("qblock", "static_grid", "qb-t16", "pt-rw2"):
             r = by[(case, impl)]
             assert r["status"] == "ok" and float(r["median_us"]) > 0
             assert float(r["max_abs_err"]) < 4 * atol
@@ -73,6 +74,7 @@ def test_microbench_checks_then_times_and_writes_the_schema(tmp_path, broken_imp
         assert by[(case, "broken")]["status"] == "mismatch" and by[(case, "broken")]["median_us"] == ""
         assert by[(case, "crashing")]["status"] == "error" and "kernel exploded" in by[(case, "crashing")]["message"]
     assert '"tile_size": 16' in by[("decode", "qb-t16")]["config"]
+    assert '"reduce_num_warps": 2' in by[("decode", "pt-rw2")]["config"]
     assert by[("prefill", "qblock")]["num_tokens"] == "12" and by[("decode", "qblock")]["decode_share"] == "1.0"
 
 

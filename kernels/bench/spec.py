@@ -128,6 +128,7 @@ class NamedConfig(_Strict):
     num_stages: int | None = None
     num_segments: int | None = None
     programs_per_sm: float | None = None
+    reduce_num_warps: int | None = None
 
     @field_validator("variant")
     @classmethod
