@@ -60,10 +60,16 @@ def measure_ceilings(device: torch.device, copy_gib: float = 2.0, matmul_n: int 
     dst = torch.empty_like(src)
     copy_ms = do_bench(lambda: dst.copy_(src), warmup=25, rep=200, return_mode="median")
     del src, dst
-    a = torch.randn(matmul_n, matmul_n, dtype=torch.bfloat16, device=device)
-    b = torch.randn(matmul_n, matmul_n, dtype=torch.bfloat16, device=device)
-    mm_ms = do_bench(lambda: a @ b, warmup=settle_ms, rep=200, return_mode="median")
-    return Ceilings(2 * n_elem * 2 / (copy_ms * 1e-3), 2 * matmul_n**3 / (mm_ms * 1e-3))
+    return Ceilings(2 * n_elem * 2 / (copy_ms * 1e-3), matmul_flops_s(device, matmul_n, settle_ms))
+
+
+def matmul_flops_s(device: torch.device, n: int = 8192, warmup_ms: float = 1000.0, rep_ms: float = 200.0) -> float:
+    """FLOP/s of ``n x n`` bf16 random matrices multiplied: do_bench's median over
+    ``rep_ms`` after ``warmup_ms`` of the same products."""
+    a = torch.randn(n, n, dtype=torch.bfloat16, device=device)
+    b = torch.randn(n, n, dtype=torch.bfloat16, device=device)
+    ms = do_bench(lambda: a @ b, warmup=warmup_ms, rep=rep_ms, return_mode="median")
+    return 2 * n**3 / (ms * 1e-3)
 
 
 def environment(device: torch.device) -> dict:
