@@ -14,7 +14,7 @@
 #                      (1 stub process at 256 streams, 4 at 1024)
 #   micro:NAME[+IMPL,...][@FLUSH]
 #                      `attnbench microbench recipes/microbench/NAME.yaml` into NAME.csv; +IMPL,...: only
-#                      those implementations (--impl), into NAME+IMPL,....csv; @read or @zero: --l2-flush,
+#                      those implementations (--impl), into NAME+IMPL,....csv; @read, @zero or @none: --l2-flush,
 #                      into ...-FLUSH.csv; under `timeout ${MICRO_TIMEOUT_S:-900}` (rows are kept per case)
 #   xcheck[:RUN]       docs/results/h100/cross-check.sh on RUN (default backends-custom; SUITE= picks
 #                      another suite file) into cross-check/RUN/
@@ -23,6 +23,8 @@
 #   tune:SUITE         `attnbench tune recipes/microbench/SUITE.yaml` over recipes/microbench/tune-space.yaml:
 #                      the sweep into tune/SUITE.csv, the fitted tree into tune/tuned_SUITE.py (to review,
 #                      then copy to kernels/dispatch/tuned_<device>.py), under `timeout ${TUNE_TIMEOUT_S:-900}`
+#   tree:SUITE         later jobs time the tree that tune:SUITE fitted: it replaces this device's
+#                      tuned_<device>.py in the installed package (/tmp/attnbench), not in the checkout
 #   ncu:SUITE/CASE/IMPL[,IMPL...]
 #                      Nsight Compute's full set on one launch of each IMPL on CASE of
 #                      recipes/microbench/SUITE.yaml (`attnbench kernels run`, checked first), into
@@ -114,6 +116,17 @@ job() {
       [ -s "$CAMPAIGN/tune/tuned_$arg.py" ] || timeout "${TUNE_TIMEOUT_S:-900}" attnbench tune \
         "recipes/microbench/$arg.yaml" --space recipes/microbench/tune-space.yaml --rows "$CAMPAIGN/tune/$arg.csv" \
         --max-depth 5 --emit "$CAMPAIGN/tune/tuned_$arg.py" ;;
+    tree)
+      python3 - "$CAMPAIGN/tune/tuned_$arg.py" <<'PY'
+import shutil, sys
+from pathlib import Path
+import torch
+from attnbench.kernels.dispatch import heuristics
+dest = Path(heuristics.__file__).with_name(f"tuned_{heuristics._slug(torch.cuda.get_device_name())}.py")
+shutil.copyfile(sys.argv[1], dest)
+print(f"tree: {sys.argv[1]} -> {dest}")
+PY
+      ;;
     ncu)
       mkdir -p "$CAMPAIGN/ncu"
       local suite=${arg%%/*} rest=${arg#*/} case impl impls ncu
