@@ -90,9 +90,11 @@ def test_the_h100_runs_its_tuned_tree(monkeypatch, gluon):
     of a few long sequences run Triton's split-KV step; where Gluon cannot run (no Gluon,
     ATTNBENCH_GLUON=0, head size 256, 256 query heads per KV head) the qblock step's own
     Triton config runs instead."""
-    from attnbench.kernels.dispatch.heuristics import choose_config
+    from attnbench.kernels.dispatch.heuristics import choose_config, tuned_tree_path
     from attnbench.kernels.hopper import host
 
+    assert tuned_tree_path(H100_SM90.device_name).name == "tuned_nvidia_h100_80gb_hbm3.py"
+    assert tuned_tree_path(H100_SM90.device_name).is_file()  # where campaign.sh's tree job writes
     monkeypatch.setattr(host, "available", lambda: gluon)
     long_prompts, short_prompts = SHAPES[2], BatchShape(16, 8192, 512, 512, 32, 8, 128)
     for shape, tile, persistent in ((long_prompts, 128, True), (short_prompts, 64, False)):

@@ -17,6 +17,7 @@ import importlib
 import re
 from dataclasses import replace
 from functools import lru_cache
+from pathlib import Path
 
 from ..config import BatchShape, KernelConfig, Platform
 from ..hopper import host as hopper
@@ -60,8 +61,14 @@ def _gluon_takes(shape: BatchShape) -> bool:
     return hopper.shape_reason(shape.head_size, shape.queries_per_kv) is None
 
 
-def _slug(name: str) -> str:
-    return re.sub(r"[^a-z0-9]+", "_", name.lower()).strip("_")
+def _tuned_module(device_name: str) -> str:
+    """Module name of a device's fitted tree: "NVIDIA H100 80GB HBM3" -> tuned_nvidia_h100_80gb_hbm3."""
+    return "tuned_" + re.sub(r"[^a-z0-9]+", "_", device_name.lower()).strip("_")
+
+
+def tuned_tree_path(device_name: str) -> Path:
+    """Where the package looks for the tree fitted for ``device_name`` (it may not exist)."""
+    return Path(__file__).with_name(_tuned_module(device_name) + ".py")
 
 
 @lru_cache(maxsize=None)
@@ -70,7 +77,7 @@ def _tuned_tree(device_name: str):
     if not device_name:
         return None
     try:
-        module = importlib.import_module(f"{__package__}.tuned_{_slug(device_name)}")
+        module = importlib.import_module(f"{__package__}.{_tuned_module(device_name)}")
     except ModuleNotFoundError:
         return None
     return module.choose

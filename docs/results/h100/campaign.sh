@@ -119,10 +119,9 @@ job() {
     tree)
       python3 - "$CAMPAIGN/tune/tuned_$arg.py" <<'PY'
 import shutil, sys
-from pathlib import Path
 import torch
-from attnbench.kernels.dispatch import heuristics
-dest = Path(heuristics.__file__).with_name(f"tuned_{heuristics._slug(torch.cuda.get_device_name())}.py")
+from attnbench.kernels.dispatch.heuristics import tuned_tree_path
+dest = tuned_tree_path(torch.cuda.get_device_name())
 shutil.copyfile(sys.argv[1], dest)
 print(f"tree: {sys.argv[1]} -> {dest}")
 PY
