@@ -17,7 +17,7 @@ from attnbench.kernels.bench.spec import SpecError, load_microbench_spec
 from attnbench.kernels.config import BatchShape, KernelConfig, Platform
 from attnbench.kernels.bench.reference import TOLERANCES
 from attnbench.kernels.schema import MICROBENCH_FIELDS
-from attnbench.kernels.bench.tune import SearchSpace, emit_python, fit_tree, sweep
+from attnbench.kernels.bench.tune import FEATURES, SearchSpace, emit_python, features, fit_tree, shape_of, sweep
 from kernel_checks import DEVICE
 
 SUITE = {
@@ -163,6 +163,8 @@ def test_tuner_sweeps_fits_and_emits_working_heuristics(tmp_path):
     for shape in (BatchShape(3, 3, 1, 41, 4, 2, 32), BatchShape(1, 12, 12, 12, 4, 2, 32)):
         config = KernelConfig(**tuned.choose(shape, Platform("cuda", 132, "Test GPU")))
         assert config.as_dict() in [json.loads(lbl) for lbl in labels]
+    for r in rows:  # a row's features give back a shape with the same features (what --against reads)
+        assert features(shape_of(r)) == {f: r[f] for f in FEATURES}
 
 
 def test_rows_name_the_kernel_that_ran_and_comparators_say_why_not(tmp_path):
@@ -232,8 +234,12 @@ def test_the_fitted_tree_picks_by_slowdown_not_by_which_near_tie_won(tmp_path):
     """Cases a and b are near-ties between configs x and y (within 2%), c wants z and
     fails on y: the tree runs y on a and b (least mean slowdown: one config, no split
     between them) and z on c; the emitted module has that one split, and the regret rows
-    say what each pick costs."""
-    from attnbench.kernels.bench.tune import FEATURES, fit_tree, regret
+    say what each pick costs. Read back on the rows (`attnbench tune --against`), the
+    module picks as the tree did; a tree whose pick the sweep did not time says so."""
+    from click.testing import CliRunner
+
+    from attnbench.kernels.bench.cli import tune as tune_command
+    from attnbench.kernels.bench.tune import describe_total, module_picks, regret
 
     def rows_of(case, kv_len, times):
         facts = {f: 1 for f in FEATURES} | {"max_seqlen_k": kv_len}
@@ -250,6 +256,31 @@ def test_the_fitted_tree_picks_by_slowdown_not_by_which_near_tie_won(tmp_path):
     source = emit_python(tree, labels, "Test GPU", "t.csv", regret(tree, labels, rows))
     assert source.count("if f[") == 1 and "if f['max_seqlen_k'] <= 550:" in source
     assert "* a: fastest 100.0 us; the tree's pick 101.0 us (+1.0%)" in source
+    assert describe_total(regret(tree, labels, rows)) == ("picks summed over 3 cases: 301.0 us "
+                                                          "(fastest per case: 300.0 us); worst +1.0% (a)")
+
+    # the emitted module, read back on the rows (`attnbench tune --against`), picks as the tree
+    module = tmp_path / "tuned_test_gpu.py"
+    module.write_text(source)
+    spec = importlib.util.spec_from_file_location("tuned_test_gpu", module)
+    tuned = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tuned)
+    assert {p["case"]: p["picked_us"] for p in module_picks(tuned.choose, rows)} == {"a": 101.0, "b": 100.0, "c": 100.0}
+    always_y = module_picks(lambda shape, platform: {"variant": "qblock", "tile_size": y}, rows)
+    assert describe_total(always_y) == ("picks summed over 2 cases: 201.0 us (fastest per case: 200.0 us); "
+                                        "worst +1.0% (a); not timed correctly in the sweep: c")
+    csv_rows = tmp_path / "rows.csv"
+    with csv_rows.open("w", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    suite = suite_file(tmp_path, dict(SUITE, implementations=["qblock"], configs={}))
+    args = [str(suite), "--space", str(suite), "--rows", str(csv_rows), "--no-sweep", "--against"]
+    result = CliRunner().invoke(tune_command, args + [str(module)])
+    assert result.exit_code == 0, result.output
+    assert "tuned_test_gpu.py: picks summed over 3 cases: 301.0 us (fastest per case: 300.0 us)" in result.output
+    result = CliRunner().invoke(tune_command, args + [str(csv_rows)])
+    assert result.exit_code == 2 and f"--against {csv_rows}: expected a module with choose(shape, platform)" in result.output
 
 
 def test_the_read_floor_kernels_read_every_element_once():

@@ -130,16 +130,21 @@ def run_cmd(suite_file: Path, case_name: str, impl: str, repeat: int, device: st
               help="Measure now, or fit from an earlier sweep's CSV.")
 @click.option("--emit", "emit_file", type=click.Path(dir_okay=False, path_type=Path),
               help="Write the fitted tree as Python here (e.g. kernels/dispatch/tuned_nvidia_h100_80gb_hbm3.py).")
+@click.option("--against", "against_file", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="An emitted tree (e.g. the checked-in kernels/dispatch/tuned_<device>.py) read on the same "
+                   "rows: its picks and their sum, to set beside the fitted tree's.")
 @click.option("--device-name", default=None, help="Device named in the emitted module (default: this GPU).")
 @click.option("--only", multiple=True, help="Case or sweep name to tune on (repeatable).")
 @click.option("--max-depth", default=3, show_default=True, help="Depth of the decision tree.")
 @click.option("--device", default="cuda", show_default=True)
-def tune(suite_file, space_file, rows_csv, sweep, emit_file, device_name, only, max_depth, device):
+def tune(suite_file, space_file, rows_csv, sweep, emit_file, against_file, device_name, only, max_depth, device):
     """Sweep kernel configs per case, fit a decision tree, emit it as heuristics code."""
     import csv as _csv
+    import importlib.util
 
     from .spec import SpecError, load_microbench_spec
-    from .tune import best_per_case, describe_pick, emit_python, fit_tree, load_space, regret
+    from .tune import best_per_case, describe_pick, describe_total, emit_python, fit_tree, load_space, module_picks
+    from .tune import regret
     from .tune import sweep as run_sweep
 
     try:
@@ -167,8 +172,21 @@ def tune(suite_file, space_file, rows_csv, sweep, emit_file, device_name, only, 
         picks = regret(tree, labels, rows)
         for p in picks:
             click.echo(describe_pick(p))
+        click.echo(f"fitted tree: {describe_total(picks)}")
         Path(emit_file).write_text(emit_python(tree, labels, device_name, str(rows_csv), picks))
         click.echo(f"decision tree written to {emit_file}")
+    if against_file:
+        spec = importlib.util.spec_from_file_location(against_file.stem, against_file)
+        module = importlib.util.module_from_spec(spec) if spec else None
+        if module is not None:
+            spec.loader.exec_module(module)
+        if not callable(getattr(module, "choose", None)):
+            raise click.UsageError(f"--against {against_file}: expected a module with choose(shape, platform) "
+                                   "(as `attnbench tune --emit` writes)")
+        picks = module_picks(module.choose, rows)
+        for p in picks:
+            click.echo(f"{against_file.name}: {describe_pick(p)}")
+        click.echo(f"{against_file.name}: {describe_total(picks)}")
 
 
 @kernels_group.command("overhead")

@@ -217,6 +217,49 @@ def regret(tree, labels: list[str], rows: list[dict]) -> list[dict]:
     return out
 
 
+def shape_of(row: dict):
+    """A `BatchShape` whose `features` are those of a sweep row (the sweep stores features,
+    not shapes): what an emitted tree's ``choose`` reads. The head size is no feature: 0."""
+    from ..config import BatchShape
+
+    num_seqs = int(float(row["num_seqs"]))
+    kv_heads = int(float(row["kv_programs"])) // num_seqs
+    return BatchShape(num_seqs=num_seqs, num_tokens=round(float(row["avg_seqlen_q"]) * num_seqs),
+                      max_seqlen_q=int(float(row["max_seqlen_q"])), max_seqlen_k=int(float(row["max_seqlen_k"])),
+                      num_q_heads=int(float(row["queries_per_kv"])) * kv_heads, num_kv_heads=kv_heads, head_size=0)
+
+
+def module_picks(choose, rows: list[dict]) -> list[dict]:
+    """`regret`'s rows for an emitted tree's ``choose(shape, platform)`` (the checked-in
+    `tuned_<device>.py`, say) read on a sweep: per case its fastest time, the config
+    ``choose`` returns for it (`KernelConfig`'s defaults for the fields it leaves out, as
+    ``auto`` runs it) and that config's time in the sweep (None where it did not run correctly or was not
+    swept), in microseconds."""
+    def key(config: dict) -> str:  # the same config however many of its defaults are spelt out
+        return json.dumps(compact_config(json.dumps(config)), sort_keys=True)
+
+    times = {(case, key(json.loads(config))): t for (case, config), t in _times(rows).items()}
+    out = []
+    for case, b in best_per_case(rows).items():
+        picked = choose(shape_of(b), None)
+        out.append({"case": case, "best_us": float(b["median_us"]), "picked": json.dumps(picked, sort_keys=True),
+                    "picked_us": times.get((case, key(picked)))})
+    return out
+
+
+def describe_total(picks: list[dict]) -> str:
+    """One line over `regret` or `module_picks` rows: the picks' times summed against the
+    fastest per case, and the worst pick."""
+    timed = [p for p in picks if p["picked_us"] is not None]
+    line = (f"picks summed over {len(timed)} cases: {sum(p['picked_us'] for p in timed):,.1f} us "
+            f"(fastest per case: {sum(p['best_us'] for p in timed):,.1f} us)")
+    if timed:
+        worst = max(timed, key=lambda p: p["picked_us"] / p["best_us"])
+        line += f"; worst {worst['picked_us'] / worst['best_us'] - 1:+.1%} ({worst['case']})"
+    missing = [p["case"] for p in picks if p["picked_us"] is None]
+    return line + (f"; not timed correctly in the sweep: {', '.join(missing)}" if missing else "")
+
+
 def compact_config(config_json: str) -> dict:
     """A config's variant and the fields that differ from `KernelConfig`'s defaults (what
     ``KernelConfig(**...)`` needs to rebuild it)."""
