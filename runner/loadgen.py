@@ -23,6 +23,7 @@ import asyncio
 import gc
 import json
 import secrets
+import sys
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Callable, Iterable, Literal
@@ -162,6 +163,32 @@ class LoadConfig:
     # record's request. One fresh prefix per config, like `vllm bench serve`'s per run: two
     # loads on one server never share an id (vLLM's V0 engine refuses an id in flight).
     request_id_prefix: str = field(default_factory=lambda: f"attnbench-{secrets.token_hex(4)}-")
+    # When the schedule's clock starts, as a wall-clock time (Unix epoch s; None: as soon as
+    # the client is ready). Several clients given one start send as one load: e.g. two
+    # clients side by side on one server, or clients on several hosts.
+    start_at: float | None = None
+
+
+# A load that waits for ``start_at`` opens its burst's connections this long before it
+# (s): late enough that the server has not closed them as idle (uvicorn's keep-alive
+# timeout, which vLLM sets to 5 s), early enough to open hundreds on one host.
+CONNECT_LEAD_S = 2.0
+# How long an idle kept-alive connection stays in the client's pool (s): under the server's
+# own keep-alive timeout (vLLM's uvicorn: 5 s, VLLM_HTTP_TIMEOUT_KEEP_ALIVE), so that a
+# request never takes a connection the server is closing. (aiohttp keeps them 15 s; a
+# request that raced the server's close was lost: "Can not write request body".)
+IDLE_CONNECTION_S = 4.0
+
+
+def clock_start(ready: float, start_at: float | None) -> float:
+    """The schedule's start on ``time.perf_counter``'s clock: ``ready`` (a perf_counter
+    value), or ``start_at`` (Unix epoch s) if that is later."""
+    if start_at is None:
+        return ready
+    due = time.perf_counter() + (start_at - time.time())
+    if ready > due + 0.01:
+        print(f"warning: ready {ready - due:.2f} s after --start-at; the schedule starts now", file=sys.stderr)
+    return max(ready, due)
 
 
 def _payload(cfg: LoadConfig, req: BenchRequest) -> dict:
@@ -277,7 +304,8 @@ async def run_load(cfg: LoadConfig, requests: list[BenchRequest], offsets: Itera
     """Send ``requests`` at ``offsets`` (s after the start); every finished record goes to
     ``sink``. The start is now, or what ``start`` returns (a ``time.perf_counter()`` value):
     a function that blocks until a shared start, called once the HTTP session is open, so
-    a client process is ready to send when the start arrives.
+    a client process is ready to send when the start arrives; ``cfg.start_at`` (wall
+    clock) postpones either.
 
     Returns the records in request order; ``indices`` numbers them (default 0..n-1; a share
     of a larger load keeps its global numbers). ``stats`` collects the event loop's lag
@@ -290,7 +318,8 @@ async def run_load(cfg: LoadConfig, requests: list[BenchRequest], offsets: Itera
     indices = list(range(len(requests))) if indices is None else list(indices)
     gate = asyncio.Semaphore(cfg.max_concurrency) if cfg.max_concurrency else None
     timeout = aiohttp.ClientTimeout(total=cfg.request_timeout_s)
-    connector = aiohttp.TCPConnector(limit=cfg.max_concurrency or 0, force_close=False)
+    connector = aiohttp.TCPConnector(limit=cfg.max_concurrency or 0, force_close=False,
+                                     keepalive_timeout=IDLE_CONNECTION_S)
     id_prefix = cfg.request_id_prefix + ("" if phase == "measure" else f"{phase}-")
     records = [RequestRecord(i, phase, r.prompt_len, r.output_len, scheduled_s=o, request_id=f"{id_prefix}{i}")
                for i, r, o in zip(indices, requests, offsets)]
@@ -302,8 +331,11 @@ async def run_load(cfg: LoadConfig, requests: list[BenchRequest], offsets: Itera
         # any of it, and that time was counted in every request's TTFT.)
         first = min(offsets, default=0.0)
         due_at_start = sum(o <= first for o in offsets)
+        if cfg.start_at is not None:
+            await asyncio.sleep(max(0.0, cfg.start_at - CONNECT_LEAD_S - time.time()))
         await open_connections(session, cfg.base_url, min(due_at_start, cfg.max_concurrency or due_at_start))
-        t0 = time.perf_counter() if start is None else start()
+        # a future t0 is fine: the releaser below sleeps until each request is due
+        t0 = clock_start(time.perf_counter() if start is None else start(), cfg.start_at)
 
         async def one(req: BenchRequest, rec: RequestRecord):
             if gate is not None:

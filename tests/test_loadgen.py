@@ -342,6 +342,39 @@ def test_client_processes_share_one_schedule_and_one_sink():
     assert max(behind) - min(behind) < 0.05, behind
 
 
+@pytest.mark.parametrize("processes", [1, 2])
+def test_a_load_given_a_start_waits_for_it_and_times_from_it(processes):
+    """``start_at`` (wall clock) is the schedule's zero: no request leaves before it, the
+    first leaves at it, and the records time from it, not from when the client was ready."""
+    from attnbench.runner.loadpool import run_load_processes
+
+    requests = [BenchRequest(f"ok-{i}", 3, 2) for i in range(6)]
+    offsets = [0.0, 0.0, 0.05, 0.1, 0.15, 0.2]
+    with ThreadedFakeServer() as srv:
+        start_at = time.time() + 0.6
+        start = time.perf_counter() + (start_at - time.time())  # the same instant on the server's clock
+        records = run_load_processes(LoadConfig(srv.url, "m", start_at=start_at), requests, offsets,
+                                     lambda _: None, processes=processes)
+        arrived = [srv.fake.arrived[f"ok-{i}"] - start for i in range(6)]
+    assert all(r.status == "ok" for r in records)
+    assert min(arrived) >= 0, arrived  # nothing before the start
+    assert arrived[0] < 0.1, arrived  # the burst at the start, not a wait later
+    # the records' clock starts at start_at: they are late by little, not by the 0.6 s wait
+    assert statistics.median(r.dispatch_s - r.scheduled_s for r in records) < 0.05
+
+
+def test_a_start_in_the_past_is_refused(tmp_path):
+    from click.testing import CliRunner
+
+    from attnbench.cli import main
+
+    result = CliRunner().invoke(main, ["load", "--url", "http://127.0.0.1:9", "--model", "m",
+                                       "--tokenizer", str(tmp_path), "--start-at", str(time.time() - 30),
+                                       "--out", str(tmp_path / "out")])
+    assert result.exit_code == 2 and "--start-at" in result.output, result.output
+    assert "s in the past" in result.output and not (tmp_path / "out").exists()
+
+
 def test_auto_client_processes_follow_the_calibration():
     """One process per 128 requests in flight (the most the load can have: its concurrency
     limit, else its request count), at most 8 and at most half the CPUs; a count is kept."""
@@ -444,6 +477,21 @@ def test_a_finished_stream_leaves_its_connection_for_the_next_request():
     fake, recs, _ = load([BenchRequest(f"late-end#{i}", 3, 6) for i in range(5)], offsets)
     assert all(r.status == "ok" and r.completion_tokens == 6 for r in recs)
     assert len(set(fake.client_ports)) == 1, fake.client_ports
+
+
+def test_a_connection_idle_for_longer_than_the_server_keeps_it_is_not_reused():
+    """A connection idle for `IDLE_CONNECTION_S` leaves the pool before the server's
+    keep-alive timeout (vLLM: 5 s) closes it, so the next request connects anew instead of
+    racing the server's close. (Here the server would keep it: two connections are the
+    client's doing.)"""
+    from attnbench.runner.loadgen import IDLE_CONNECTION_S
+
+    offsets = [0.0, 0.1, 0.2 + IDLE_CONNECTION_S + 0.3]
+    fake, recs, _ = load([BenchRequest(f"ok-{i}", 3, 2) for i in range(3)], offsets)
+    assert all(r.status == "ok" for r in recs)
+    assert IDLE_CONNECTION_S < 5.0  # vLLM's VLLM_HTTP_TIMEOUT_KEEP_ALIVE
+    first, second, third = fake.client_ports
+    assert first == second != third, fake.client_ports
 
 
 def test_client_processes_ctrl_c_keeps_what_was_measured():
