@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import signal
 import sys
+import time
 from pathlib import Path
 
 import click
@@ -213,6 +214,14 @@ def _sharegpt_with_spares(dataset, dataset_path, input_len, output_len, num_prom
         return _requests_or_fail(dataset, dataset_path, input_len, output_len, num_prompts, tokenizer_dir, seed)
 
 
+def _in_the_future(ctx, param, value: float | None) -> float | None:
+    """``--start-at``: a wall-clock time still to come."""
+    if value is not None and value <= time.time():
+        raise click.BadParameter(f"{value:.3f} is {time.time() - value:.1f} s in the past; give a Unix time "
+                                 "(epoch s) still to come, e.g. $(date -d '+20 s' +%s.%N)", ctx, param)
+    return value
+
+
 @click.command("load")
 @click.option("--url", required=True, help="Base URL of an OpenAI-compatible server, e.g. http://127.0.0.1:8000")
 @click.option("--model", required=True, help="Served model name.")
@@ -227,11 +236,14 @@ def _sharegpt_with_spares(dataset, dataset_path, input_len, output_len, num_prom
 @click.option("--client-processes", type=ProcessCount(), default="auto", show_default=True,
               help="Spread the streams over this many client processes (1-64); auto: one per 128 "
                    "requests that can be in flight, at most 8 and half the CPUs.")
+@click.option("--start-at", type=float, callback=_in_the_future, metavar="EPOCH_S",
+              help="Start the schedule at this wall-clock time (Unix epoch s), not when ready: "
+                   "clients given one start send as one load (e.g. `date -d '+20 s' +%s.%N`).")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), required=True,
               help="Folder for requests.jsonl and summary.json.")
 def load_cmd(url, model, tokenizer_dir, dataset, dataset_path, input_len, output_len, num_prompts,
              request_rate, arrival, burstiness, max_concurrency, ignore_eos, per_chunk_usage, client_processes,
-             seed, out_dir):
+             start_at, seed, out_dir):
     """Load an already running server and write requests.jsonl + summary.json.
 
     Exits 1 when no request completed (the line names the first error, e.g. connection
@@ -242,7 +254,8 @@ def load_cmd(url, model, tokenizer_dir, dataset, dataset_path, input_len, output
     from .store import REQUESTS_FILE, SUMMARY_FILE, RecordWriter, atomic_write_json
 
     requests = _requests_or_fail(dataset, dataset_path, input_len, output_len, num_prompts, tokenizer_dir, seed)
-    cfg = LoadConfig(url.rstrip("/"), model, ignore_eos, max_concurrency, per_chunk_usage=per_chunk_usage)
+    cfg = LoadConfig(url.rstrip("/"), model, ignore_eos, max_concurrency, per_chunk_usage=per_chunk_usage,
+                     start_at=start_at)
     offsets = arrival_offsets(len(requests), request_rate, arrival, burstiness, seed)
     processes = resolve_processes(client_processes, len(requests), max_concurrency)
     out_dir.mkdir(parents=True, exist_ok=True)
