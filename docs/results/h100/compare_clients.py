@@ -23,7 +23,8 @@ criteria over all their runs, fitted over the server's merging and over its own 
 Where cross-check.sh traced the clients' sends
 (SEND_TRACE=1, sent/), each client's TTFT also counted from the moment its request was on
 the wire (send_trace.py), with what each client did between its clock's start and that
-moment.
+moment. Where cross-check.sh ran the clients side by side (SIDE_BY_SIDE=1), the
+differences within each run too, where the server's drift is common to both clients.
 """
 
 from __future__ import annotations
@@ -305,10 +306,13 @@ def report(*roots: Path) -> list[str]:
         fixed = {d.name: attnbench_runs(load_dir, d.name)  # optional: attnbench held to N client processes
                  for d in sorted(load_dir.glob(f"{FIXED}*"), key=lambda d: int(d.name[len(FIXED):]))}
         rate = ours[0].get("request_rate")
-        lines += [f"## {name} (request rate {rate} req/s; {len(ours)} attnbench and {len(theirs)} "
-                  "vllm bench serve runs, alternating)", ""]
+        side = (load_dir / "side-by-side").exists()
+        lines += [f"## {name} (request rate {rate} req/s{' per client' if side else ''}; {len(ours)} attnbench "
+                  f"and {len(theirs)} vllm bench serve runs, {'side by side' if side else 'alternating'})", ""]
         lines += _compiles(load_dir, f"{name}'s server (its own launch)")
         lines += _criteria_table(ours, theirs, "attnbench")
+        if side:
+            lines += _side_by_side_table(ours, theirs)
         if str(rate) == "inf":  # a burst (summaries hold the float inf)
             lines += _net_of_merging(ours, theirs)
         lines += _net_of_server(ours, theirs)
@@ -650,6 +654,38 @@ def _criteria_table(ours: list[dict], theirs: list[dict], label: str) -> list[st
         lines.append(f"| {k} | {_fmt(a)} | {_fmt(v)} | {_fmt(diff)}% | {_fmt(sa)}% | {_fmt(sv)}% | {verdict} "
                      f"| {_fmt(p, 2)} |")
     return lines
+
+
+def _side_by_side_table(ours: list[dict], theirs: list[dict]) -> list[str]:
+    """Side-by-side runs (cross-check.sh SIDE_BY_SIDE=1: both clients at once, each on half
+    of the prompts, halves swapped from one run to the next): each criterion's difference
+    within each run, where both clients met the same server on the same host, and its
+    median over runs and over pairs of runs (a pair sends each client every prompt)."""
+    by_run = {r["repeat"]: r for r in theirs}
+    runs = [(a, by_run[a["repeat"]]) for a in ours if a["repeat"] in by_run]
+    keys = (*CRITERIA, "median_wire_ttft_ms")
+
+    def value(r: dict, k: str):
+        return (r.get("wire") or {}).get(k) if k == "median_wire_ttft_ms" else r.get(k)
+
+    def diff(pairs, k) -> float | None:
+        a = [value(x, k) for x, _ in pairs]
+        v = [value(y, k) for _, y in pairs]
+        if None in a or None in v or not sum(v):
+            return None
+        return (sum(a) / sum(v) - 1) * 100  # the pair's runs weighed alike
+
+    per_run = {k: [diff([run], k) for run in runs] for k in keys}
+    pairs = [runs[i:i + 2] for i in range(0, len(runs) - 1, 2)]
+    per_pair = {k: [diff(pair, k) for pair in pairs] for k in keys}
+    lines = ["", "Within each run (both clients at once, on the same server and host): attnbench - vllm bench, %; "
+             "TTFT from the write where the sends were traced:", "",
+             "| run | " + " | ".join(keys) + " |", "|---" * (len(keys) + 1) + "|"]
+    for i, (a, _) in enumerate(runs):
+        lines.append(f"| r{a['repeat']} | " + " | ".join(_fmt(per_run[k][i]) for k in keys) + " |")
+    lines.append("| median over runs | " + " | ".join(_fmt(_med(per_run[k])) for k in keys) + " |")
+    lines.append(f"| median over {len(pairs)} pairs | " + " | ".join(_fmt(_med(per_pair[k])) for k in keys) + " |")
+    return lines + [""]
 
 
 def _minus(a, b):

@@ -16,7 +16,9 @@
 # serve's own count), which separates what the client's process count does to the server's
 # own timing from what each client adds. SEND_TRACE=1 runs every client under send_trace.py
 # (aiohttp's trace of when each request was written, in sent/), so that the report also
-# counts TTFT from the write, not only from each client's own clock. It ends with
+# counts TTFT from the write, not only from each client's own clock. SIDE_BY_SIDE=1 runs the
+# two clients at once instead, each on half of the prompts at half the rate, from one start
+# (LOAD-side/; below), PAIRS pairs of such runs with the halves swapped. It ends with
 # compare_clients.py's verdict in XCHECK_DIR/comparison.md. SERVER_PID=PID measures a server
 # already listening on port 8123 instead of starting one (PID: its process, for the CPU
 # accounting; it is left running). The same server with two API-server processes:
@@ -53,6 +55,10 @@ done
 common=(--url $url --model $model --tokenizer $tok --dataset sharegpt --dataset-path "$res/prompts.json"
         --num-prompts "$prompts" --seed 0)
 attnbench load "${common[@]}" --num-prompts 16 --out "$res/warmup" > /dev/null 2>&1
+# What each client run sends (the measure functions read these; a side-by-side run sets its
+# own in a subshell): the prompt file, how many, the seed of their order and arrivals, and a
+# shared start (epoch s; empty: when ready)
+dataset=$res/prompts.json; count=$prompts; seed=0; start_at=
 
 python_for() {  # $1 a trace's file prefix: sets $py, the python command line a client runs under
   py=(python3); [ -z "${SEND_TRACE:-}" ] || py=(python3 $here/send_trace.py "$1")
@@ -64,7 +70,9 @@ measure_attnbench() {  # $1 load, $2 rate, $3 repeat, $4 client name, $5 client 
   python_for "$res/$1/sent/$name-r$3"
   python3 $here/proc_cpu.py $server > "$res/$1/cpu/$name-r$3.before.json"
   python3 $here/proc_cpu.py --run "$res/$1/cpu/$name-r$3.client.json" -- \
-    "${py[@]}" -m attnbench.cli load "${common[@]}" --request-rate "$2" --arrival poisson --client-processes "${5:-auto}" \
+    "${py[@]}" -m attnbench.cli load --url $url --model $model --tokenizer $tok --dataset sharegpt \
+    --dataset-path "$dataset" --num-prompts "$count" --seed "$seed" ${start_at:+--start-at $start_at} \
+    --request-rate "$2" --arrival poisson --client-processes "${5:-auto}" \
     --out "$res/$1/$name/r$3" 2>&1 | tail -2
   python3 $here/proc_cpu.py $server > "$res/$1/cpu/$name-r$3.after.json"
 }
@@ -78,22 +86,58 @@ measure_vllm_bench() {  # $1 load, $2 rate, $3 repeat
   python3 $here/proc_cpu.py $server > "$res/$1/cpu/vllm-bench-r$3.before.json"
   curl -s $url/metrics > "$res/$1/vllm-bench/r$3.before.prom"
   python3 $here/proc_cpu.py --run "$res/$1/cpu/vllm-bench-r$3.client.json" -- \
-    "${py[@]}" $here/vllm_bench_serve.py --backend vllm --base-url $url --model $model \
-    --tokenizer $tok --dataset-name sharegpt --dataset-path "$res/prompts.json" --num-prompts "$prompts" \
-    --ignore-eos --temperature 0 --request-rate "$2" --burstiness 1.0 --seed 0 \
+    "${py[@]}" $here/vllm_bench_serve.py ${start_at:+--start-at $start_at} --backend vllm --base-url $url \
+    --model $model --tokenizer $tok --dataset-name sharegpt --dataset-path "$dataset" --num-prompts "$count" \
+    --ignore-eos --temperature 0 --request-rate "$2" --burstiness 1.0 --seed "$seed" \
     --percentile-metrics ttft,tpot,itl,e2el --save-result --save-detailed \
-    --result-dir "$res/$1/vllm-bench" --result-filename "r$3.json" 2>&1 | grep -E "throughput|TTFT|ITL" | head -4
+    --result-dir "$res/$1/vllm-bench" --result-filename "r$3.json" 2>&1 | grep -E "start-at|throughput|TTFT|ITL" | head -5
   curl -s $url/metrics > "$res/$1/vllm-bench/r$3.after.prom"
   python3 $here/proc_cpu.py $server > "$res/$1/cpu/vllm-bench-r$3.after.json"
 }
 
+# Side by side (SIDE_BY_SIDE=1): both clients in one run, each sending half of the prompts
+# (even- and odd-numbered: prompts-a.json, prompts-b.json) at half the rate, from one start.
+# Two Poisson streams of RATE/2 with their own seeds (a: 1, b: 2) add up to one of RATE, so
+# the server sees the alternating runs' load; in the next run the clients swap halves, so a
+# pair of runs sends each client every prompt on the same schedule. Within a run both
+# clients meet the same server on the same host: its drift from run to run, which decides
+# the alternating runs' TTFT (README, "Twenty Poisson pairs"), is common to both.
+split_prompts() {
+  [ -s "$res/prompts-b.json" ] || python3 - "$res/prompts.json" <<'PY'
+import json, sys
+rows = json.load(open(sys.argv[1]))
+for half, share in (("a", rows[0::2]), ("b", rows[1::2])):
+    json.dump(share, open(sys.argv[1].replace("prompts.json", f"prompts-{half}.json"), "w"))
+PY
+}
+measure_side_by_side() {  # $1 load folder, $2 rate of each client, $3 run
+  local ours=a theirs=b lead=${SIDE_LEAD_S:-25}
+  [ $(($3 % 2)) = 1 ] || { ours=b; theirs=a; }
+  seed_of() { [ "$1" = a ] && echo 1 || echo 2; }
+  # the start leaves time for vllm bench serve's imports, tokenizer and test request
+  local at; at=$(python3 -c "import time; print(f'{time.time() + $lead:.3f}')")
+  ( dataset=$res/prompts-$ours.json count=$((prompts / 2)) seed=$(seed_of $ours) start_at=$at
+    measure_attnbench "$1" "$2" "$3" ) &
+  local a=$!
+  ( dataset=$res/prompts-$theirs.json count=$((prompts / 2)) seed=$(seed_of $theirs) start_at=$at
+    measure_vllm_bench "$1" "$2" "$3" ) &
+  wait $a $!
+}
+
 for load in ${LOADS:-burst poisson}; do
   if [ $load = burst ]; then r=inf; else r=$rate; fi
-  mkdir -p "$res/$load/vllm-bench" "$res/$load/cpu" "$res/$load/sent"
+  folder=$load${SIDE_BY_SIDE:+-side}
+  mkdir -p "$res/$folder/vllm-bench" "$res/$folder/cpu" "$res/$folder/sent"
   # one unrecorded run of this load first: the server's first run after a change of load
   # was the slowest of its kind in the 2026-11-23 runs, whichever client sent it
-  [ -e "$res/$load/warmed-up" ] || { attnbench load "${common[@]}" --request-rate $r --arrival poisson \
-    --out "$res/$load/warmup" > /dev/null 2>&1; touch "$res/$load/warmed-up"; }
+  [ -e "$res/$folder/warmed-up" ] || { attnbench load "${common[@]}" --request-rate $r --arrival poisson \
+    --out "$res/$folder/warmup" > /dev/null 2>&1; touch "$res/$folder/warmed-up"; }
+  if [ -n "${SIDE_BY_SIDE:-}" ]; then
+    split_prompts; touch "$res/$folder/side-by-side"  # compare_clients.py pairs the clients run by run
+    [ $r = inf ] || r=$(python3 -c "print($r / 2)")
+    for i in $(seq $((2 * pairs))); do measure_side_by_side $folder $r $i; done
+    continue
+  fi
   # ABBA: attnbench goes first in odd pairs, vllm bench serve in even ones, so a drift of
   # the server over the session weighs on both clients alike (the fixed-process runs, if
   # any, sit between them)
