@@ -282,6 +282,24 @@ def test_archived_cross_check_keeps_the_verdict(tmp_path):
     assert compare.report(tmp_path / "lean") == compare.report(tmp_path / "full")
 
 
+def test_side_by_side_runs_are_compared_within_each_run_and_pair(tmp_path):
+    """A load cross-check.sh ran side by side (SIDE_BY_SIDE=1, the marker file): besides the
+    criteria over runs, each criterion's difference within each run, and the criteria over
+    pairs of runs (a client's value for a pair: the mean of its two runs). The tree's r1 and
+    r2 make one pair: attnbench 640 and 660 ms against vllm bench's 800 and 820 ms."""
+    full = tmp_path / "full"
+    side = _cross_check_tree(full).rename(full / "poisson-side")
+    (side / "side-by-side").touch()
+    (full / "prompts-a.json").write_text("[]")
+    text = "\n".join(_docs_script("compare_clients").report(full))
+    assert "## poisson-side (request rate inf req/s per client; 2 attnbench and 2 vllm bench serve runs, side by side)" in text
+    assert "| r1 | -1.0 | -20.0 | -1.0 | -1.0 | - |" in text and "| r2 | -1.0 | -19.5 | -1.0 | -1.0 | - |" in text
+    assert "| median over 1 pairs | -1.0 | -19.8 | -1.0 | -1.0 | - |" in text
+    assert "| median_ttft_ms | 650.0 | 810.0 | -19.8% | 0.0% | 0.0% | FAIL" in text.split("criteria over the pairs")[1]
+    _docs_script("archive_cross_check").archive(full, tmp_path / "kept")
+    assert not list((tmp_path / "kept").glob("prompts*")) and (tmp_path / "kept/poisson-side/side-by-side").exists()
+
+
 def _trace_sends(load):
     """send_trace.py's files for attnbench's and vllm bench's runs of a `_cross_check_tree`
     load: attnbench writes at once on open connections (0.2 ms wait; TTFTs 100 and 50 ms;

@@ -9,7 +9,8 @@ the order the server answered in and, where the sends were traced (sent/, kept w
 counted from the write (attnbench: ``chunks.txt``, ``order.txt``, ``wire.json``; vllm
 bench: ``chunks``, ``order`` and ``wire`` fields in its summary JSON), which is what
 compare_clients.py reads from an archived copy. Text is gzipped; prompts.json is left out
-(`attnbench dataset export --seed 0` writes it again). ``--no-records`` keeps no
+(`attnbench dataset export --seed 0` writes it again), and so are its halves of a
+side-by-side campaign (prompts-a.json, prompts-b.json: its even- and odd-numbered prompts). ``--no-records`` keeps no
 per-request records at all, r1's neither (for trees kept as evidence beside the current
 one; it also shrinks an archived tree).
 """
@@ -39,7 +40,7 @@ def archive(src: Path, dest: Path, records: bool = True) -> None:
     for path in sorted(p for p in src.rglob("*") if p.is_file()):
         rel = path.relative_to(src)
         name = rel.name.removesuffix(".gz")
-        if name == "prompts.json":
+        if name.startswith("prompts") and name.endswith(".json"):  # prompts.json and its halves
             continue
         (dest / rel.parent).mkdir(parents=True, exist_ok=True)
         if name == "requests.jsonl":

@@ -685,7 +685,26 @@ def _side_by_side_table(ours: list[dict], theirs: list[dict]) -> list[str]:
         lines.append(f"| r{a['repeat']} | " + " | ".join(_fmt(per_run[k][i]) for k in keys) + " |")
     lines.append("| median over runs | " + " | ".join(_fmt(_med(per_run[k])) for k in keys) + " |")
     lines.append(f"| median over {len(pairs)} pairs | " + " | ".join(_fmt(_med(per_pair[k])) for k in keys) + " |")
+    lines += ["", "The issue's criteria over the pairs (a pair: two runs with the halves swapped, so each client "
+              "sent every prompt; a client's value for a pair: the mean of its two runs'), medians over the "
+              "pairs and spreads over them:", "",
+              "| metric | attnbench | vllm bench serve | attnbench - vllm | attnbench spread | vllm spread | criterion |",
+              "|---|---|---|---|---|---|---|"]
+    for k in keys:
+        ours_k = [_pair_mean([value(a, k) for a, _ in pair]) for pair in pairs]
+        theirs_k = [_pair_mean([value(v, k) for _, v in pair]) for pair in pairs]
+        result = criterion([x for x in ours_k if x is not None], [x for x in theirs_k if x is not None])
+        if result is None:
+            continue
+        _, d, sa, sv = result
+        lines.append(f"| {k} | {_fmt(_med(ours_k))} | {_fmt(_med(theirs_k))} | {_fmt(d)}% | {_fmt(sa)}% | {_fmt(sv)}% "
+                     f"| {_verdict(result)} |")
     return lines + [""]
+
+
+def _pair_mean(values: list) -> float | None:
+    """The mean of a pair's two values (None if either is missing)."""
+    return statistics.fmean(values) if values and None not in values else None
 
 
 def _minus(a, b):
