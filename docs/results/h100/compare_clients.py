@@ -638,19 +638,20 @@ def _self_agreement_table(clients: list[tuple[str, list[dict]]]) -> list[str]:
     return lines
 
 
-def _criteria_table(ours: list[dict], theirs: list[dict], label: str) -> list[str]:
-    """The issue's table: medians over runs of each client, difference, spreads, verdict,
-    and the difference's permutation p over the runs (`permutation_p`)."""
+def _criteria_table(ours: list[dict], theirs: list[dict], label: str, keys=KEYS, judged=CRITERIA) -> list[str]:
+    """The issue's table: medians over runs of each client, difference, spreads, and for the
+    ``judged`` keys the verdict and the difference's permutation p over the runs
+    (`permutation_p`)."""
     lines = [f"| metric | {label} (median of runs) | vllm bench serve | {label} - vllm | {label} spread "
              "| vllm spread | criterion | p, runs permuted |", "|---|---|---|---|---|---|---|---|"]
-    for k in KEYS:
+    for k in keys:
         ours_k, theirs_k = _values(ours, k), _values(theirs, k)
         a, v = _med(ours_k), _med(theirs_k)
         sa, sv = _spread(ours_k), _spread(theirs_k)
         diff = difference_pct(ours_k, theirs_k)
-        result = criterion(ours_k, theirs_k) if k in CRITERIA else None
+        result = criterion(ours_k, theirs_k) if k in judged else None
         verdict = _verdict(result) if result else ""
-        p = permutation_p(ours_k, theirs_k) if k in CRITERIA else None
+        p = permutation_p(ours_k, theirs_k) if k in judged else None
         lines.append(f"| {k} | {_fmt(a)} | {_fmt(v)} | {_fmt(diff)}% | {_fmt(sa)}% | {_fmt(sv)}% | {verdict} "
                      f"| {_fmt(p, 2)} |")
     return lines
@@ -686,20 +687,13 @@ def _side_by_side_table(ours: list[dict], theirs: list[dict]) -> list[str]:
     lines.append("| median over runs | " + " | ".join(_fmt(_med(per_run[k])) for k in keys) + " |")
     lines.append(f"| median over {len(pairs)} pairs | " + " | ".join(_fmt(_med(per_pair[k])) for k in keys) + " |")
     lines += ["", "The issue's criteria over the pairs (a pair: two runs with the halves swapped, so each client "
-              "sent every prompt; a client's value for a pair: the mean of its two runs'), medians over the "
-              "pairs and spreads over them:", "",
-              "| metric | attnbench | vllm bench serve | attnbench - vllm | attnbench spread | vllm spread | criterion |",
-              "|---|---|---|---|---|---|---|"]
-    for k in keys:
-        ours_k = [_pair_mean([value(a, k) for a, _ in pair]) for pair in pairs]
-        theirs_k = [_pair_mean([value(v, k) for _, v in pair]) for pair in pairs]
-        result = criterion([x for x in ours_k if x is not None], [x for x in theirs_k if x is not None])
-        if result is None:
-            continue
-        _, d, sa, sv = result
-        lines.append(f"| {k} | {_fmt(_med(ours_k))} | {_fmt(_med(theirs_k))} | {_fmt(d)}% | {_fmt(sa)}% | {_fmt(sv)}% "
-                     f"| {_verdict(result)} |")
-    return lines + [""]
+              "sent every prompt; a client's value for a pair: the mean of its two runs'), each pair taken as "
+              "one run: medians over the pairs and spreads over them:", ""]
+
+    def pair_values(side: int) -> list[dict]:  # one client's pairs, as runs of their own
+        return [{k: _pair_mean([value(run[side], k) for run in pair]) for k in keys} for pair in pairs]
+
+    return lines + _criteria_table(pair_values(0), pair_values(1), "attnbench", keys, judged=keys) + [""]
 
 
 def _pair_mean(values: list) -> float | None:
