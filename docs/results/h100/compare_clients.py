@@ -669,9 +669,9 @@ def _side_by_side_table(ours: list[dict], theirs: list[dict]) -> list[str]:
     def value(r: dict, k: str):
         return (r.get("wire") or {}).get(k) if k == "median_wire_ttft_ms" else r.get(k)
 
-    def diff(pairs, k) -> float | None:
-        a = [value(x, k) for x, _ in pairs]
-        v = [value(y, k) for _, y in pairs]
+    def diff(group, k) -> float | None:  # over a run or a pair of (attnbench, vllm bench) runs
+        a = [value(x, k) for x, _ in group]
+        v = [value(y, k) for _, y in group]
         if None in a or None in v or not sum(v):
             return None
         return (sum(a) / sum(v) - 1) * 100  # the pair's runs weighed alike

@@ -52,8 +52,8 @@ until curl -sf $url/health >/dev/null; do
   sleep 2
 done
 [ -s "$res/prompts.json" ] || attnbench dataset export --tokenizer $tok --num-prompts "$prompts" --seed 0 "$res/prompts.json"
-common=(--url $url --model $model --tokenizer $tok --dataset sharegpt --dataset-path "$res/prompts.json"
-        --num-prompts "$prompts" --seed 0)
+target=(--url $url --model $model --tokenizer $tok --dataset sharegpt)
+common=("${target[@]}" --dataset-path "$res/prompts.json" --num-prompts "$prompts" --seed 0)
 attnbench load "${common[@]}" --num-prompts 16 --out "$res/warmup" > /dev/null 2>&1
 # What each client run sends (the measure functions read these; a side-by-side run sets its
 # own in a subshell): the prompt file, how many, the seed of their order and arrivals, and a
@@ -70,8 +70,7 @@ measure_attnbench() {  # $1 load, $2 rate, $3 repeat, $4 client name, $5 client 
   python_for "$res/$1/sent/$name-r$3"
   python3 $here/proc_cpu.py $server > "$res/$1/cpu/$name-r$3.before.json"
   python3 $here/proc_cpu.py --run "$res/$1/cpu/$name-r$3.client.json" -- \
-    "${py[@]}" -m attnbench.cli load --url $url --model $model --tokenizer $tok --dataset sharegpt \
-    --dataset-path "$dataset" --num-prompts "$count" --seed "$seed" ${start_at:+--start-at $start_at} \
+    "${py[@]}" -m attnbench.cli load "${target[@]}" --dataset-path "$dataset" --num-prompts "$count" --seed "$seed" ${start_at:+--start-at $start_at} \
     --request-rate "$2" --arrival poisson --client-processes "${5:-auto}" \
     --out "$res/$1/$name/r$3" 2>&1 | tail -2
   python3 $here/proc_cpu.py $server > "$res/$1/cpu/$name-r$3.after.json"
@@ -111,7 +110,7 @@ for half, share in (("a", rows[0::2]), ("b", rows[1::2])):
 PY
 }
 measure_side_by_side() {  # $1 load folder, $2 rate of each client, $3 run
-  local ours=a theirs=b lead=${SIDE_LEAD_S:-25}
+  local ours=a theirs=b lead=${SIDE_LEAD_S:-30}  # vllm bench took up to 27 s to be ready on the H100 host
   [ $(($3 % 2)) = 1 ] || { ours=b; theirs=a; }
   seed_of() { [ "$1" = a ] && echo 1 || echo 2; }
   # the start leaves time for vllm bench serve's imports, tokenizer and test request
@@ -133,6 +132,7 @@ for load in ${LOADS:-burst poisson}; do
   [ -e "$res/$folder/warmed-up" ] || { attnbench load "${common[@]}" --request-rate $r --arrival poisson \
     --out "$res/$folder/warmup" > /dev/null 2>&1; touch "$res/$folder/warmed-up"; }
   if [ -n "${SIDE_BY_SIDE:-}" ]; then
+    [ $((prompts % 2)) = 0 ] || { echo "SIDE_BY_SIDE: PROMPTS=$prompts must be even (two equal halves)" >&2; exit 2; }
     split_prompts; touch "$res/$folder/side-by-side"  # compare_clients.py pairs the clients run by run
     [ $r = inf ] || r=$(python3 -c "print($r / 2)")
     for i in $(seq $((2 * pairs))); do measure_side_by_side $folder $r $i; done

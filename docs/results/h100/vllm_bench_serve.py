@@ -21,15 +21,16 @@ def start_at(epoch_s: float) -> None:
     fetch = serve.fetch_diffusion_metrics
     waited = False
 
-    async def wait_then_fetch(*args, **kwargs):
+    async def fetch_then_wait(*args, **kwargs):
         nonlocal waited
+        metrics = await fetch(*args, **kwargs)  # first, so that the clock starts at the start
         if not waited:  # the fetch before the clock (the other one follows the run)
             waited = True
             print(f"start-at: ready {epoch_s - time.time():.2f} s before the start")
             await asyncio.sleep(max(0.0, epoch_s - time.time()))
-        return await fetch(*args, **kwargs)
+        return metrics
 
-    serve.fetch_diffusion_metrics = wait_then_fetch
+    serve.fetch_diffusion_metrics = fetch_then_wait
 
 
 if __name__ == "__main__":
