@@ -1,10 +1,12 @@
 """Results -> tidy pandas frames.
 
 * `collect_results`: an attnbench results tree (runner/store.py layout) -> a `Collected`
-  with one row per (suite, run, repeat) (summary metrics + serve settings + provenance) and
-  one row per measured request (TTFT, TPOT, E2EL in ms; ITL samples in their own frame).
-* `collect_vllm_bench`: JSON written by ``vllm bench serve --save-result`` -> the same frames,
-  so existing results plot beside ours.
+  with one row per (suite, run, repeat): its summary's metrics, serve settings and
+  provenance. Only summaries are read: a tree whose per-request records were archived
+  away (as the ones committed under docs/ are) draws the same figures.
+* `collect_vllm_bench`: JSON written by ``vllm bench serve --save-result`` -> the same
+  frame (its percentiles computed from its per-request lists where it saved them), so
+  existing results plot beside ours.
 * `load_microbench`: the CSV of `attnbench microbench`, checked against its schema.
 Errors say what was expected where.
 """
@@ -20,18 +22,18 @@ from pydantic import ValidationError
 
 from attnbench.kernels.schema import MICROBENCH_FIELDS, MICROBENCH_REQUIRED, VLLM_BACKEND_NAME
 from attnbench.kernels.variants import AUTO
-from attnbench.runner.catalogue import ITL, LATENCIES, TTFT
+from attnbench.runner.catalogue import ITL, TTFT
 from attnbench.runner.host import COUNTERS as HOST_COUNTERS
-from attnbench.runner.metrics import request_latencies
+from attnbench.runner.metrics import latency_stats
 from attnbench.runner.recipe import Recipe, ServeSettings
+from attnbench.runner.store import PROVENANCE_FILE, RECIPE_FILE, SUMMARY_FILE, iter_repeat_dirs, records_problem
 from attnbench.runner.summary import RepeatSummary
 from attnbench.validation import read_yaml, validation_lines
-from attnbench.runner.store import (PROVENANCE_FILE, RECIPE_FILE, SUMMARY_FILE, iter_repeat_dirs,
-                                    read_records, requests_path)
 
 
-PER_REQUEST = [m for m in LATENCIES if m.per == "request"]  # columns of `Collected.requests`
 HOST_COLUMNS = tuple(f"host_{k}" for k in HOST_COUNTERS)  # per repeat, from summary.json's client_host
+METRIC_FIELDS = tuple(name for name, f in RepeatSummary.model_fields.items()  # the numbers of a summary
+                      if f.annotation in (float | None, int | None, int, float))
 
 
 class CollectError(ValueError):
@@ -41,19 +43,13 @@ class CollectError(ValueError):
 @dataclass
 class Collected:
     runs: pd.DataFrame  # one row per (suite, run, repeat)
-    requests: pd.DataFrame  # one row per measured, successful request
-    itl: pd.DataFrame  # one row per inter-token gap: itl_ms, and where it lies in its request
-    #                    (position: 1 for the gap after the first chunk; gaps: the request's count)
     sources: list[str] = field(default_factory=list)
 
     @classmethod
     def concat(cls, parts: list["Collected"]) -> "Collected":
         if not parts:
             raise CollectError("nothing to collect")
-        return cls(pd.concat([p.runs for p in parts], ignore_index=True),
-                   pd.concat([p.requests for p in parts], ignore_index=True),
-                   pd.concat([p.itl for p in parts], ignore_index=True),
-                   [s for p in parts for s in p.sources])
+        return cls(pd.concat([p.runs for p in parts], ignore_index=True), [s for p in parts for s in p.sources])
 
 
 def _backend_label(serve: ServeSettings) -> str:
@@ -105,20 +101,6 @@ def _captured_graphs(prov: dict) -> str:
     return "+".join(graphs.get("captured") or []) or "none"
 
 
-def _request_rows(records, key: dict) -> tuple[list[dict], list[dict]]:
-    rows, itl_rows = [], []
-    for r in records:
-        if r.phase != "measure" or r.status != "ok" or not r.chunk_s:
-            continue
-        lat = request_latencies(r)
-        rows.append({**key, "request": r.index, **{m.column: lat[m.name] for m in PER_REQUEST},
-                     "output_tokens": r.completion_tokens, "input_tokens": r.prompt_tokens})
-        gaps = len(lat[ITL.name])
-        itl_rows += [{**key, ITL.column: float(v), "position": i, "gaps": gaps}
-                     for i, v in enumerate(lat[ITL.name], 1)]
-    return rows, itl_rows
-
-
 def _read_summary(path: Path) -> RepeatSummary:
     try:
         return RepeatSummary.model_validate(json.loads(path.read_text()))
@@ -142,11 +124,14 @@ def collect_results(root: str | Path) -> Collected:
     root = Path(root)
     if not root.exists():
         raise CollectError(f"{root}: no such results directory")
+    if not root.is_dir():
+        raise CollectError(f"{root}: not a directory; expected a results root (the --out of `attnbench run`) "
+                           "or one suite's folder in it")
     suites = _suite_dirs(root)
     if not suites:
         raise CollectError(f"{root}: no results found; expected <suite>/<run>/r<k>/{SUMMARY_FILE} "
                            "(the tree `attnbench run --out` writes)")
-    runs, requests, itl = [], [], []
+    runs = []
     for suite_dir in suites:
         for run, repeat, rep_dir in iter_repeat_dirs(suite_dir):
             summary_path = rep_dir / SUMMARY_FILE
@@ -160,52 +145,56 @@ def collect_results(root: str | Path) -> Collected:
             recipe = read_yaml(run_dir / RECIPE_FILE, "run recipe", CollectError) \
                 if (run_dir / RECIPE_FILE).exists() else {}
             prov = json.loads((run_dir / PROVENANCE_FILE).read_text()) if (run_dir / PROVENANCE_FILE).exists() else {}
+            status = summary.status
+            problem = records_problem(rep_dir, summary) if summary.measured else ""
+            if problem:  # the records on disk are not what was summarized: not a measurement to show
+                status = "damaged"
             key = {"suite": summary.suite or suite_dir.name, "run": run, "repeat": repeat}
-            metrics = {k: v for k, v in summary.as_json().items()
-                       if isinstance(v, (int, float)) and not isinstance(v, bool)}
-            runs.append({**key, "status": summary.status, **_serve_settings(recipe),
+            metrics = {k: getattr(summary, k) for k in METRIC_FIELDS if getattr(summary, k) is not None}
+            runs.append({**key, "status": status, **_serve_settings(recipe),
                          **_provenance_columns(prov, recipe), **metrics,
                          "jit_compiles": len(summary.jit_compiles or []), "session": summary.session or "",
                          **{f"host_{k}": v for k, v in (summary.client_host or {}).items()},  # HOST_COLUMNS
-                         "first_error": summary.first_error, "source": str(rep_dir)})
-            records_file = requests_path(rep_dir)
-            if summary.status == "ok" and records_file is not None:
-                rows, itl_rows = _request_rows(read_records(records_file), key)
-                requests += rows
-                itl += itl_rows
+                         "error": problem or summary.error, "first_error": summary.first_error,
+                         "source": str(rep_dir)})
     if not runs:
         raise CollectError(f"{root}: result folders exist but hold no {SUMMARY_FILE}")
-    return Collected(pd.DataFrame(runs), pd.DataFrame(requests), pd.DataFrame(itl), [str(root)])
+    return Collected(pd.DataFrame(runs), [str(root)])
 
 
 def collect_vllm_bench(path: str | Path, run: str | None = None, suite: str = "vllm-bench",
                        repeat: int = 1) -> Collected:
-    """One ``vllm bench serve --save-result`` JSON (times in its lists are seconds)."""
+    """One ``vllm bench serve --save-result`` JSON (times in its lists are seconds). Its
+    statistics are taken from its per-request lists (``--save-detailed``) where it has them,
+    so that they cover the percentiles the report draws, else from its own keys."""
     path = Path(path)
     try:
         data = json.loads(path.read_text())
     except FileNotFoundError:
         raise CollectError(f"{path}: no such file") from None
-    except json.JSONDecodeError as e:
+    except IsADirectoryError:
+        raise CollectError(f"{path}: a directory; expected the JSON file `vllm bench serve --save-result` writes") \
+            from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise CollectError(f"{path}: not JSON ({e})") from None
     needed = ("request_throughput", "output_throughput", "median_ttft_ms")
-    missing = [k for k in needed if k not in data]
+    missing = [k for k in needed if not isinstance(data, dict) or k not in data]
     if missing:
         raise CollectError(f"{path}: not a `vllm bench serve --save-result` file (missing {missing})")
     run = run or path.stem
-    key = {"suite": suite, "run": run, "repeat": repeat}
     metrics = {k: v for k, v in data.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
-    row = {**key, "status": "ok", "gpu": data.get("gpu", ""), "vendor": "", "model": str(data.get("model_id", "")),
-           "weights": "", "vllm_version": "", "date": str(data.get("date", ""))[:8], "engine": "",
+    ttfts = [t * 1e3 for t in data.get("ttfts") or [] if t]
+    gaps = [g * 1e3 for request in data.get("itls") or [] for g in request]
+    if ttfts:
+        metrics.update(latency_stats(TTFT, ttfts))
+    if gaps:
+        metrics.update(latency_stats(ITL, gaps))
+    row = {"suite": suite, "run": run, "repeat": repeat, "status": "ok", "gpu": data.get("gpu", ""), "vendor": "",
+           "model": str(data.get("model_id", "")), "weights": "", "vllm_version": "",
+           "date": str(data.get("date", ""))[:8], "engine": "",
            "attention_backend": data.get("attention_backend", "default"), "graph_mode": "default",
            "max_num_seqs": None, "chunked_prefill": None, "output_len": None, **metrics, "source": str(path)}
-    requests = [{**key, "request": i, **{m.column: None for m in PER_REQUEST}, TTFT.column: t * 1e3,
-                 "output_tokens": o, "input_tokens": n}
-                for i, (t, o, n) in enumerate(zip(data.get("ttfts", []), data.get("output_lens", []),
-                                                  data.get("input_lens", []))) if t]
-    itl = [{**key, ITL.column: v * 1e3, "position": i, "gaps": len(gaps)}
-           for gaps in data.get("itls", []) for i, v in enumerate(gaps, 1)]
-    return Collected(pd.DataFrame([row]), pd.DataFrame(requests), pd.DataFrame(itl), [str(path)])
+    return Collected(pd.DataFrame([row]), [str(path)])
 
 
 def load_microbench(path: str | Path) -> pd.DataFrame:

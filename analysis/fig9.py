@@ -21,6 +21,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from .plotting import OKABE_ITO, add_footnote, plt, save_figure
+
 REFERENCE = "FLASH_ATTN"
 STEP = {name: f"CUSTOM ({name})" for name in ("naive", "qblock", "parallel_tiled", "static_grid", "auto")}
 # The paper ran these steps with piecewise graphs (attention eager); run with full graphs
@@ -157,8 +159,6 @@ def decode_steps(table: pd.DataFrame) -> pd.DataFrame:
 
 def figure(table: pd.DataFrame, out_dir: Path, name: str, note: str) -> list[Path]:
     """Latency (s, log-log, min-max over repeats) and % of FA3 per output length."""
-    from .figures import OKABE_ITO, _save, add_footnote, plt
-
     pct = percent_of_reference(table)
     fig, axes = plt.subplots(1, 2 if pct is not None else 1, figsize=(13 if pct is not None else 7, 4.6),
                              squeeze=False)
@@ -190,4 +190,4 @@ def figure(table: pd.DataFrame, out_dir: Path, name: str, note: str) -> list[Pat
     fig.suptitle(f"{name}: paper Fig. 9")
     add_footnote(fig, note + "\npoints: mean over repeats of each repeat's median request; "
                  "error bars: min/max over repeats")
-    return _save(fig, table, out_dir, f"{name}-latency-vs-output")
+    return save_figure(fig, table, out_dir, f"{name}-latency-vs-output")

@@ -4,12 +4,14 @@ For each (GPU, suite, run):
 * throughput (request, output, total tokens/s): the mean over repeats, error bars at the
   min and max over repeats;
 * latency (TTFT, TPOT, ITL, E2EL, ms): the mean over repeats of each repeat's median, error
-  bars at the 20th and 80th percentile over all requests (ITL: over all chunk gaps) of
-  all repeats;
-* ITL across a request (ms): ``itl_first_tenth`` / ``itl_last_tenth``, the median gap over
-  the first and the last tenth of each request's gaps, all repeats pooled. At batch 1 a
-  decode step bound by the GPU grows with the context it attends to; one bound by the
-  host (kernels launched one by one from Python) stays flat.
+  bars at the mean over repeats of each repeat's 20th and 80th percentile over its requests
+  (ITL: over its chunk gaps), as `vllm bench serve` reports them per run;
+* ITL across a request (ms): ``itl_first_tenth`` / ``itl_last_tenth``, the mean over repeats
+  of each repeat's median gap over the first and the last tenth of its requests' gaps. At
+  batch 1 a decode step bound by the GPU grows with the context it attends to; one bound by
+  the host (kernels launched one by one from Python) stays flat.
+Only ``ok`` repeats count (``keep_degraded`` adds the degraded ones). Everything comes from
+the repeats' summaries, so a tree without its per-request records aggregates the same.
 `normalize` divides values and error bars by the baseline run's value on the same GPU.
 """
 
@@ -18,20 +20,21 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from attnbench.runner.catalogue import ITL, METRICS, REPORTED, Metric
+from attnbench.runner.catalogue import METRICS, REPORTED
 
 from .collect import HOST_COLUMNS, Collected, CollectError
 
 CONVENTION = ("bars: mean of repeats; error bars: min/max over repeats (throughput), "
-              "p20/p80 over requests (latency)")
+              "p20/p80 over requests, mean of the repeats' (latency)")
 KEYS = ["gpu", "suite", "run"]
 
 
-def aggregate(data: Collected) -> pd.DataFrame:
+def aggregate(data: Collected, keep_degraded: bool = False) -> pd.DataFrame:
     """One row per (gpu, suite, run): ``<metric>``, ``<metric>_lo``, ``<metric>_hi``, ``repeats``,
-    and ``host_steal_s_min`` / ``_max`` (and the same for ``host_cpu_stall_s``) over the repeats
-    that recorded them."""
-    ok = data.runs[data.runs["status"] == "ok"]
+    ``left_out`` (repeats not counted, as "r2 degraded, r3 failed"), and ``host_steal_s_min`` /
+    ``_max`` (and the same for ``host_cpu_stall_s``) over the repeats that recorded them."""
+    counted = ("ok", "degraded") if keep_degraded else ("ok",)
+    ok = data.runs[data.runs["status"].isin(counted)]
     if ok.empty:
         raise CollectError("no successful repeat to aggregate (every summary.json has a status other than ok)")
     rows = []
@@ -42,13 +45,18 @@ def aggregate(data: Collected) -> pd.DataFrame:
                     "graph_mode", "cuda_graphs", "max_num_seqs", "chunked_prefill", "output_len"):
             row[col] = first.get(col)
         row["repeats"] = len(g)
+        every = data.runs[(data.runs["suite"] == key[1]) & (data.runs["run"] == key[2])]
+        row["left_out"] = ", ".join(f"r{r.repeat} {r.status}" for r in every.itertuples()
+                                    if r.status not in counted)
+        row["degraded_kept"] = int((g["status"] == "degraded").sum())
         for col in ("failed", "jit_compiles"):  # summed over repeats: shown, never averaged away
             row[col] = int(g[col].fillna(0).sum()) if col in g else 0
         row["sessions"] = sorted({str(v) for v in g.get("session", pd.Series(dtype=str)).dropna() if str(v)})
         for col in HOST_COLUMNS:  # the CPU the client's machine lost per repeat (s), where recorded
             if col in g and g[col].notna().any():
                 row[f"{col}_min"], row[f"{col}_max"] = g[col].min(), g[col].max()
-        suite, run = key[1], key[2]
+        if "client_coalesced_chunks" in g:
+            row["coalesced_chunks"] = g["client_coalesced_chunks"].mean()
         for metric in REPORTED:
             name, per_repeat = metric.name, metric.key("median")
             if per_repeat not in g:
@@ -58,10 +66,12 @@ def aggregate(data: Collected) -> pd.DataFrame:
                 continue
             row[name] = g[per_repeat].mean()
             row[f"{name}_repeat_min"], row[f"{name}_repeat_max"] = g[per_repeat].min(), g[per_repeat].max()
-            pooled = _pooled(data, suite, run, metric)
-            row[f"{name}_lo"], row[f"{name}_hi"] = (np.percentile(pooled, 20), np.percentile(pooled, 80)) \
-                if len(pooled) else (np.nan, np.nan)
-        row["itl_first_tenth"], row["itl_last_tenth"] = _itl_first_last_tenth(data, suite, run)
+            for bound, stat in (("lo", "p20"), ("hi", "p80")):
+                column = metric.key(stat)
+                row[f"{name}_{bound}"] = g[column].mean() if column in g else np.nan
+        for tenth in ("itl_first_tenth", "itl_last_tenth"):
+            column = f"{tenth}_ms"
+            row[tenth] = g[column].mean() if column in g else np.nan
         rows.append(row)
     return pd.DataFrame(rows)
 
@@ -83,26 +93,6 @@ def split_experiments(agg: pd.DataFrame) -> pd.DataFrame:
             label = prefixes.pop() if len(prefixes) == 1 else runs[0]
             agg.loc[index, "suite"] = f"{suite}-{label}"
     return agg
-
-
-def _pooled(data: Collected, suite: str, run: str, metric: Metric) -> np.ndarray:
-    """Every sample of a latency over a run's repeats: its requests, or its chunk gaps."""
-    frame = data.itl if metric.per == "gap" else data.requests
-    if frame.empty or metric.column not in frame:
-        return np.array([])
-    sel = frame[(frame["suite"] == suite) & (frame["run"] == run)][metric.column].dropna()
-    return sel.to_numpy(dtype=float)
-
-
-def _itl_first_last_tenth(data: Collected, suite: str, run: str) -> tuple[float, float]:
-    """Median ITL (ms) over the first and over the last tenth of every request's gaps."""
-    frame = data.itl
-    if frame.empty or "position" not in frame:
-        return np.nan, np.nan
-    sel = frame[(frame["suite"] == suite) & (frame["run"] == run)]
-    where = (sel["position"] - 1) / sel["gaps"]  # 0 for the first gap, < 1 for the last
-    first, last = sel[ITL.column][where < 0.1], sel[ITL.column][where >= 0.9]
-    return (float(first.median()) if len(first) else np.nan, float(last.median()) if len(last) else np.nan)
 
 
 def metric_columns(agg: pd.DataFrame) -> list[str]:

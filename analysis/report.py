@@ -10,11 +10,12 @@ from pathlib import Path
 
 import pandas as pd
 
-from attnbench.runner.catalogue import REPORTED
+from attnbench.runner.catalogue import ITL, REPORTED
+from attnbench.runner.recipe import ENGINE_LABELS
 
-from . import figures
+from . import fig9, figures
 from .collect import Collected, CollectError, collect_results, collect_vllm_bench, load_microbench
-from .normalize import CONVENTION, aggregate, metric_columns, normalize, split_experiments
+from .normalize import CONVENTION, aggregate, metric_columns, normalize, repeat_range, split_experiments
 
 DEFAULT_BASELINES = ("FLEX_ATTENTION", "v0-default", "v0-style")
 MICRO_BASELINES = ("vllm_unified", "sdpa", "naive")
@@ -57,15 +58,16 @@ def pick_baseline(agg: pd.DataFrame, suite: str, requested: str | None) -> str |
 
 
 def analyze(results: list[Path], out_dir: Path, *, microbench: list[Path] = (), vllm_bench: list[Path] = (),
-            baseline: str | None = None, micro_baseline: str | None = None) -> Analysis:
-    """Collect everything given, draw every figure the data supports."""
+            baseline: str | None = None, micro_baseline: str | None = None, keep_degraded: bool = False) -> Analysis:
+    """Collect everything given, draw every figure the data supports (degraded repeats
+    count only with ``keep_degraded``)."""
     if not results and not microbench and not vllm_bench:
         raise CollectError("nothing to analyze: give a results directory, --microbench CSV or --vllm-bench JSON")
     out = Analysis(out_dir)
     parts = [collect_results(r) for r in results] + [collect_vllm_bench(p) for p in vllm_bench]
     if parts:
         data = Collected.concat(parts)
-        out.agg = split_experiments(aggregate(data))
+        out.agg = split_experiments(aggregate(data, keep_degraded))
         if baseline and baseline not in set(out.agg["run"]):
             raise CollectError(f"baseline run {baseline!r} not found; runs are {sorted(set(out.agg['run']))}")
         for suite in dict.fromkeys(out.agg["suite"]):
@@ -127,8 +129,6 @@ def format_value(value, metric: str = "", ratio: bool = False) -> str:
 
 
 def _fmt_table(df: pd.DataFrame, ratio: bool = False) -> str:
-    from attnbench.runner.recipe import ENGINE_LABELS
-
     cells = {c: [ENGINE_LABELS.get(v, v) if c == "engine" else format_value(v, c, ratio and c in HEADINGS)
                  for v in df[c]] for c in df.columns}
     return pd.DataFrame(cells).rename(columns=HEADINGS).to_markdown(index=False, disable_numparse=True)
@@ -137,8 +137,6 @@ def _fmt_table(df: pd.DataFrame, ratio: bool = False) -> str:
 def noise_lines(norm: pd.DataFrame, base: str) -> list[str]:
     """Per run and metric: the ratio to the baseline with both runs' repeat-to-repeat
     ranges, and whether the difference is outside them (the ranges do not overlap)."""
-    from .normalize import repeat_range
-
     lines = []
     base_rows = norm[norm["run"] == base]
     for _, row in norm[norm["run"] != base].iterrows():
@@ -169,18 +167,32 @@ STOLEN_NOTE_S = 1.0  # CPU seconds stolen from the client's machine in one repea
 
 
 def _warnings(s: pd.DataFrame) -> list[str]:
-    """Runs whose numbers need a second look: failed requests (left out of the metrics,
-    counted here), kernel compiles during a measurement (a latency spike), and repeats
-    during which the hypervisor took `STOLEN_NOTE_S` or more CPU seconds from the client's
-    machine (on a shared cloud host the server's own latencies move with the host's speed:
-    docs/results/h100/README.md, "the host's speed")."""
+    """Runs whose numbers need a second look: repeats left out of the means (degraded,
+    failed, or whose request file is not the one summarized) or kept in although degraded,
+    failed requests (left out of the metrics, counted here), kernel compiles during a
+    measurement (a latency spike), chunk gaps that are mostly coalesced reads (ITL reads
+    low; `figures.headline_itl`), and repeats during which the hypervisor took
+    `STOLEN_NOTE_S` or more CPU seconds from the client's machine (on a shared cloud host the
+    server's own latencies move with the host's speed)."""
     lines = []
+    itl_headline = figures.headline_itl(s)
+    if itl_headline is not ITL:
+        worst = s.loc[s["coalesced_chunks"].idxmax()]
+        lines.append(f"- **note**: up to {worst['coalesced_chunks']:.0%} of chunk gaps were coalesced (`{worst['run']}`: "
+                     "chunks read together, a 0 ms gap by vLLM's ITL definition), so ITL reads low here; the "
+                     f"figures draw {itl_headline.short} as the headline latency instead.")
     sessions = sorted({x for v in s.get("sessions", []) if isinstance(v, list) for x in v})
     if len(sessions) > 1:
         by_session = {x: [r["run"] for _, r in s.iterrows() if x in (r.get("sessions") or [])] for x in sessions}
         lines.append(f"- **note**: these results come from {len(sessions)} sessions of `attnbench run`: " + "; ".join(
             f"{x}: {', '.join(f'`{run}`' for run in runs)}" for x, runs in by_session.items()))
     for _, row in s.iterrows():
+        if row.get("left_out"):
+            lines.append(f"- **warning**: `{row['run']}`: left out of its means: {row['left_out']} "
+                         "(`attnbench run --resume` measures them again).")
+        if row.get("degraded_kept", 0):
+            lines.append(f"- **warning**: `{row['run']}`: {int(row['degraded_kept'])} degraded repeat(s) counted "
+                         "in its means (--keep-degraded).")
         if row.get("failed", 0):
             lines.append(f"- **warning**: `{row['run']}`: {int(row['failed'])} requests failed over its "
                          f"repeats; its metrics cover only the completed ones.")
@@ -198,8 +210,6 @@ def _warnings(s: pd.DataFrame) -> list[str]:
 
 def _fig9_tables(s: pd.DataFrame) -> list[str]:
     """Paper Fig. 9: % of FA3 per line and length, and the paper's claims beside ours."""
-    from . import fig9
-
     table = fig9.sweep_table(s)
     pct = fig9.percent_of_reference(table)
     if pct is None:

@@ -9,8 +9,23 @@ import time
 from pathlib import Path
 
 import click
+from pydantic import ValidationError
 
-from .recipe import RecipeError, load_suite
+from attnbench.validation import validation_lines
+
+from .calibrate import calibrate, serve_stub
+from .datasets import DatasetError, LocalTokenizer, build_requests, to_sharegpt
+from .execute import run_suite
+from .loadgen import LoadConfig, arrival_offsets
+from .loadpool import resolve_processes
+from .models import ensure_model, write_dummy_model, write_tiny_model
+from .preflight import PreflightError, check_accelerator, check_datasets, preflight
+from .recipe import DatasetSpec, RecipeError, load_suite
+from .repeat import measure_repeat
+from .server import ServerError, ServerProcess, build_launch
+from .store import REQUESTS_FILE, SUMMARY_FILE, RecordWriter, ResultsStore, atomic_write_json
+from .summary import RepeatHeader
+from .tasks import parse_task, split_tasks, task_runs, write_plan
 
 
 class ProcessCount(click.ParamType):
@@ -76,10 +91,6 @@ def run_cmd(suite_file, only, engines, task_spec, repeats, out_root, resume, ove
 
     Refuses to write into a folder that already holds results unless --resume (finish it)
     or --overwrite (start over) is given; checks datasets and the GPU first."""
-    from .execute import run_suite
-    from .preflight import PreflightError, preflight
-    from .store import ResultsStore
-
     if resume and overwrite:
         raise click.UsageError("--resume and --overwrite exclude each other")
     suite = suite_with_models(suite_file, models, models_dir)
@@ -96,8 +107,6 @@ def run_cmd(suite_file, only, engines, task_spec, repeats, out_root, resume, ove
             return
     store = ResultsStore(out_root, suite.name)
     if task_spec:
-        from .tasks import parse_task, split_tasks, task_runs, write_plan
-
         try:
             index, count = parse_task(task_spec)
         except ValueError as e:
@@ -139,10 +148,6 @@ def run_cmd(suite_file, only, engines, task_spec, repeats, out_root, resume, ove
 def serve_cmd(suite_file, run_name, models, models_dir, port, log_path):
     """Start one run's vLLM server and hold it until Ctrl-C (e.g. to load it with
     `attnbench load` and another client side by side)."""
-    from .models import ensure_model
-    from .preflight import PreflightError, check_accelerator
-    from .server import ServerError, ServerProcess, build_launch
-
     suite = suite_with_models(suite_file, models, models_dir)
     try:
         recipe = suite.select([run_name])[0] if run_name else suite.runs[0]
@@ -184,13 +189,6 @@ def dataset_options(f):
 
 
 def _requests_or_fail(dataset, dataset_path, input_len, output_len, num_prompts, tokenizer_dir, seed):
-    from pydantic import ValidationError
-
-    from attnbench.validation import validation_lines
-
-    from .datasets import DatasetError, build_requests
-    from .recipe import DatasetSpec
-
     options = {"path": "--dataset-path", "input_len": "--input-len", "output_len": "--output-len"}
     try:
         spec = DatasetSpec(kind=dataset, path=dataset_path, input_len=input_len, output_len=output_len)
@@ -226,9 +224,11 @@ def _in_the_future(ctx, param, value: float | None) -> float | None:
 @click.option("--url", required=True, help="Base URL of an OpenAI-compatible server, e.g. http://127.0.0.1:8000")
 @click.option("--model", required=True, help="Served model name.")
 @dataset_options
-@click.option("--request-rate", type=float, default=float("inf"), show_default=True, help="requests/s; inf = all at once")
+@click.option("--request-rate", type=click.FloatRange(min=0, min_open=True), default=float("inf"), show_default=True,
+              help="requests/s (above 0); inf = all at once")
 @click.option("--arrival", type=click.Choice(["constant", "poisson", "gamma"]), default="poisson", show_default=True)
-@click.option("--burstiness", type=float, default=1.0, show_default=True)
+@click.option("--burstiness", type=click.FloatRange(min=0, min_open=True), default=1.0, show_default=True,
+              help="gamma arrivals' shape (above 0): under 1 burstier, 1 Poisson, over 1 smoother")
 @click.option("--max-concurrency", type=click.IntRange(min=1))
 @click.option("--ignore-eos/--no-ignore-eos", default=True, show_default=True)
 @click.option("--per-chunk-usage", is_flag=True,
@@ -239,41 +239,45 @@ def _in_the_future(ctx, param, value: float | None) -> float | None:
 @click.option("--start-at", type=float, callback=_in_the_future, metavar="EPOCH_S",
               help="Start the schedule at this wall-clock time (Unix epoch s), not when ready: "
                    "clients given one start send as one load (e.g. `date -d '+20 s' +%s.%N`).")
+@click.option("--request-timeout", "request_timeout_s", type=click.FloatRange(min=0, min_open=True), default=600.0,
+              show_default=True, help="The most one request may take (s).")
+@click.option("--idle-timeout", "idle_timeout_s", type=click.FloatRange(min=0, min_open=True), default=60.0,
+              show_default=True, help="Stop the load when the server sends nothing for this long (s) with "
+              "requests in flight: a hung server.")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), required=True,
               help="Folder for requests.jsonl and summary.json.")
 def load_cmd(url, model, tokenizer_dir, dataset, dataset_path, input_len, output_len, num_prompts,
              request_rate, arrival, burstiness, max_concurrency, ignore_eos, per_chunk_usage, client_processes,
-             start_at, seed, out_dir):
+             start_at, request_timeout_s, idle_timeout_s, seed, out_dir):
     """Load an already running server and write requests.jsonl + summary.json.
 
     Exits 1 when no request completed (the line names the first error, e.g. connection
-    refused), 130 on Ctrl-C (the records so far stay in requests.jsonl)."""
-    from .loadgen import LoadConfig, arrival_offsets
-    from .loadpool import resolve_processes
-    from .repeat import measure_repeat
-    from .store import REQUESTS_FILE, SUMMARY_FILE, RecordWriter, atomic_write_json
-
+    refused) or the load was degraded (over 1% of requests failed, or one timed out), 130 on
+    Ctrl-C (the records so far stay in requests.jsonl)."""
     requests = _requests_or_fail(dataset, dataset_path, input_len, output_len, num_prompts, tokenizer_dir, seed)
-    cfg = LoadConfig(url.rstrip("/"), model, ignore_eos, max_concurrency, per_chunk_usage=per_chunk_usage,
-                     start_at=start_at)
+    cfg = LoadConfig(url.rstrip("/"), model, ignore_eos, max_concurrency, request_timeout_s, idle_timeout_s,
+                     per_chunk_usage=per_chunk_usage, start_at=start_at)
     offsets = arrival_offsets(len(requests), request_rate, arrival, burstiness, seed)
     processes = resolve_processes(client_processes, len(requests), max_concurrency)
+    header = RepeatHeader(base_url=cfg.base_url, model_id=model, num_prompts=num_prompts, request_rate=request_rate,
+                          burstiness=burstiness, max_concurrency=max_concurrency)
     out_dir.mkdir(parents=True, exist_ok=True)
     with RecordWriter(out_dir / REQUESTS_FILE) as writer:
         try:
-            measured = measure_repeat(cfg, requests, offsets, writer, desc="load", processes=processes)
+            measured = measure_repeat(cfg, requests, offsets, writer, header, desc="load", processes=processes)
         except KeyboardInterrupt:
             click.echo(f"interrupted; records so far in {writer.path}", err=True)
             sys.exit(130)
-    summary = measured.summary.model_copy(update=dict(
-        base_url=cfg.base_url, model_id=model, num_prompts=num_prompts, request_rate=request_rate,
-        max_concurrency=max_concurrency))
+    summary = measured.summary
     atomic_write_json(out_dir / SUMMARY_FILE, summary.as_json())
-    if summary.status != "ok":
+    if summary.status == "failed":
         raise click.ClickException(f"all {summary.failed} requests to {cfg.base_url} failed; "
                                    f"first error: {summary.first_error}")
-    click.echo(json.dumps({k: getattr(summary, k) for k in ("completed", "failed", "request_throughput",
+    click.echo(json.dumps({k: getattr(summary, k) for k in ("status", "completed", "failed", "request_throughput",
                                                             "output_throughput", "median_ttft_ms", "median_itl_ms")}))
+    if summary.status == "degraded":
+        click.echo(f"error: degraded load: {summary.error}", err=True)
+        sys.exit(1)
     if summary.failed:
         click.echo(f"warning: {summary.failed} of {num_prompts} requests failed (the metrics cover the "
                    f"{summary.completed} that completed); first error: {summary.first_error}", err=True)
@@ -294,8 +298,6 @@ def load_cmd(url, model, tokenizer_dir, dataset, dataset_path, input_len, output
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 def calibrate_cmd(concurrency, num_requests, tokens, pace_ms, client_processes, stub_processes, url, as_json):
     """Measure the load generator's own overhead against a zero-work streaming server."""
-    from .calibrate import calibrate
-
     result = calibrate(concurrency, num_requests, tokens, pace_ms, url=url, client_processes=client_processes,
                        stub_processes=stub_processes)
     click.echo(json.dumps(result.as_dict(), indent=2) if as_json else "\n".join(result.lines()))
@@ -306,8 +308,6 @@ def calibrate_cmd(concurrency, num_requests, tokens, pace_ms, client_processes, 
 @click.option("--reuse-port", is_flag=True, help="Share the port with other stub processes (SO_REUSEPORT).")
 def stub_server_cmd(port, reuse_port):
     """Run the zero-work streaming server of `calibrate` in the foreground."""
-    from .calibrate import serve_stub
-
     serve_stub(port, reuse_port)
 
 
@@ -320,8 +320,6 @@ def recipes_group():
 @click.argument("suite_files", nargs=-1, required=True, type=click.Path(dir_okay=False, path_type=Path))
 def recipes_validate(suite_files):
     """Check SUITE_FILES; errors name the file, the field and the bad value."""
-    from .preflight import PreflightError, check_datasets
-
     bad = 0
     for path in suite_files:
         try:
@@ -341,8 +339,6 @@ def recipes_validate(suite_files):
 @click.option("--models", type=click.Choice(["as-written", "dummy"]), default="as-written", show_default=True)
 def recipes_show(suite_file, only, models):
     """Print each run's exact server argv and environment, and its load."""
-    from .server import build_launch
-
     suite = _suite_or_fail(suite_file)
     if models == "dummy":
         suite = suite.with_dummy_models()
@@ -367,8 +363,6 @@ def model_group():
 @click.argument("out_dir", type=click.Path(file_okay=False, path_type=Path))
 def model_dummy(arch, out_dir):
     """A real architecture's config.json + a local tokenizer, no weights (serve with load_format: dummy)."""
-    from .models import write_dummy_model
-
     click.echo(f"wrote {write_dummy_model(out_dir, arch)} ({arch}, dummy weights: use load_format: dummy)")
 
 
@@ -377,8 +371,6 @@ def model_dummy(arch, out_dir):
 @click.option("--seed", type=int, default=0, show_default=True)
 def model_tiny(out_dir, seed):
     """A 2-layer Llama with random weights and a local tokenizer (the CPU demo's model)."""
-    from .models import write_tiny_model
-
     click.echo(f"wrote {write_tiny_model(out_dir, seed)}")
 
 
@@ -394,9 +386,6 @@ def dataset_export(tokenizer_dir, dataset, dataset_path, input_len, output_len, 
     """Write NUM_PROMPTS prompts as ShareGPT JSON, every one passing vLLM's ShareGPT filter,
     for other clients to send the same prompts (`vllm bench serve --dataset-name sharegpt
     --dataset-path OUT_FILE --num-prompts NUM_PROMPTS`)."""
-    from .datasets import LocalTokenizer, to_sharegpt
-    from .store import atomic_write_json
-
     # draw spares where the source has them: the few prompts near the filter's limits are left out
     spec_args = (dataset, dataset_path, input_len, output_len)
     drawn = _requests_or_fail(*spec_args, 2 * num_prompts + 10, tokenizer_dir, seed) \

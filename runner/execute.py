@@ -8,15 +8,17 @@ does its own warm-up; its provenance names the run whose folder holds the server
 
 Failure rules: a server that does not start marks that run's pending repeats failed (with
 the log tail) and the suite goes on; a server that dies mid-repeat marks that repeat and
-the run's later repeats failed, keeps the earlier ones, and the suite goes on; Ctrl-C
-stops the server, marks the repeat ``interrupted`` with what was measured so far, and
-exits. Every request record is on disk the moment it finishes.
+the run's later repeats failed, keeps the earlier ones, and the suite goes on; a server
+that hangs is found by the load's read-idle timeout (the repeat is ``degraded``) and by
+``/health`` before the next repeat (the rest fail, and the next run starts a new server);
+Ctrl-C stops the server, marks the repeat ``interrupted`` with what was measured so far,
+and exits. Every request record is on disk the moment it finishes.
 """
 
 from __future__ import annotations
 
-import datetime as dt
-from dataclasses import dataclass, field
+import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from rich.console import Console
@@ -27,47 +29,44 @@ from .catalogue import ITL, OUTPUT_THROUGHPUT, REQUEST_THROUGHPUT, TOTAL_TOKEN_T
 from .datasets import build_requests
 from .loadgen import LoadConfig, arrival_offsets
 from .loadpool import resolve_processes
-from .metrics import summarize
 from .models import ensure_model
 from .recipe import Recipe, Suite
 from .server import ServerError, ServerProcess, build_launch, log_tail
 from .repeat import measure_repeat
 from .serverlog import cuda_graph_modes, engine_mismatch
 from .store import ResultsStore, atomic_write_json, read_records
-from .summary import RepeatSummary
+from .summary import RepeatHeader, RepeatSummary, summarize_repeat, unmeasured_repeat, utc_now
 from .tasks import RunLock, launch_key
 
 
 @dataclass
 class RepeatOutcome:
+    """What became of one repeat in this invocation."""
+
     run: str
     repeat: int
-    status: str
-    summary: dict = field(default_factory=dict)
-    error: str = ""
+    status: str  # the summary's status, or "skipped" (another process is measuring the run)
+    summary: RepeatSummary | None = None
+    note: str = ""  # "kept (resume)", or why it was skipped
+
+    @classmethod
+    def of(cls, summary: RepeatSummary, note: str = "") -> "RepeatOutcome":
+        return cls(summary.run or "", summary.repeat or 0, summary.status, summary, note)
 
 
-def _now() -> str:
-    return dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
-
-
-def _summary_header(suite: Suite, recipe: Recipe, repeat: int, session: str = "") -> dict:
+def repeat_header(suite: Suite, recipe: Recipe, repeat: int, session: str = "", **more) -> RepeatHeader:
+    """What a suite's repeat measures: its run, the model and the load of its recipe."""
     b = recipe.benchmark
-    return {
-        "suite": suite.name, "run": recipe.name, "repeat": repeat, "date": _now(), "session": session,
-        "model_id": recipe.model.name,
-        "tokenizer_id": recipe.model.tokenizer_path, "num_prompts": b.num_prompts,
-        "request_rate": b.request_rate, "burstiness": b.burstiness,
-        "max_concurrency": b.max_concurrency, "recipe_hash": recipe.digest(),
-    }
+    return RepeatHeader(suite=suite.name, run=recipe.name, repeat=repeat, session=session,
+                        model_id=recipe.model.name, tokenizer_id=recipe.model.tokenizer_path,
+                        num_prompts=b.num_prompts, request_rate=b.request_rate, burstiness=b.burstiness,
+                        max_concurrency=b.max_concurrency, recipe_hash=recipe.digest(), **more)
 
 
-def _failed(store: ResultsStore, suite: Suite, recipe: Recipe, repeat: int, status: str, error: str,
-            records=None, session: str = "") -> RepeatOutcome:
-    metrics = summarize(records, recipe.benchmark.goodput_slo_ms) if records else {}
-    summary = RepeatSummary(**metrics, **_summary_header(suite, recipe, repeat, session), status=status, error=error)
-    store.write_summary(recipe.name, repeat, summary)
-    return RepeatOutcome(recipe.name, repeat, status, summary.as_json(), error)
+def _unmeasured(store: ResultsStore, header: RepeatHeader, status: str, error: str) -> RepeatOutcome:
+    summary = unmeasured_repeat(header, status, error)
+    store.write_summary(header.run, header.repeat, summary)
+    return RepeatOutcome.of(summary)
 
 
 class SharedServer:
@@ -83,7 +82,7 @@ class SharedServer:
         """A healthy server for ``recipe``: the running one if it fits, else a new one
         (logging to ``log``). Raises ServerError if a new one does not start."""
         key = launch_key(recipe)
-        if self.server is not None and key == self.key and self.server.alive():
+        if self.server is not None and key == self.key and not server_unwell(self.server):
             console.print(f"[bold]{recipe.name}[/]: reusing the server of {self.owner}")
             return self.server
         self.close()
@@ -99,6 +98,9 @@ class SharedServer:
             server.stop()
 
 
+HEALTH_WAIT_S = 10.0  # how long a server between repeats may take to answer /health
+
+
 def run_recipe(suite: Suite, recipe: Recipe, store: ResultsStore, repeats: list[int],
                console: Console, servers: SharedServer, session: str = "") -> list[RepeatOutcome]:
     """Serve one recipe from ``servers`` (maybe a neighbouring run's server; the caller
@@ -109,19 +111,22 @@ def run_recipe(suite: Suite, recipe: Recipe, store: ResultsStore, repeats: list[
     requests = build_requests(b.dataset, b.num_prompts, recipe.model.tokenizer_path, b.seed)
     offsets = arrival_offsets(len(requests), b.request_rate, b.arrival, b.burstiness, b.seed)
     log = store.server_log(recipe.name)
-    outcomes: list[RepeatOutcome] = []
+
+    def header(repeat: int, **more) -> RepeatHeader:
+        return repeat_header(suite, recipe, repeat, session, **more)
+
     try:
         server = servers.acquire(recipe, log, console)
     except ServerError as e:
         console.print(f"[red]{recipe.name}: server failed to start[/]\n{e}")
-        return [_failed(store, suite, recipe, r, "failed", str(e), session=session) for r in repeats]
+        return [_unmeasured(store, header(r), "failed", str(e)) for r in repeats]
     version, log_text = server.version(), server.log_text()
     mismatch = engine_mismatch(recipe.serve.engine, version, log_text)
     if mismatch:
         console.print(f"[red]{recipe.name}: {mismatch}[/]")
-        return [_failed(store, suite, recipe, r, "failed", mismatch, session=session) for r in repeats]
+        return [_unmeasured(store, header(r), "failed", mismatch) for r in repeats]
     cfg = LoadConfig(server.plan.base_url, recipe.model.name, b.ignore_eos, b.max_concurrency,
-                     b.request_timeout_s, per_chunk_usage=b.per_chunk_usage)
+                     b.request_timeout_s, b.idle_timeout_s, per_chunk_usage=b.per_chunk_usage)
     prov = provenance.collect(recipe, suite_source=suite.source, server_version=version,
                               image=recipe.serve.image, argv=server.plan.argv)
     prov["server_log"] = str(server.log_path.relative_to(store.suite_dir)) \
@@ -131,38 +136,40 @@ def run_recipe(suite: Suite, recipe: Recipe, store: ResultsStore, repeats: list[
     if b.warmup_requests:
         warm = build_requests(b.warmup_dataset(), b.warmup_requests, recipe.model.tokenizer_path, b.seed + 1)
         with store.warmup_writer(recipe.name) as w:
-            warmup = measure_repeat(cfg, warm, [0.0] * len(warm), w, desc=f"{recipe.name} warm-up",
+            warmup = measure_repeat(cfg, warm, [0.0] * len(warm), w, header(0), desc=f"{recipe.name} warm-up",
                                     phase="warmup", server_log=server.log_path)
         prov["jit_compiles_in_warmup"] = warmup.summary.jit_compiles
         atomic_write_json(store.run_dir(recipe.name) / prov_file, prov)
     processes = resolve_processes(b.client_processes, len(requests), b.max_concurrency)
+    outcomes: list[RepeatOutcome] = []
     for i, repeat in enumerate(repeats):
-        if not server.alive():
-            outcomes += [_failed(store, suite, recipe, r, "failed", "vLLM server not running", session=session)
-                         for r in repeats[i:]]
+        unwell = server_unwell(server)
+        if unwell:
+            console.print(f"[red]{recipe.name} r{repeat}: {unwell}[/]")
+            outcomes += [_unmeasured(store, header(r), "failed", unwell) for r in repeats[i:]]
             break
-        started = _now()
         with store.requests_writer(recipe.name, repeat) as writer:
             try:
-                measured = measure_repeat(cfg, requests, offsets, writer, desc=f"{recipe.name} r{repeat}",
-                                          processes=processes, slo_ms=b.goodput_slo_ms,
-                                          server_log=server.log_path)
+                measured = measure_repeat(cfg, requests, offsets, writer, header(repeat, provenance_file=prov_file),
+                                          desc=f"{recipe.name} r{repeat}", processes=processes,
+                                          slo_ms=b.goodput_slo_ms, server_log=server.log_path)
             except KeyboardInterrupt:
-                _failed(store, suite, recipe, repeat, "interrupted", "interrupted (Ctrl-C)",
-                        read_records(writer.path), session=session)
+                summary = summarize_repeat(read_records(writer.path), header(repeat, provenance_file=prov_file),
+                                           digest=writer.digest(), slo_ms=b.goodput_slo_ms,
+                                           status="interrupted", error="interrupted (Ctrl-C)")
+                store.write_summary(recipe.name, repeat, summary)
                 raise
-        records = measured.records
-        lost_requests = any(r.status != "ok" for r in records)
+        summary = measured.summary
+        lost_requests = summary.failed > 0
         if not server.alive() or (lost_requests and server.exits_within(2.0)):
-            error = (f"vLLM server exited during the repeat (code {server.proc.returncode}); "
-                     f"last log lines:\n{log_tail(server.log_path, 15)}")
-            outcomes.append(_failed(store, suite, recipe, repeat, "failed", error, records, session=session))
+            summary = summary.model_copy(update={"status": "failed", "error": (
+                f"vLLM server exited during the repeat (code {server.proc.returncode}); "
+                f"last log lines:\n{log_tail(server.log_path, 15)}")})
             console.print(f"[red]{recipe.name} r{repeat}: server died[/]")
-            continue
-        summary = measured.summary.model_copy(update={
-            **_summary_header(suite, recipe, repeat, session), "provenance_file": prov_file,
-            "started_at": started, "finished_at": _now()})
-        if summary.failed and summary.completed:
+        elif summary.status == "degraded":
+            console.print(f"[red]{recipe.name} r{repeat}: degraded, left out of the means and measured again by "
+                          f"--resume: {summary.error}[/]")
+        elif summary.failed:
             console.print(f"[yellow]warning: {recipe.name} r{repeat}: {summary.failed} of "
                           f"{summary.failed + summary.completed} requests failed (metrics cover the "
                           f"{summary.completed} that completed); first error: {summary.first_error}[/]")
@@ -170,8 +177,21 @@ def run_recipe(suite: Suite, recipe: Recipe, store: ResultsStore, repeats: list[
             console.print(f"[yellow]warning: {recipe.name} r{repeat}: the server compiled kernels during "
                           f"the measurement (a latency spike): {summary.jit_compiles[0]}[/]")
         store.write_summary(recipe.name, repeat, summary)
-        outcomes.append(RepeatOutcome(recipe.name, repeat, summary.status, summary.as_json(), summary.error))
+        outcomes.append(RepeatOutcome.of(summary))
     return outcomes
+
+
+def server_unwell(server: ServerProcess) -> str:
+    """Why a server cannot take the next repeat: its process is gone, or it does not answer
+    ``/health`` within `HEALTH_WAIT_S` (hung: stopped, deadlocked, its GPU lost); "" when well."""
+    if not server.alive():
+        return "vLLM server not running"
+    deadline = time.monotonic() + HEALTH_WAIT_S
+    while not server.healthy():
+        if time.monotonic() > deadline or not server.alive():
+            return f"vLLM server does not answer {server.plan.base_url}/health within {HEALTH_WAIT_S:g} s (hung)"
+        time.sleep(0.5)
+    return ""
 
 
 def run_suite(suite: Suite, out_root: str | Path, *, only: list[str] | None = None,
@@ -182,22 +202,25 @@ def run_suite(suite: Suite, out_root: str | Path, *, only: list[str] | None = No
     store = ResultsStore(out_root, suite.name)
     outcomes: list[RepeatOutcome] = []
     servers = SharedServer()
-    session = _now()
+    session = utc_now()
     try:
         for recipe in suite.select(only):
             lock = RunLock(store.run_dir(recipe.name))
             if not lock.acquire():  # another task measures this run right now
                 console.print(f"[yellow]{recipe.name}: skipped, another process is measuring it "
                               f"({store.run_dir(recipe.name) / '.lock'})[/]")
-                outcomes.append(RepeatOutcome(recipe.name, 0, "skipped", {}, "locked by another process"))
+                outcomes.append(RepeatOutcome(recipe.name, 0, "skipped", note="locked by another process"))
                 continue
             try:
-                n = repeats or recipe.benchmark.repeats
-                todo = [r for r in range(1, n + 1) if not (resume and store.is_complete(recipe.name, r))]
-                for r in range(1, n + 1):
-                    if r not in todo:
-                        outcomes.append(RepeatOutcome(recipe.name, r, "ok", store.summary(recipe.name, r) or {},
-                                                      "kept (resume)"))
+                todo = []
+                for r in range(1, (repeats or recipe.benchmark.repeats) + 1):
+                    kept, why_not = store.kept(recipe.name, r) if resume else (None, "")
+                    if kept is not None:
+                        outcomes.append(RepeatOutcome.of(kept, "kept (resume)"))
+                        continue
+                    if why_not:
+                        console.print(f"[yellow]{recipe.name}: {why_not}: measuring it again[/]")
+                    todo.append(r)
                 if todo:
                     outcomes += run_recipe(suite, recipe, store, todo, console, servers, session)
             finally:
@@ -209,20 +232,29 @@ def run_suite(suite: Suite, out_root: str | Path, *, only: list[str] | None = No
 
 
 def summary_table(suite: str, outcomes: list[RepeatOutcome]) -> Table:
+    """The console's table of a suite's repeats. Run names are never cut (two runs that
+    share a prefix stay apart in 80 columns); the numbers wrap instead."""
     table = Table(title=f"attnbench: {suite}")
     shown = [(REQUEST_THROUGHPUT, "{:.2f}"), (OUTPUT_THROUGHPUT, "{:.1f}"), (TOTAL_TOKEN_THROUGHPUT, "{:.1f}"),
              (TTFT, "{:.1f}"), (ITL, "{:.2f}")]
-    columns = ["run", "repeat", "status", *(("median " if m.is_latency else "") + m.heading for m, _ in shown),
-               "failed", "JIT compiles"]
-    for col in columns:
-        table.add_column(col, justify="right" if col not in ("run", "status") else "left")
+    width = max([len(o.run) for o in outcomes] + [3])
+    table.add_column("run", no_wrap=True, min_width=width)
+    table.add_column("r", justify="right", no_wrap=True)
+    table.add_column("status", overflow="fold")
+    for m, _ in shown:
+        table.add_column(("median " if m.is_latency else "") + m.heading, justify="right", overflow="fold")
+    table.add_column("failed", justify="right")
+    table.add_column("JIT compiles", justify="right", overflow="fold")
 
     def f(v, fmt):
         return "-" if v is None else fmt.format(v)
 
     for o in outcomes:
         s = o.summary
-        table.add_row(o.run, str(o.repeat), o.status + (" (kept)" if o.error == "kept (resume)" else ""),
-                      *(f(s.get(m.key("median")), fmt) for m, fmt in shown), str(s.get("failed", "-")),
-                      str(len(s["jit_compiles"])) if s.get("jit_compiles") is not None else "-")
+        status = o.status + (" (kept)" if o.note == "kept (resume)" else "")
+        if s is None:
+            table.add_row(o.run, str(o.repeat), status, *["-"] * (len(shown) + 2))
+            continue
+        table.add_row(o.run, str(o.repeat), status, *(f(getattr(s, m.key("median")), fmt) for m, fmt in shown),
+                      str(s.failed), "-" if s.jit_compiles is None else str(len(s.jit_compiles)))
     return table

@@ -93,7 +93,7 @@ class RequestRecord:
     end_s: float = 0.0
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
-    status: Literal["ok", "error"] = "ok"
+    status: Literal["ok", "error", "timeout"] = "ok"  # timeout: `LoadConfig`'s limits ran out
     http_status: int | None = None
     error: str = ""
     request_id: str = ""
@@ -155,7 +155,8 @@ class LoadConfig:
     model: str
     ignore_eos: bool = True
     max_concurrency: int | None = None
-    request_timeout_s: float = 600.0
+    request_timeout_s: float = 600.0  # the most a request may take, first byte to last (s)
+    idle_timeout_s: float = 60.0  # the most the server may send nothing while requests are in flight (s)
     temperature: float = 0.0
     per_chunk_usage: bool = False  # ask for usage in every chunk (module docstring: its cost)
     # Each request is sent with ``X-Request-Id: <prefix><index>`` (``<prefix>warmup-<index>``
@@ -202,9 +203,55 @@ def _payload(cfg: LoadConfig, req: BenchRequest) -> dict:
     }
 
 
+async def http_error(resp: aiohttp.ClientResponse) -> str:
+    """One line for an answer other than 200: its status and reason, and what the body says
+    where it is a message: vLLM's JSON error (``{"error": {"message": ...}}`` or
+    ``{"message": ...}``) or short plain text. An HTML page is not repeated."""
+    line = f"HTTP {resp.status} {resp.reason or ''}".rstrip()
+    try:
+        text = (await resp.text(errors="replace")).strip()
+    except (aiohttp.ClientError, asyncio.TimeoutError):
+        return line
+    try:
+        body = json.loads(text)
+    except ValueError:
+        body = None
+    if isinstance(body, dict):
+        error = body.get("error", body)
+        message = error.get("message") if isinstance(error, dict) else error
+    else:
+        message = None if text.startswith("<") else text
+    return f"{line}: {' '.join(str(message).split())[:300]}" if message else line
+
+
+class IdleWatch:
+    """The load's read-idle timeout: the time of the last byte any stream received. When
+    requests are in flight and the server has sent nothing for ``limit_s``, the server is
+    taken for hung (stopped, deadlocked, its GPU gone): `run_load` stops the load and records
+    the requests in flight as timed out. One clock for the whole load, because a healthy
+    server sends nothing to a request that waits in its queue, sometimes for minutes, while
+    it streams to the others."""
+
+    def __init__(self, limit_s: float):
+        self.limit_s = limit_s
+        self.last = time.perf_counter()
+        self.expired = False
+
+    def heard(self) -> None:
+        self.last = time.perf_counter()
+
+    def silent_s(self) -> float:
+        return time.perf_counter() - self.last
+
+    def message(self) -> str:
+        return (f"read-idle timeout: the server sent nothing for {self.limit_s:g} s while requests were in "
+                "flight (benchmark.idle_timeout_s); the load was stopped")
+
+
 async def _stream_one(session: aiohttp.ClientSession, cfg: LoadConfig, req: BenchRequest,
-                      rec: RequestRecord, t0: float) -> None:
-    """Send one request and fill ``rec`` from its SSE stream (errors are recorded, not raised)."""
+                      rec: RequestRecord, t0: float, idle: IdleWatch | None = None) -> None:
+    """Send one request and fill ``rec`` from its SSE stream (errors are recorded, not
+    raised); every read tells ``idle`` that the server is alive."""
     clock = time.perf_counter
     rec.sent_s = clock() - t0
     seen_tokens = 0
@@ -216,11 +263,13 @@ async def _stream_one(session: aiohttp.ClientSession, cfg: LoadConfig, req: Benc
                                 headers={"X-Request-Id": rec.request_id}) as resp:
             rec.http_status = resp.status
             if resp.status != 200:
-                rec.status, rec.error = "error", (await resp.text())[:500] or resp.reason or ""
+                rec.status, rec.error = "error", await http_error(resp)
                 return
             buffer = b""
             async for data in resp.content.iter_any():
                 now = clock() - t0  # every event completed by this read arrived now
+                if idle is not None:
+                    idle.heard()
                 buffer += data
                 *events, buffer = buffer.split(b"\n\n")  # SSE events end with a blank line
                 first_in_read = True
@@ -256,10 +305,18 @@ async def _stream_one(session: aiohttp.ClientSession, cfg: LoadConfig, req: Benc
             if done:
                 await _read_to_end(resp)
     except asyncio.CancelledError:
-        if not done:  # a stream that brought [DONE] is complete while its end is read
+        if done:  # a stream that brought [DONE] is complete while its end is read
+            pass
+        elif idle is not None and idle.expired:
+            rec.status, rec.error = "timeout", idle.message()
+        else:
             rec.status, rec.error = "error", "cancelled"
         raise
-    except (aiohttp.ClientError, asyncio.TimeoutError, ValueError, ConnectionError) as e:
+    except asyncio.TimeoutError:  # aiohttp's total timeout
+        rec.status = "timeout"
+        rec.error = (f"request timeout: no complete answer within {cfg.request_timeout_s:g} s "
+                     "(benchmark.request_timeout_s)")
+    except (aiohttp.ClientError, ValueError, ConnectionError) as e:
         rec.status, rec.error = "error", f"{type(e).__name__}: {e}"[:500]
     finally:
         rec.end_s = done_s if done_s is not None else clock() - t0
@@ -323,6 +380,7 @@ async def run_load(cfg: LoadConfig, requests: list[BenchRequest], offsets: Itera
     id_prefix = cfg.request_id_prefix + ("" if phase == "measure" else f"{phase}-")
     records = [RequestRecord(i, phase, r.prompt_len, r.output_len, scheduled_s=o, request_id=f"{id_prefix}{i}")
                for i, r, o in zip(indices, requests, offsets)]
+    idle = IdleWatch(cfg.idle_timeout_s)
 
     async with aiohttp.ClientSession(timeout=timeout, connector=connector) as session:
         # The requests due at the start (a burst) get their connections now, before the
@@ -341,7 +399,7 @@ async def run_load(cfg: LoadConfig, requests: list[BenchRequest], offsets: Itera
             if gate is not None:
                 await gate.acquire()  # FIFO: requests released together are sent in order
             try:
-                await _stream_one(session, cfg, req, rec, t0)
+                await _stream_one(session, cfg, req, rec, t0, idle)
             finally:
                 if gate is not None:
                     gate.release()
@@ -350,6 +408,7 @@ async def run_load(cfg: LoadConfig, requests: list[BenchRequest], offsets: Itera
                     on_done(rec)
 
         tasks: list[asyncio.Task] = []
+        dispatched: set[int] = set()  # positions in ``records`` of the requests released
 
         async def dispatch():
             # One releaser walks the schedule in order, as `vllm bench serve`'s request
@@ -370,18 +429,48 @@ async def run_load(cfg: LoadConfig, requests: list[BenchRequest], offsets: Itera
                 while (delay := rec.scheduled_s - (time.perf_counter() - t0)) > 0:
                     await asyncio.sleep(delay)
                 rec.dispatch_s = time.perf_counter() - t0
+                dispatched.add(i)
                 tasks.append(asyncio.create_task(one(requests[i], rec)))
                 if gate is None or not gate.locked():
                     await asyncio.sleep(0)  # it can start now: let it send before the next one
 
         releaser = asyncio.create_task(dispatch())
         watch = asyncio.create_task(_watch_loop(stats)) if stats is not None else None
+        watchdog = asyncio.create_task(_watch_idle(idle, lambda: [t for t in tasks if not t.done()], releaser))
         try:
             await releaser
             await asyncio.gather(*tasks)
+        except asyncio.CancelledError:
+            if not idle.expired:  # cancelled from outside: Ctrl-C, or the caller's own cancel
+                raise
         finally:
-            pending = [releaser, *tasks, *([watch] if watch else [])]
+            pending = [releaser, *tasks, watchdog, *([watch] if watch else [])]
             for t in pending:
                 t.cancel()
             await asyncio.gather(*pending, return_exceptions=True)
+    if idle.expired:  # the requests the stopped load never sent: recorded, so the counts add up
+        for i, rec in enumerate(records):
+            if i not in dispatched:
+                rec.status, rec.error = "error", f"not sent: {idle.message()}"
+                sink(rec)
+                if on_done:
+                    on_done(rec)
     return records
+
+
+async def _watch_idle(idle: IdleWatch, in_flight: Callable[[], list[asyncio.Task]], releaser: asyncio.Task) -> None:
+    """Stop the load when the server has been silent for ``idle.limit_s`` with requests in
+    flight (`IdleWatch`): the releaser and every request in flight are cancelled, and the
+    requests record the timeout. A load with nothing in flight (between Poisson arrivals)
+    is not idle: the clock restarts."""
+    period = min(1.0, idle.limit_s / 10)
+    while True:
+        await asyncio.sleep(period)
+        flying = in_flight()
+        if not flying:
+            idle.heard()
+        elif idle.silent_s() > idle.limit_s:
+            idle.expired = True
+            for t in (releaser, *flying):
+                t.cancel()
+            return

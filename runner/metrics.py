@@ -17,6 +17,10 @@ Per run:
   output_throughput       output tokens / duration (tok/s)
   total_token_throughput  (input + output tokens) / duration (tok/s)
   request_goodput         requests meeting every given SLO (ms) / duration (req/s)
+  itl_first_tenth, itl_last_tenth
+                          the median ITL over the first and over the last tenth of every
+                          request's gaps (ms): at batch 1 a decode step bound by the GPU
+                          grows with the context it attends to, one bound by the host stays flat
   schedule_lag            client release time minus scheduled time: the load generator's
                           own delay (ms)
   client_loop_lag         how late the client's event loop woke a 5 ms timer (ms): a
@@ -29,12 +33,12 @@ Summary keys follow ``vllm bench serve --save-result`` (``mean_ttft_ms``, ``p99_
 
 from __future__ import annotations
 
-from typing import Iterable
+from typing import Iterable, Sequence
 
 import numpy as np
 
 from .catalogue import LATENCIES, STATS, Metric
-from .loadgen import ClientStats, RequestRecord
+from .loadgen import RequestRecord
 
 
 def request_latencies(r: RequestRecord) -> dict:
@@ -86,10 +90,25 @@ def first_error(records: Iterable[RequestRecord]) -> str:
     return " ".join(failed[0].error.split())[:300] if failed else ""
 
 
+def itl_tenths(per: list[dict]) -> tuple[float | None, float | None]:
+    """Median ITL (ms) over the first and over the last tenth of every request's gaps
+    (``per``: `request_latencies` of each request); None where no gap falls there."""
+    first, last = [], []
+    for p in per:
+        gaps = p["itl"]
+        where = np.arange(len(gaps)) / max(len(gaps), 1)  # 0 for the first gap, < 1 for the last
+        first.append(gaps[where < 0.1])
+        last.append(gaps[where >= 0.9])
+    first_all, last_all = np.concatenate(first) if first else [], np.concatenate(last) if last else []
+    return (float(np.median(first_all)) if len(first_all) else None,
+            float(np.median(last_all)) if len(last_all) else None)
+
+
 def summarize(records: Iterable[RequestRecord], slo_ms: dict[str, float] | None = None,
-              stats: ClientStats | None = None) -> dict:
-    """The summary.json metrics of one repeat (measured requests only); ``stats`` adds the
-    client's event-loop lag."""
+              loop_lag_ms: Sequence[float] | None = None) -> dict:
+    """The metrics of one repeat (measured requests only), under their summary.json keys;
+    ``loop_lag_ms`` (the client's event-loop lag samples) adds its p50, p99 and max.
+    `summary.summarize_repeat` makes them part of a `RepeatSummary`."""
     recs = [r for r in records if r.phase == "measure"]
     ok = [r for r in recs if r.status == "ok" and r.chunk_s]
     per = [request_latencies(r) for r in ok]
@@ -100,6 +119,7 @@ def summarize(records: Iterable[RequestRecord], slo_ms: dict[str, float] | None 
         "duration": duration,
         "completed": len(ok),
         "failed": len(recs) - len(ok),
+        "timed_out": sum(r.status == "timeout" for r in recs),
         "total_input_tokens": n_in,
         "total_output_tokens": n_out,
         "request_throughput": len(ok) / duration if duration else 0.0,
@@ -111,13 +131,14 @@ def summarize(records: Iterable[RequestRecord], slo_ms: dict[str, float] | None 
             summary.update(latency_stats(metric, [p[metric.name] for p in per if p[metric.name] is not None]))
         else:  # one sample per chunk gap
             summary.update(latency_stats(metric, np.concatenate([p[metric.name] for p in per]) if per else []))
+    summary["itl_first_tenth_ms"], summary["itl_last_tenth_ms"] = itl_tenths(per)
     if slo_ms:
         good = sum(all(p[k] is not None and p[k] <= limit for k, limit in slo_ms.items()) for p in per)
         summary["request_goodput"] = good / duration if duration else 0.0
         summary["goodput_slo_ms"] = dict(slo_ms)
     summary.update(latency_stats("schedule_lag", [(r.dispatch_s - r.scheduled_s) * 1e3 for r in recs]))
-    if stats is not None:
-        lag = np.asarray(stats.loop_lag_ms or [0.0])
+    if loop_lag_ms is not None:
+        lag = np.asarray(loop_lag_ms or [0.0])
         summary["client_loop_lag_ms"] = {"p50": float(np.median(lag)), "p99": float(np.percentile(lag, 99)),
                                          "max": float(lag.max())}
     chunks = sum(len(r.chunk_s) for r in ok)

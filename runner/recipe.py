@@ -244,6 +244,9 @@ class BenchmarkSettings(_Strict):
     1 is Poisson). ``warmup_requests`` run once per server start and are not measured.
     ``warmup_output_len`` caps the warm-up requests' output length (default: the run's own
     lengths); a batch-1 sweep to 12,800 tokens need not spend minutes warming up.
+    ``request_timeout_s`` is the most one request may take; ``idle_timeout_s`` the most the
+    server may send nothing at all while requests are in flight, after which the load stops
+    (a hung server); either makes the repeat ``degraded`` (runner/summary.py).
     ``per_chunk_usage`` asks vLLM for usage in every streamed chunk (exact tokens per chunk,
     for ``itl_per_token``) at a cost in the server's API process (runner/loadgen.py).
     ``client_processes`` spreads the load over that many client processes (runner/loadpool.py);
@@ -262,7 +265,8 @@ class BenchmarkSettings(_Strict):
     warmup_output_len: int | None = Field(None, ge=1)
     repeats: int = Field(3, ge=1)
     seed: int = 0
-    request_timeout_s: float = Field(600, gt=0)
+    request_timeout_s: float = Field(600, gt=0)  # the most one request may take (s)
+    idle_timeout_s: float = Field(60, gt=0)  # the most the server may stay silent with requests in flight (s)
     per_chunk_usage: bool = False
     client_processes: Annotated[int, Field(ge=1, le=64)] | Literal["auto"] = "auto"
     goodput_slo_ms: dict[Literal["ttft", "tpot", "e2el"], float] = {}

@@ -14,6 +14,7 @@ those and re-runs the rest. Files other than requests.jsonl are written atomical
 from __future__ import annotations
 
 import gzip
+import hashlib
 import json
 import os
 import tempfile
@@ -23,7 +24,7 @@ from typing import IO, Iterator
 import yaml
 
 from .loadgen import RequestRecord
-from .summary import RepeatSummary
+from .summary import RecordsDigest, RepeatSummary
 
 RECIPE_FILE = "recipe.yaml"
 PROVENANCE_FILE = "provenance.json"
@@ -63,16 +64,25 @@ def atomic_write_json(path: Path, data) -> None:
 
 
 class RecordWriter:
-    """Appends RequestRecords to a JSONL file, one flushed line per record."""
+    """Appends RequestRecords to a JSONL file, one flushed line per record, and keeps the
+    file's record count and sha256 for its summary (`digest`)."""
 
-    def __init__(self, path: Path, truncate: bool = True):
+    def __init__(self, path: Path):
         path.parent.mkdir(parents=True, exist_ok=True)
         self.path = path
-        self._fh: IO[str] = path.open("w" if truncate else "a")
+        self._fh: IO[bytes] = path.open("wb")
+        self._sha = hashlib.sha256()
+        self._count = 0
 
     def __call__(self, record: RequestRecord) -> None:
-        self._fh.write(record.to_json() + "\n")
+        line = (record.to_json() + "\n").encode()
+        self._fh.write(line)
         self._fh.flush()
+        self._sha.update(line)
+        self._count += 1
+
+    def digest(self) -> RecordsDigest:
+        return RecordsDigest(records=self._count, records_sha256=self._sha.hexdigest())
 
     def close(self) -> None:
         self._fh.close()
@@ -119,16 +129,24 @@ class ResultsStore:
     def repeat_dir(self, run: str, repeat: int) -> Path:
         return self.run_dir(run) / f"{REPEAT_PREFIX}{repeat}"
 
-    def summary(self, run: str, repeat: int) -> dict | None:
-        path = self.repeat_dir(run, repeat) / SUMMARY_FILE
-        try:
-            return json.loads(path.read_text())
-        except (FileNotFoundError, json.JSONDecodeError):
-            return None
+    def summary(self, run: str, repeat: int) -> RepeatSummary | None:
+        """The repeat's summary.json; None when it is missing or unreadable."""
+        return read_summary(self.repeat_dir(run, repeat) / SUMMARY_FILE)
+
+    def kept(self, run: str, repeat: int) -> tuple[RepeatSummary | None, str]:
+        """(summary, "") when the repeat is complete: its summary says ok and its request
+        file, where there is one, is the file the summary was computed from; else (None, why
+        it is not: one line, "" when nothing was measured)."""
+        summary = self.summary(run, repeat)
+        if summary is None:
+            return None, ""
+        if summary.status != "ok":
+            return None, f"r{repeat} is {summary.status}"
+        problem = records_problem(self.repeat_dir(run, repeat), summary)
+        return (None, problem) if problem else (summary, "")
 
     def is_complete(self, run: str, repeat: int) -> bool:
-        s = self.summary(run, repeat)
-        return bool(s) and s.get("status") == "ok"
+        return self.kept(run, repeat)[0] is not None
 
     def write_run_meta(self, run: str, recipe_dump: dict, provenance: dict, session: str = "") -> str:
         """The run's recipe and this session's provenance; returns the provenance file's name.
@@ -161,6 +179,38 @@ class ResultsStore:
         if isinstance(summary, dict):
             summary = RepeatSummary.model_validate(summary)
         atomic_write_json(self.repeat_dir(run, repeat) / SUMMARY_FILE, summary.as_json())
+
+
+def read_summary(path: Path) -> RepeatSummary | None:
+    """A summary.json as a `RepeatSummary`; None when it is missing or not a summary."""
+    try:
+        return RepeatSummary.model_validate_json(path.read_bytes())
+    except (OSError, ValueError):
+        return None
+
+
+def records_digest(path: Path) -> RecordsDigest:
+    """Record count and sha256 of a request file's bytes (uncompressed, for a .gz)."""
+    data = path.read_bytes()
+    if path.suffix == ".gz":
+        data = gzip.decompress(data)
+    return RecordsDigest(records=data.count(b"\n"), records_sha256=hashlib.sha256(data).hexdigest())
+
+
+def records_problem(repeat_dir: Path, summary: RepeatSummary) -> str:
+    """One line when the repeat's request file is not the one its summary was computed
+    from (fewer records: a cut or torn file; same count, other bytes: an edited one); ""
+    when it is, when the file is not there (archived: the summary carries the metrics), or
+    when the summary predates the digest."""
+    path = requests_path(repeat_dir)
+    if path is None or summary.records is None:
+        return ""
+    found = records_digest(path)
+    if found.records != summary.records:
+        return f"{path}: {found.records} records, but its summary counted {summary.records}"
+    if summary.records_sha256 and found.records_sha256 != summary.records_sha256:
+        return f"{path}: its {found.records} records are not the ones its summary was computed from (sha256 differs)"
+    return ""
 
 
 def repeat_dirs(run_dir: Path) -> Iterator[tuple[int, Path]]:

@@ -122,17 +122,18 @@ def is_locked(run_dir: Path) -> bool:
 
 
 def run_state(store: ResultsStore, run: str, repeats: int) -> str:
-    """done (every repeat ok) | running (locked) | failed (a repeat failed or was
-    interrupted) | partial (some repeats ok) | missing (nothing measured)."""
+    """done (every repeat kept: ok, and its request file the one summarized) | running
+    (locked) | failed (a repeat failed, was interrupted or degraded) | partial (some
+    repeats done) | missing (nothing measured)."""
     if is_locked(store.run_dir(run)):
         return "running"
-    summaries = [store.summary(run, r) for r in range(1, repeats + 1)]
-    ok = sum(1 for s in summaries if s and s.get("status") == "ok")
-    if ok == repeats:
+    states = [store.kept(run, r) for r in range(1, repeats + 1)]
+    done = sum(kept is not None for kept, _ in states)
+    if done == repeats:
         return "done"
-    if any(s and s.get("status") != "ok" for s in summaries):
+    if any(why for _, why in states):
         return "failed"
-    return "partial" if ok else "missing"
+    return "partial" if done else "missing"
 
 
 def task_states(store: ResultsStore, plan: dict, repeats_of: dict[str, int]) -> list[tuple[int, str, dict]]:

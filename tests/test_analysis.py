@@ -11,15 +11,15 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from attnbench.analysis import figures
+from attnbench.analysis import fig9, figures, plotting
 from attnbench.analysis.collect import CollectError, collect_results, collect_vllm_bench, load_microbench
 from attnbench.analysis.normalize import aggregate, normalize
 from attnbench.analysis.report import analyze, write_report
 from attnbench.kernels.schema import MICROBENCH_FIELDS
 from attnbench.runner.loadgen import RequestRecord
-from attnbench.runner.metrics import summarize
 from attnbench.runner.recipe import Recipe
 from attnbench.runner.store import ResultsStore
+from attnbench.runner.summary import RepeatHeader, summarize_repeat
 
 
 def make_records(ttfts_ms, itl_ms, tokens=4, prompt=10):
@@ -48,7 +48,8 @@ def write_run(store: ResultsStore, suite: str, run: str, repeats: list[list[Requ
         with store.requests_writer(run, k) as w:
             for r in records:
                 w(r)
-        store.write_summary(run, k, {"suite": suite, "run": run, "repeat": k, "status": "ok", **summarize(records)})
+        store.write_summary(run, k, summarize_repeat(records, RepeatHeader(suite=suite, run=run, repeat=k),
+                                                     digest=w.digest()))
 
 
 @pytest.fixture
@@ -61,13 +62,32 @@ def tree(tmp_path):
     return tmp_path / "results"
 
 
-def test_collect_one_row_per_repeat_and_request(tree):
+def test_collect_one_row_per_repeat(tree):
     data = collect_results(tree)
     assert len(data.runs) == 6 and set(data.runs["run"]) == {"flex", "triton"}
-    assert len(data.requests) == 18 and len(data.itl) == 18 * 3
     row = data.runs.iloc[0]
     assert row["gpu"] == "NVIDIA H100 80GB HBM3" and row["attention_backend"] == "FLEX_ATTENTION"
-    assert row["vllm_version"] == "0.26.0"
+    assert row["vllm_version"] == "0.26.0" and row["status"] == "ok"
+
+
+def test_a_tree_without_its_request_records_aggregates_the_same(tree):
+    """Committed trees keep summaries only: the figures' numbers come from them alone."""
+    before = aggregate(collect_results(tree))
+    for records in tree.rglob("requests.jsonl"):
+        records.unlink()
+    pd.testing.assert_frame_equal(aggregate(collect_results(tree)), before)
+
+
+def test_a_cut_request_file_is_not_shown_as_a_measurement(tree):
+    """A requests.jsonl shorter than its summary counted (a torn copy) makes its repeat
+    'damaged': left out of the means, and the report names it."""
+    path = tree / "talk" / "triton" / "r2" / "requests.jsonl"
+    path.write_text("".join(path.read_text().splitlines(keepends=True)[:2]))
+    data = collect_results(tree)
+    row = data.runs[(data.runs["run"] == "triton") & (data.runs["repeat"] == 2)].iloc[0]
+    assert row["status"] == "damaged" and "2 records, but its summary counted 3" in row["error"]
+    agg = aggregate(data).set_index("run")
+    assert agg.loc["triton", "repeats"] == 2 and agg.loc["triton", "left_out"] == "r2 damaged"
 
 
 def test_aggregate_follows_the_talks_convention(tree):
@@ -77,11 +97,12 @@ def test_aggregate_follows_the_talks_convention(tree):
     assert agg.loc["triton", "total_token_throughput"] == pytest.approx(runs["total_token_throughput"].mean())
     assert agg.loc["triton", "total_token_throughput_lo"] == pytest.approx(runs["total_token_throughput"].min())
     assert agg.loc["triton", "total_token_throughput_hi"] == pytest.approx(runs["total_token_throughput"].max())
-    # TTFT: mean of the per-repeat medians (60, 65, 60); error bars p20/p80 over the 9 requests
+    # TTFT: mean of the per-repeat medians (60, 65, 60); error bars: the mean of each
+    # repeat's p20 and p80 over its requests
     assert agg.loc["triton", "ttft"] == pytest.approx((60 + 65 + 60) / 3, rel=1e-6)
-    pooled = [50, 60, 70, 55, 65, 75, 45, 60, 80]
-    assert agg.loc["triton", "ttft_lo"] == pytest.approx(np.percentile(pooled, 20), rel=1e-6)
-    assert agg.loc["triton", "ttft_hi"] == pytest.approx(np.percentile(pooled, 80), rel=1e-6)
+    repeats = [[50, 60, 70], [55, 65, 75], [45, 60, 80]]
+    assert agg.loc["triton", "ttft_lo"] == pytest.approx(np.mean([np.percentile(r, 20) for r in repeats]), rel=1e-6)
+    assert agg.loc["triton", "ttft_hi"] == pytest.approx(np.mean([np.percentile(r, 80) for r in repeats]), rel=1e-6)
     assert agg.loc["triton", "itl"] == pytest.approx((5 + 6 + 5) / 3, rel=1e-6)
 
 
@@ -100,13 +121,14 @@ def test_normalize_to_baseline(tree):
 def captured(monkeypatch):
     """Figures drawn, with the matplotlib figure and the data they saved."""
     drawn = {}
-    original = figures._save
+    original = figures.save_figure
 
     def save(fig, data, out_dir, name):
         drawn[name] = (fig, data.copy())
         return original(fig, data, out_dir, name)
 
-    monkeypatch.setattr(figures, "_save", save)
+    monkeypatch.setattr(figures, "save_figure", save)
+    monkeypatch.setattr(fig9, "save_figure", save)
     return drawn
 
 
@@ -164,8 +186,6 @@ def test_latency_vs_output_length(tmp_path, captured):
     assert fig.axes[0].get_xlabel() == "output length (tokens)"
     assert fig.axes[0].get_xscale() == fig.axes[0].get_yscale() == "log"
     # the second panel: % of FA3 = FA3 latency / latency x 100
-    from attnbench.analysis import fig9
-
     pct = fig9.percent_of_reference(fig9.sweep_table(analysis.agg))
     fa3_1000, qblock_1000 = 20 + 999 * 4.2, 20 + 999 * 6.3
     assert pct.loc["CUSTOM (qblock)", 1000] == pytest.approx(fa3_1000 / qblock_1000 * 100, abs=0.05)
@@ -177,8 +197,6 @@ def test_latency_vs_output_length(tmp_path, captured):
 
 def test_fig9_claims_against_the_paper():
     """Known latencies in, the paper's claims with the right verdicts out."""
-    from attnbench.analysis import fig9
-
     fa3 = {100: 1.0, 12800: 100.0}
     factor = {"FLASH_ATTN": (1.0, 1.0), "CUSTOM (naive)": (1.5, 100 / 19.0),  # 19.0% of FA3: agrees
               "CUSTOM (qblock)": (1.2, 100 / 30.0),  # 30%: differs from 49%; 1.58x over naive: differs
@@ -210,8 +228,6 @@ def test_fig9_claims_against_the_paper():
 
 
 def test_fig9_eager_steps_with_full_graphs_are_lines_of_their_own():
-    from attnbench.analysis import fig9
-
     def line(backend, graphs):
         return fig9._line({"attention_backend": backend, "cuda_graphs": graphs})
 
@@ -232,7 +248,9 @@ def test_vllm_bench_json_plots_beside_ours(tree, tmp_path):
     path = tmp_path / "vllm-bench-triton.json"
     path.write_text(json.dumps(result))
     data = collect_vllm_bench(path)
-    assert data.runs.iloc[0]["run"] == "vllm-bench-triton" and len(data.requests) == 3 and len(data.itl) == 3
+    row = data.runs.iloc[0]
+    assert row["run"] == "vllm-bench-triton" and row["p20_ttft_ms"] == pytest.approx(np.percentile([70, 80, 90], 20))
+    assert row["p80_itl_ms"] == pytest.approx(7.0)
     analysis = analyze([tree], tmp_path / "figs", vllm_bench=[path])
     assert set(analysis.agg["run"]) == {"flex", "triton", "vllm-bench-triton"}
 
@@ -348,7 +366,7 @@ def test_figure_without_data_is_skipped_with_a_warning(tree, tmp_path):
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         assert figures.fig_latency_vs_output_len(agg, tmp_path / "figs", "talk") == []
-    assert any(issubclass(w.category, figures.MissingData) for w in caught)
+    assert any(issubclass(w.category, plotting.MissingData) for w in caught)
     assert not (tmp_path / "figs").exists()
 
 
@@ -377,8 +395,6 @@ def test_a_platform_suite_is_split_into_its_experiments(tmp_path, captured):
 def test_fig9_claims_fall_back_to_the_longest_length_both_lines_have():
     """FA3 without its 12,800-token point: the %-of-FA3 claims are made at the longest
     length both lines were measured at, and say so; a line that was not run is not measured."""
-    from attnbench.analysis import fig9
-
     lat = {("FLASH_ATTN", 1000): 100.0, ("FLASH_ATTN", 4000): 400.0,
            ("CUSTOM (qblock)", 1000): 200.0, ("CUSTOM (qblock)", 4000): 800.0, ("CUSTOM (qblock)", 12800): 3000.0,
            ("CUSTOM (parallel_tiled)", 12800): 1000.0}
@@ -395,8 +411,6 @@ def test_fig9_claims_fall_back_to_the_longest_length_both_lines_have():
 def test_decode_steps_show_whether_a_step_grows_with_the_context(tmp_path):
     """ITL over the first and last tenth of each request, from the per-chunk records: a
     step that grows with the context (gap k = 5 + 0.1 k ms) against a flat one (5 ms)."""
-    from attnbench.analysis import fig9
-
     def growing(n):
         t, chunks = 0.02, []
         for k in range(n):

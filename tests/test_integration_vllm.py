@@ -113,7 +113,7 @@ def test_run_completes_exact_tokens_and_cleans_up(tmp_path, model_dir):
     # resume: nothing left to do, so no server starts
     log_size = (run_dir / "server.log").stat().st_size
     again = run_suite(suite, tmp_path / "results", resume=True)
-    assert [o.error for o in again] == ["kept (resume)"] * 4
+    assert [o.note for o in again] == ["kept (resume)"] * 4
     assert (run_dir / "server.log").stat().st_size == log_size
 
 
@@ -132,32 +132,39 @@ def test_server_killed_mid_run_then_bad_argument(tmp_path, model_dir, monkeypatc
     # for r2's file once landed in r3 on CI, after r2's 24 requests had all been answered).
     real_measure = execute.measure_repeat
 
-    def measure_killing_at_r2(cfg, requests, offsets, sink, *, desc, **kw):
-        if not desc.endswith(" r2"):
-            return real_measure(cfg, requests, offsets, sink, desc=desc, **kw)
+    class KillingWriter:
+        """The repeat's record writer, killing the server once the first record is written."""
 
-        killed = []
+        def __init__(self, writer):
+            self.writer, self.killed = writer, False
 
-        def sink_then_kill(record):
-            sink(record)
-            if killed:
+        def __call__(self, record):
+            self.writer(record)
+            if self.killed:
                 return
-            killed.append(record)
+            self.killed = True
             for pid in server_pids(model_dir):
                 try:
-                    os.killpg(os.getpgid(pid), signal.SIGKILL)
+                    os.kill(pid, signal.SIGKILL)
                 except ProcessLookupError:
                     pass
-        return real_measure(cfg, requests, offsets, sink_then_kill, desc=desc, **kw)
+
+        def digest(self):
+            return self.writer.digest()
+
+    def measure_killing_at_r2(cfg, requests, offsets, writer, header, *, desc, **kw):
+        if desc.endswith(" r2"):
+            writer = KillingWriter(writer)
+        return real_measure(cfg, requests, offsets, writer, header, desc=desc, **kw)
 
     monkeypatch.setattr(execute, "measure_repeat", measure_killing_at_r2)
     outcomes = run_suite(load_suite(path), results)
     by = {(o.run, o.repeat): o for o in outcomes}
     assert by[("a", 1)].status == "ok"
-    assert by[("a", 2)].status == "failed" and "exited during the repeat" in by[("a", 2)].error
-    assert by[("a", 3)].status == "failed" and "not running" in by[("a", 3)].error
+    assert by[("a", 2)].status == "failed" and "exited during the repeat" in by[("a", 2)].summary.error
+    assert by[("a", 3)].status == "failed" and "not running" in by[("a", 3)].summary.error
     assert by[("b", 1)].status == "failed"
-    assert "exited with code" in by[("b", 1)].error and "no-such-flag" in by[("b", 1)].error
+    assert "exited with code" in by[("b", 1)].summary.error and "no-such-flag" in by[("b", 1)].summary.error
     assert json.loads((results / "it" / "a" / "r1" / "summary.json").read_text())["status"] == "ok"
     assert read_records(results / "it" / "a" / "r1" / "requests.jsonl")  # earlier results kept
     r2 = read_records(results / "it" / "a" / "r2" / "requests.jsonl")  # every request of r2 recorded

@@ -74,10 +74,41 @@ def test_the_catalogue_names_every_summary_key():
     from attnbench.runner.summary import RepeatSummary
 
     s = summarize([rec(0, 0.0, [0.1, 0.2, 0.4], [1, 1, 1])])
-    latency_keys = {k for k in s if k.endswith("_ms") and not k.endswith("schedule_lag_ms")}
+    latency_keys = {k for k in s if k.endswith("_ms") and not k.endswith("schedule_lag_ms") and "tenth" not in k}
     assert latency_keys == {m.key(stat) for m in LATENCIES for stat in STATS}
     assert all(m.key() in s for m in THROUGHPUTS)
     assert set(RepeatSummary.model_fields) >= set(s)
     assert TTFT.heading == "TTFT ms" and TTFT.axis("s") == "TTFT (s)" and TTFT.column == "ttft_ms"
     assert METRICS["output_throughput"].heading == "output tok/s" and METRICS["request_throughput"].heading == "req/s"
     assert METRICS["tpot"].better == "lower" and METRICS["total_token_throughput"].better == "higher"
+
+
+def test_itl_over_the_first_and_last_tenth_of_each_request():
+    """A decode step that grows over a request: 20 gaps of 1..20 ms; the first tenth is gaps
+    1-2, the last tenth gaps 19-20 (medians 1.5 and 19.5 ms), pooled over requests."""
+    chunks = [sum(range(1, k + 1)) / 1e3 for k in range(21)]  # gap k is k ms
+    s = summarize([rec(0, 0.0, [0.1 + c for c in chunks], [1] * 21), rec(1, 0.0, [0.1 + c for c in chunks], [1] * 21)])
+    assert s["itl_first_tenth_ms"] == pytest.approx(1.5) and s["itl_last_tenth_ms"] == pytest.approx(19.5)
+    assert summarize([rec(0, 0.0, [0.1], [1])])["itl_first_tenth_ms"] is None  # one chunk: no gap
+
+
+@pytest.mark.parametrize("failed, timed_out, status", [(0, 0, "ok"), (1, 0, "ok"), (2, 0, "degraded"),
+                                                       (1, 1, "degraded"), (60, 0, "degraded")])
+def test_a_repeat_with_over_one_percent_failed_or_any_timeout_is_degraded(failed, timed_out, status):
+    """100 requests sent: one failure is within 1%; two are not; a timeout never is."""
+    from attnbench.runner.summary import RepeatHeader, summarize_repeat
+
+    records = [rec(i, 0.0, [0.1, 0.2], [1, 1]) for i in range(100 - failed)]
+    records += [rec(100 + i, 0.0, [], [], status="timeout" if i < timed_out else "error") for i in range(failed)]
+    summary = summarize_repeat(records, RepeatHeader(run="r", repeat=1))
+    assert summary.status == status and summary.timed_out == timed_out
+    assert summary.measured == (status == "ok")
+    if status == "degraded":
+        assert ("timed out" if timed_out else "over 1%") in summary.error
+
+
+def test_a_repeat_where_nothing_completed_failed():
+    from attnbench.runner.summary import RepeatHeader, summarize_repeat
+
+    summary = summarize_repeat([rec(0, 0.0, [], [], status="error")], RepeatHeader())
+    assert summary.status == "failed" and summary.error.startswith("all 1 requests failed")

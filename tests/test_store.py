@@ -74,8 +74,30 @@ def test_a_summary_is_typed_on_the_way_in_and_out(tmp_path):
     assert on_disk == {"backend": "vllm", "endpoint_type": "openai", "completed": 2, "failed": 0,
                        "median_ttft_ms": 12.5, "run": "run"}
     store.write_summary("run", 2, {**on_disk, "status": "ok", "from_a_newer_version": [1]})
-    assert store.summary("run", 2)["from_a_newer_version"] == [1] and store.is_complete("run", 2)
+    assert store.summary("run", 2).from_a_newer_version == [1] and store.is_complete("run", 2)
     with pytest.raises(ValidationError, match="status"):
         store.write_summary("run", 3, {"status": "done"})
-    failed = RepeatSummary(completed=0, failed=4, first_error="ConnectionRefusedError").settled()
-    assert failed.status == "failed" and failed.error == "all 4 requests failed; first error: ConnectionRefusedError"
+
+
+def test_resume_keeps_a_repeat_only_if_its_request_file_is_the_one_summarized(tmp_path):
+    """summary.json carries the record count and sha256 of requests.jsonl: a cut file (217 of
+    400 records after a copy) or an edited one is named, and the repeat is measured again."""
+    from attnbench.runner.summary import RepeatHeader, summarize_repeat
+
+    store = ResultsStore(tmp_path, "s")
+    records = [RequestRecord(i, "measure", 3, 2, 0.0, sent_s=0.0, chunk_s=[0.1, 0.2], chunk_tokens=[1, 1],
+                             end_s=0.2) for i in range(4)]
+    with store.requests_writer("run", 1) as w:
+        for r in records:
+            w(r)
+    summary = summarize_repeat(records, RepeatHeader(run="run", repeat=1), digest=w.digest())
+    store.write_summary("run", 1, summary)
+    assert summary.records == 4 and store.kept("run", 1) == (store.summary("run", 1), "")
+    path = store.repeat_dir("run", 1) / "requests.jsonl"
+    lines = path.read_text().splitlines(keepends=True)
+    path.write_text("".join(lines[:3]))
+    assert store.kept("run", 1) == (None, f"{path}: 3 records, but its summary counted 4")
+    path.write_text("".join(lines[:3] + [lines[3].replace('"index":3', '"index":9')]))
+    assert "not the ones its summary was computed from" in store.kept("run", 1)[1]
+    path.unlink()  # archived: the summary carries the metrics
+    assert store.is_complete("run", 1)

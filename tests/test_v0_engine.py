@@ -113,9 +113,9 @@ def test_runner_checks_the_engine_before_measuring(tmp_path, monkeypatch, versio
     (outcome,) = run_suite(load_suite(path), tmp_path / "results")
     assert outcome.status == "failed"
     if engine == "V1":
-        assert outcome.error.startswith("engine v0: the server runs vLLM 0.26.0, which has no V0 engine")
+        assert outcome.summary.error.startswith("engine v0: the server runs vLLM 0.26.0, which has no V0 engine")
     else:
-        assert "engine" not in outcome.error and "requests failed" in outcome.error
+        assert "engine" not in outcome.summary.error and "requests failed" in outcome.summary.error
 
 
 def make_n(*args: str) -> list[list[str]]:
@@ -182,13 +182,13 @@ def test_reports_never_call_v0_style_runs_v0(tmp_path, monkeypatch):
     from test_analysis import make_records, write_run
 
     ticks = {}
-    real = figures._save
+    real = figures.save_figure
 
     def keep_ticks(fig, data, out_dir, name):
         ticks[name] = [t.get_text() for t in fig.axes[0].get_xticklabels()]
         return real(fig, data, out_dir, name)
 
-    monkeypatch.setattr(figures, "_save", keep_ticks)
+    monkeypatch.setattr(figures, "save_figure", keep_ticks)
     store = ResultsStore(tmp_path / "res", "blog")
     write_run(store, "blog", "v0-style-default", [make_records([300], 20)], engine="v0-style")
     write_run(store, "blog", "v1-default", [make_records([150], 30)])

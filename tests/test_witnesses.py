@@ -80,7 +80,7 @@ def _record(i, status="ok", error="", sent=0.0, chunks=(0.1, 0.2), coalesced=0):
 def test_summary_keeps_failures_apart_and_names_the_first():
     recs = [_record(0), _record(1, "error", "ClientConnectorError: refused\n  at x", sent=0.2, chunks=()),
             _record(2, "error", "TimeoutError: 600 s", sent=0.1, chunks=()), _record(3, coalesced=1)]
-    s = summarize(recs, stats=ClientStats([0.1, 0.2, 5.0]))
+    s = summarize(recs, loop_lag_ms=[0.1, 0.2, 5.0])
     assert s["completed"] == 2 and s["failed"] == 2 and s["total_output_tokens"] == 4
     assert s["first_error"] == first_error(recs) == "TimeoutError: 600 s"  # the earliest sent
     assert s["client_coalesced_chunks"] == pytest.approx(0.25)
