@@ -22,6 +22,7 @@ COMMANDS = {
     "submit": "runner.cluster_cli:submit_group",
     "plot": "analysis.cli:plot_cmd",
     "report": "analysis.cli:report_cmd",
+    "crosscheck": "analysis.cli:crosscheck_group",
     "microbench": "kernels.bench.cli:microbench",
     "tune": "kernels.bench.cli:tune",
     "kernels": "kernels.bench.cli:kernels_group",

@@ -71,7 +71,7 @@ def suite_with_models(suite_file: Path, models: str, models_dir: Path):
 
 @click.command("run")
 @click.argument("suite_file", type=click.Path(dir_okay=False, path_type=Path))
-@click.option("--only", multiple=True, help="Run name to run (repeatable); default: every run.")
+@click.option("--only", multiple=True, help="Run name or pattern (e.g. 'fig9-steps-*') to run (repeatable); default: every run.")
 @click.option("--engine", "engines", multiple=True, type=click.Choice(["v1", "v0", "v0-style"]),
               help="Only the runs of this serve.engine (repeatable): V0 runs need an image or venv of vLLM <= 0.10.")
 @click.option("--repeats", type=click.IntRange(min=1), help="Override every run's repeat count.")

@@ -67,7 +67,11 @@ class RequestRecord:
 
     scheduled_s   when the arrival schedule said to send it
     dispatch_s    when the client's scheduler released it (schedule lag = dispatch - scheduled)
-    sent_s        when it passed the concurrency gate and the HTTP request started
+    sent_s        when it passed the concurrency gate and the HTTP request started (its TTFT
+                  clock's start, as `vllm bench serve` starts its own)
+    written_s     when its headers were on the socket (aiohttp's trace): ``written_s - sent_s``
+                  is what the client spent before the server could see it (taking or opening a
+                  connection, the event loop getting to the write); None if never written
     chunk_s       arrival time of every streamed chunk that carried choices
     chunk_tokens  tokens each of those chunks carried: from per-chunk usage when the server
                   sends it; else 1 each when the final usage equals the number of chunks,
@@ -87,6 +91,7 @@ class RequestRecord:
     scheduled_s: float
     dispatch_s: float = 0.0
     sent_s: float = 0.0
+    written_s: float | None = None
     chunk_s: list[float] = field(default_factory=list)
     chunk_tokens: list[int] = field(default_factory=list)
     coalesced: int = 0
@@ -260,7 +265,7 @@ async def _stream_one(session: aiohttp.ClientSession, cfg: LoadConfig, req: Benc
     done_s = None  # when the read that brought [DONE] returned
     try:
         async with session.post(cfg.base_url + "/v1/completions", json=_payload(cfg, req),
-                                headers={"X-Request-Id": rec.request_id}) as resp:
+                                headers={"X-Request-Id": rec.request_id}, trace_request_ctx=(rec, t0)) as resp:
             rec.http_status = resp.status
             if resp.status != 200:
                 rec.status, rec.error = "error", await http_error(resp)
@@ -338,6 +343,20 @@ async def _read_to_end(resp: aiohttp.ClientResponse) -> None:
         pass
 
 
+def write_times() -> aiohttp.TraceConfig:
+    """aiohttp's trace, setting each record's ``written_s`` when its request's headers are
+    written (requests posted with ``trace_request_ctx=(record, t0)``)."""
+    trace = aiohttp.TraceConfig()
+
+    async def headers_sent(_session, ctx, _params) -> None:
+        if isinstance(ctx.trace_request_ctx, tuple):
+            rec, t0 = ctx.trace_request_ctx
+            rec.written_s = time.perf_counter() - t0
+
+    trace.on_request_headers_sent.append(headers_sent)
+    return trace
+
+
 async def open_connections(session: aiohttp.ClientSession, base_url: str, count: int) -> None:
     """Open ``count`` keep-alive connections to the server and leave them in ``session``'s
     pool: that many concurrent ``GET /v1/models``. A server that does not answer is left for
@@ -382,7 +401,7 @@ async def run_load(cfg: LoadConfig, requests: list[BenchRequest], offsets: Itera
                for i, r, o in zip(indices, requests, offsets)]
     idle = IdleWatch(cfg.idle_timeout_s)
 
-    async with aiohttp.ClientSession(timeout=timeout, connector=connector) as session:
+    async with aiohttp.ClientSession(timeout=timeout, connector=connector, trace_configs=[write_times()]) as session:
         # The requests due at the start (a burst) get their connections now, before the
         # clock starts, so that at the start each one only has to be written. (Connecting
         # at the start made each client process connect all of its share before it wrote

@@ -10,6 +10,7 @@ field path and the bad value.
 from __future__ import annotations
 
 import copy
+import fnmatch
 import hashlib
 import itertools
 import json
@@ -323,13 +324,15 @@ class Suite(BaseModel):
         return self.model_copy(update={"runs": runs})
 
     def select(self, only: list[str] | None) -> list[Recipe]:
+        """The runs named in ``only`` (a name, or a shell-style pattern such as
+        ``fig9-steps-*``), in file order; every run when ``only`` is empty."""
         if not only:
             return list(self.runs)
         names = [r.name for r in self.runs]
-        missing = [o for o in only if o not in names]
+        missing = [o for o in only if not any(fnmatch.fnmatchcase(n, o) for n in names)]
         if missing:
             raise RecipeError(f"{self.source}: no run named {missing}; runs are {names}")
-        return [r for r in self.runs if r.name in only]
+        return [r for r in self.runs if any(fnmatch.fnmatchcase(r.name, o) for o in only)]
 
 
 # ---------------------------------------------------------------------- loading

@@ -76,12 +76,21 @@ class Snapshot:
         return snap
 
 
-def scrape(base_url: str, timeout_s: float = 5.0) -> Snapshot | None:
-    """The server's metrics now, or None if it has no readable /metrics page."""
+def scrape_text(base_url: str, timeout_s: float = 5.0) -> str | None:
+    """The server's /metrics page now, or None if it has none that answers."""
     try:
         with urllib.request.urlopen(base_url.rstrip("/") + "/metrics", timeout=timeout_s) as r:
-            return Snapshot.parse(r.read().decode())
+            return r.read().decode()
     except (urllib.error.URLError, OSError, ValueError):
+        return None
+
+
+def scrape(base_url: str, timeout_s: float = 5.0) -> Snapshot | None:
+    """The server's metrics now, or None if it has no readable /metrics page."""
+    text = scrape_text(base_url, timeout_s)
+    try:
+        return Snapshot.parse(text) if text is not None else None
+    except ValueError:
         return None
 
 

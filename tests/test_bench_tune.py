@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import csv
 import json
-import importlib.util
 from pathlib import Path
 
 import pytest
@@ -15,6 +14,7 @@ from attnbench.kernels.bench import implementations
 from attnbench.kernels.bench.microbench import run_microbench
 from attnbench.kernels.bench.spec import SpecError, load_microbench_spec
 from attnbench.kernels.config import BatchShape, KernelConfig, Platform
+from attnbench.kernels.dispatch.heuristics import load_tree
 from attnbench.kernels.bench.reference import TOLERANCES
 from attnbench.kernels.schema import MICROBENCH_FIELDS
 from attnbench.kernels.bench.tune import FEATURES, SearchSpace, emit_python, features, fit_tree, shape_of, sweep
@@ -157,11 +157,9 @@ def test_tuner_sweeps_fits_and_emits_working_heuristics(tmp_path):
     tree, labels = fit_tree(rows, max_depth=2)
     module = tmp_path / "tuned_test_gpu.py"
     module.write_text(emit_python(tree, labels, "Test GPU", "tune.csv"))
-    spec = importlib.util.spec_from_file_location("tuned_test_gpu", module)
-    tuned = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(tuned)
+    choose = load_tree(module)
     for shape in (BatchShape(3, 3, 1, 41, 4, 2, 32), BatchShape(1, 12, 12, 12, 4, 2, 32)):
-        config = KernelConfig(**tuned.choose(shape, Platform("cuda", 132, "Test GPU")))
+        config = KernelConfig(**choose(shape, Platform("cuda", 132, "Test GPU")))
         assert config.as_dict() in [json.loads(lbl) for lbl in labels]
     for r in rows:  # a row's features give back a shape with the same features (what --against reads)
         assert features(shape_of(r)) == {f: r[f] for f in FEATURES}
@@ -262,10 +260,7 @@ def test_the_fitted_tree_picks_by_slowdown_not_by_which_near_tie_won(tmp_path):
     # the emitted module, read back on the rows (`attnbench tune --against`), picks as the tree
     module = tmp_path / "tuned_test_gpu.py"
     module.write_text(source)
-    spec = importlib.util.spec_from_file_location("tuned_test_gpu", module)
-    tuned = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(tuned)
-    assert {p["case"]: p["picked_us"] for p in module_picks(tuned.choose, rows)} == {"a": 101.0, "b": 100.0, "c": 100.0}
+    assert {p["case"]: p["picked_us"] for p in module_picks(load_tree(module), rows)} == {"a": 101.0, "b": 100.0, "c": 100.0}
     always_y = module_picks(lambda shape, platform: {"variant": "qblock", "tile_size": y}, rows)
     assert describe_total(always_y) == ("picks summed over 2 cases: 201.0 us (fastest per case: 200.0 us); "
                                         "worst +1.0% (a); not timed correctly in the sweep: c")
@@ -280,23 +275,4 @@ def test_the_fitted_tree_picks_by_slowdown_not_by_which_near_tie_won(tmp_path):
     assert result.exit_code == 0, result.output
     assert "tuned_test_gpu.py: picks summed over 3 cases: 301.0 us (fastest per case: 300.0 us)" in result.output
     result = CliRunner().invoke(tune_command, args + [str(csv_rows)])
-    assert result.exit_code == 2 and f"--against {csv_rows}: expected a module with choose(shape, platform)" in result.output
-
-
-def test_the_read_floor_kernels_read_every_element_once():
-    """docs/perf/read_floor.py's streaming reads, on a size that no tile divides: every launch
-    shape (one tile per program; persistent, strided, pipelined) sums all of the bytes
-    exactly, and a launch that misses a tile is caught."""
-    spec = importlib.util.spec_from_file_location("read_floor", Path(__file__).parents[1] / "docs/perf/read_floor.py")
-    read_floor = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(read_floor)
-    assert read_floor.kv_bytes(*read_floor.DECODE_CASES["mqa-decode-b16-ctx4k"]) == 33_554_432
-    x = read_floor.random_small_integers(3 * 8192 + 1000, DEVICE)
-    launches = read_floor.read_launches(x, programs_per_sm=(1,), num_sms=2)
-    assert len(launches) == 12 + 4
-    for _, launch, partials in launches:
-        read_floor.check_read(x, launch, partials)
-    short = x[: 2 * 8192]  # the partials of a read over fewer elements than x
-    label, launch, partials = read_floor.read_launches(short, programs_per_sm=(1,), num_sms=2)[0]
-    with pytest.raises(ValueError, match="did not read every element once"):
-        read_floor.check_read(x, launch, partials)
+    assert result.exit_code == 2 and f"--against {csv_rows}: not a Python file; expected a tree" in result.output

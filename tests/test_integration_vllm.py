@@ -194,3 +194,44 @@ def test_sigint_stops_the_server_and_keeps_partial_results(tmp_path, model_dir):
     assert len(read_records(requests)) >= 3
     assert summary["completed"] >= 3
     assert server_pids(model_dir) == []
+
+
+def test_crosscheck_runs_both_clients_side_by_side_on_a_real_server(tmp_path, model_dir):
+    """`attnbench crosscheck run` starts a suite's server, sends a Poisson load with
+    attnbench and `vllm bench serve` at once (each on half of the prompts, from one
+    --start-at), swaps the halves for the second run, records each run's witnesses, writes
+    the comparison, and stops the server; the archived copy reads the same."""
+    from click.testing import CliRunner
+
+    from attnbench.analysis import crosscheck
+    from attnbench.cli import main
+
+    path = suite_file(tmp_path, model_dir, [{"name": "xc", "serve": {"max_model_len": 2048}}])  # ShareGPT lengths
+    out = tmp_path / "xc"
+    result = CliRunner().invoke(main, ["crosscheck", "run", str(path), "--out", str(out), "--prompts", "8",
+                                       "--pairs", "1", "--rate", "8", "--load", "poisson", "--side-by-side",
+                                       "--lead", "20"], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    load = out / "poisson-side"
+    for i in (1, 2):
+        summary = json.loads((load / "attnbench" / f"r{i}" / "summary.json").read_text())
+        bench = json.loads((load / "vllm-bench" / f"r{i}.json").read_text())
+        assert summary["completed"] == 4 and bench["completed"] == 4 and summary["request_rate"] == 4.0
+        witness = json.loads((load / "witness" / f"vllm-bench-r{i}.json").read_text())
+        assert witness["rc"] == 0 and witness["server"]["requests"] >= 4 and witness["after"]["processes"]
+        sent = [json.loads(line) for line in (load / "vllm-bench" / f"r{i}.sent.jsonl").read_text().splitlines()]
+        assert sum(1 for row in sent if row["headers"] is not None) >= 4
+    # the halves swapped: each client sent every prompt once over the pair
+    prompts = {len(r["prompt_len"] * "x") for i in (1, 2)
+               for r in map(json.loads, (load / "attnbench" / f"r{i}" / "requests.jsonl").read_text().splitlines())}
+    assert len(prompts) >= 2
+    rows, _ = crosscheck.campaign_rows(out)
+    assert [(r["client"], r["repeat"]) for r in rows] == [("attnbench", 1), ("attnbench", 2),
+                                                          ("vllm-bench", 1), ("vllm-bench", 2)]
+    assert all(r["wire"] and r["wire"]["traced"] == 4 for r in rows) and all(r["side_by_side"] for r in rows)
+    text = (out / "comparison.md").read_text()
+    assert "## poisson-side (request rate 4.0 req/s per client; 2 attnbench and 2 vllm bench serve runs, side by side)" \
+        in text and "| median over 1 pairs |" in text
+    crosscheck.archive(out, tmp_path / "kept")
+    assert crosscheck.report(tmp_path / "kept") == crosscheck.report(out)
+    assert server_pids(model_dir) == []

@@ -94,7 +94,7 @@ def test_the_h100_runs_its_tuned_tree(monkeypatch, gluon):
     from attnbench.kernels.hopper import host
 
     assert tuned_tree_path(H100_SM90.device_name).name == "tuned_nvidia_h100_80gb_hbm3.py"
-    assert tuned_tree_path(H100_SM90.device_name).is_file()  # where campaign.sh's tree job writes
+    assert tuned_tree_path(H100_SM90.device_name).is_file()  # where `attnbench tune --emit` writes it to ship
     monkeypatch.setattr(host, "available", lambda: gluon)
     long_prompts, short_prompts = SHAPES[2], BatchShape(16, 8192, 512, 512, 32, 8, 128)
     for shape, tile, persistent in ((long_prompts, 128, True), (short_prompts, 64, False)):
@@ -110,6 +110,24 @@ def test_the_h100_runs_its_tuned_tree(monkeypatch, gluon):
     monkeypatch.delenv("ATTNBENCH_GLUON")
     assert choose_config(BatchShape(4, 8192, 2048, 2048, 32, 8, 256), H100_SM90).kernel == "triton"  # head 256
     assert choose_config(BatchShape(1, 512, 512, 512, 256, 1, 64), H100_SM90).kernel == "triton"  # 256 per KV head
+
+
+def test_the_fitted_tree_is_switched_off_or_swapped_by_name(monkeypatch, tmp_path):
+    """ATTNBENCH_TUNED_TREE=off: the H100 runs the hand-written tree, what a GPU without a
+    fitted tree runs; a path: the tree in that file; a file that is not a tree: one line."""
+    from attnbench.kernels.dispatch.heuristics import TreeError, _auto, choose_config
+
+    one_decode = SHAPES[0]  # the shipped tree sends it to the split-KV step
+    monkeypatch.setenv("ATTNBENCH_TUNED_TREE", "off")
+    assert choose_config(one_decode, H100_SM90) == _auto(one_decode, H100_SM90)
+    tree = tmp_path / "tuned_other.py"
+    tree.write_text("def choose(shape, platform):\n    return {'variant': 'qblock', 'tile_size': 32}\n")
+    monkeypatch.setenv("ATTNBENCH_TUNED_TREE", str(tree))
+    assert (choose_config(one_decode, H100_SM90).variant, choose_config(one_decode, H100_SM90).tile_size) == \
+        ("qblock", 32)
+    monkeypatch.setenv("ATTNBENCH_TUNED_TREE", str(tmp_path / "none.py"))
+    with pytest.raises(TreeError, match="none.py: no such file; expected a tree written by"):
+        choose_config(one_decode, H100_SM90)
 
 
 def test_the_gluon_kernel_runs_only_the_qblock_step_with_128_rows():

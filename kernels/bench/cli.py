@@ -140,8 +140,8 @@ def run_cmd(suite_file: Path, case_name: str, impl: str, repeat: int, device: st
 def tune(suite_file, space_file, rows_csv, sweep, emit_file, against_file, device_name, only, max_depth, device):
     """Sweep kernel configs per case, fit a decision tree, emit it as heuristics code."""
     import csv as _csv
-    import importlib.util
 
+    from ..dispatch.heuristics import TreeError, load_tree
     from .spec import SpecError, load_microbench_spec
     from .tune import best_per_case, describe_pick, describe_total, emit_python, fit_tree, load_space, module_picks
     from .tune import regret
@@ -176,14 +176,11 @@ def tune(suite_file, space_file, rows_csv, sweep, emit_file, against_file, devic
         Path(emit_file).write_text(emit_python(tree, labels, device_name, str(rows_csv), picks))
         click.echo(f"decision tree written to {emit_file}")
     if against_file:
-        spec = importlib.util.spec_from_file_location(against_file.stem, against_file)
-        module = importlib.util.module_from_spec(spec) if spec else None
-        if module is not None:
-            spec.loader.exec_module(module)
-        if not callable(getattr(module, "choose", None)):
-            raise click.UsageError(f"--against {against_file}: expected a module with choose(shape, platform) "
-                                   "(as `attnbench tune --emit` writes)")
-        picks = module_picks(module.choose, rows)
+        try:
+            choose = load_tree(against_file)
+        except TreeError as e:
+            raise click.UsageError(f"--against {e}") from None
+        picks = module_picks(choose, rows)
         for p in picks:
             click.echo(f"{against_file.name}: {describe_pick(p)}")
         click.echo(f"{against_file.name}: {describe_total(picks)}")

@@ -1,0 +1,142 @@
+#!/usr/bin/env bash
+# How the GPU numbers under docs/ were measured: a campaign that outlives the device calls
+# that watch it. On a host where one command may run only minutes but the machine stays up
+# between commands, `start` launches the jobs in a detached worker (its own session: it
+# survives the call) and every later `wait` watches it for up to WAIT_S seconds, then packs
+# what it measured so far into $OUT. Every job is an attnbench command that resumes: a
+# worker that dies (or a machine given back) loses nothing already written, and `start` with
+# the same jobs on a fresh host repeats only what is missing.
+#
+#   bash docs/campaign/campaign.sh start JOB...    from the repository root, after the vLLM bundle
+#   bash docs/campaign/campaign.sh wait            the same worker, WAIT_S more seconds
+#
+# Jobs:
+#   run:NAME[,NAME...]   `attnbench run ${SUITE:-recipes/h100.yaml} --only NAME ... --resume` (names or
+#                        patterns: run:'fig9-steps-*')
+#   micro:NAME[+IMPL,...][@FLUSH]
+#                        `attnbench microbench recipes/microbench/NAME.yaml` into micro/NAME.csv; +IMPL,...:
+#                        only those implementations; @read, @zero or @none: --l2-flush
+#   tune:SUITE           `attnbench tune recipes/microbench/SUITE.yaml` over recipes/microbench/tune-space.yaml:
+#                        the sweep into tune/SUITE.csv, the fitted tree into tune/tuned_SUITE.py
+#   tree:SUITE           later jobs run the tree tune:SUITE fitted (ATTNBENCH_TUNED_TREE), not the shipped one;
+#                        tree:off runs the hand-written tree (what a GPU without a fitted tree gets)
+#   xcheck[:RUN]         `attnbench crosscheck run ${SUITE:-recipes/cross-check-h100.yaml} --only RUN` into
+#                        cross-check/RUN/ (XCHECK_ARGS: more options, e.g. "--side-by-side --load poisson")
+#   calibrate            `attnbench calibrate` at 256 and 1024 streams x 1/2/4/8 client processes
+#   khost                `attnbench kernels overhead --json --profile`: host cost per kernel call
+#   gputest:FILE[@K]     `python3 -m pytest tests/FILE [-k K]` (the GPU kernel tests), log kept
+#   ncu:SUITE/CASE/IMPL[,IMPL...]
+#                        Nsight Compute's full set on one launch of each IMPL (`attnbench kernels run`)
+# Timeouts: MICRO_TIMEOUT_S, TUNE_TIMEOUT_S (900), GPUTEST_TIMEOUT_S, NCU_TIMEOUT_S (300).
+set -u
+CAMPAIGN=${CAMPAIGN:-/tmp/campaign}
+MODELS_DIR=${MODELS_DIR:-/tmp/models}
+mkdir -p "$CAMPAIGN"
+cmd=${1:?start JOB... | wait}; shift
+
+pack() {  # what the worker has so far, in pieces small enough for the trip back (16 MiB)
+  [ -n "${OUT:-}" ] || return 0
+  cp "$CAMPAIGN/worker.log" "$CAMPAIGN"/*.jsonl "$CAMPAIGN"/*.log "$OUT/" 2>/dev/null
+  local d f
+  for d in results micro tune cross-check ncu; do
+    [ -d "$CAMPAIGN/$d" ] && tar czf "$OUT/$d.tgz" -C "$CAMPAIGN" "$d"
+  done
+  for f in "$OUT"/*.tgz; do
+    [ -f "$f" ] && [ "$(stat -c %s "$f")" -gt 15000000 ] && split -b 15000000 "$f" "$f.part-" && rm "$f"
+  done
+  ls -la "$OUT"
+}
+
+watch() {  # until the worker is gone or WAIT_S passes
+  local deadline=$(( $(date +%s) + ${WAIT_S:-540} ))
+  while [ "$(date +%s)" -lt "$deadline" ] && kill -0 "$(cat "$CAMPAIGN/worker.pid" 2>/dev/null)" 2>/dev/null; do
+    sleep 5
+  done
+  tail -25 "$CAMPAIGN/worker.log"
+  pack
+}
+
+job() {
+  local spec=$1 name=${1%%:*} arg=
+  [ "$spec" != "$name" ] && arg=${spec#*:}
+  echo "=== $(date -u +%FT%TZ) $spec"
+  case $name in
+    run)
+      local only=() n
+      for n in ${arg//,/ }; do only+=(--only "$n"); done
+      attnbench run "${SUITE:-recipes/h100.yaml}" --models dummy --models-dir "$MODELS_DIR" \
+        --out "$CAMPAIGN/results" --resume "${only[@]}" 2>&1 | grep -v "it/s]\|req/s]" ;;
+    micro)
+      local what=${arg%@*} flush= suite impls= flags=() i
+      [ "$what" != "$arg" ] && flush=${arg#*@}
+      suite=${what%%+*}
+      [ "$suite" != "$what" ] && impls=${what#*+}
+      for i in ${impls//,/ }; do flags+=(--impl "$i"); done
+      [ -n "$flush" ] && flags+=(--l2-flush "$flush")
+      mkdir -p "$CAMPAIGN/micro"
+      [ -s "$CAMPAIGN/micro/$what${flush:+-$flush}.csv" ] || timeout "${MICRO_TIMEOUT_S:-900}" attnbench microbench \
+        "recipes/microbench/$suite.yaml" "${flags[@]}" --out "$CAMPAIGN/micro/$what${flush:+-$flush}.csv" ;;
+    tune)
+      mkdir -p "$CAMPAIGN/tune"
+      [ -s "$CAMPAIGN/tune/tuned_$arg.py" ] || timeout "${TUNE_TIMEOUT_S:-900}" attnbench tune \
+        "recipes/microbench/$arg.yaml" --space recipes/microbench/tune-space.yaml --rows "$CAMPAIGN/tune/$arg.csv" \
+        --max-depth 5 --emit "$CAMPAIGN/tune/tuned_$arg.py" ;;
+    tree)
+      if [ "$arg" = off ]; then export ATTNBENCH_TUNED_TREE=off
+      else export ATTNBENCH_TUNED_TREE=$CAMPAIGN/tune/tuned_$arg.py; fi
+      echo "ATTNBENCH_TUNED_TREE=$ATTNBENCH_TUNED_TREE" ;;
+    xcheck)
+      # shellcheck disable=SC2086  # XCHECK_ARGS: several options
+      attnbench crosscheck run "${SUITE:-recipes/cross-check-h100.yaml}" --only "${arg:-api1-custom}" --models dummy \
+        --models-dir "$MODELS_DIR" --out "$CAMPAIGN/cross-check/${arg:-api1-custom}" ${XCHECK_ARGS:-} ;;
+    calibrate)
+      local streams procs
+      for streams in 256 1024; do
+        for procs in 1 2 4 8; do
+          attnbench calibrate --concurrency $streams --requests $((4 * streams)) --client-processes $procs \
+            --stub-processes $(( streams > 256 ? 4 : 1 )) --json | tr -d '\n ' >> "$CAMPAIGN/calibrate.jsonl"
+          echo >> "$CAMPAIGN/calibrate.jsonl"
+        done
+      done ;;
+    khost)
+      attnbench kernels overhead --json --profile > "$CAMPAIGN/kernels-overhead.jsonl" 2> "$CAMPAIGN/kernels-overhead.log" ;;
+    gputest)
+      local file=${arg%@*} select=
+      [ "$file" != "$arg" ] && select=${arg#*@}
+      timeout "${GPUTEST_TIMEOUT_S:-300}" python3 -m pytest -q -x -p no:cacheprovider "tests/$file" \
+        ${select:+-k "$select"} > "$CAMPAIGN/gputest-${file%.py}.log" 2>&1
+      tail -3 "$CAMPAIGN/gputest-${file%.py}.log" ;;
+    ncu)
+      local suite=${arg%%/*} rest=${arg#*/} case impl ncu
+      case=${rest%%/*}
+      ncu=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | tail -1)
+      mkdir -p "$CAMPAIGN/ncu"
+      for impl in ${rest#*/}; do
+        [ -s "$CAMPAIGN/ncu/$case-$impl.txt" ] && continue
+        timeout "${NCU_TIMEOUT_S:-300}" "$ncu" --nvtx --nvtx-include "attnbench/" --set full --target-processes all \
+          -f -o "$CAMPAIGN/ncu/$case-$impl" attnbench kernels run "recipes/microbench/$suite.yaml" --case "$case" \
+          --impl "$impl" --repeat 1 > "$CAMPAIGN/ncu/$case-$impl.log" 2>&1
+        "$ncu" -i "$CAMPAIGN/ncu/$case-$impl.ncu-rep" --page details > "$CAMPAIGN/ncu/$case-$impl.txt" 2>&1
+      done ;;
+    *) echo "unknown job $spec" ;;
+  esac
+}
+
+case $cmd in
+  start)
+    if kill -0 "$(cat "$CAMPAIGN/worker.pid" 2>/dev/null)" 2>/dev/null; then
+      echo "a worker is already running"; watch; exit 0
+    fi
+    . docs/campaign/gpu-setup.sh
+    # the worker: its own session, so it outlives this call; PYTHONUNBUFFERED for a live log
+    PYTHONUNBUFFERED=1 setsid bash "$0" worker "$@" >> "$CAMPAIGN/worker.log" 2>&1 < /dev/null &
+    echo $! > "$CAMPAIGN/worker.pid"
+    sleep 2
+    watch ;;
+  wait) watch ;;
+  worker)
+    . docs/campaign/gpu-setup.sh
+    for spec in "$@"; do job "$spec"; done
+    echo "=== $(date -u +%FT%TZ) all jobs done" ;;
+  *) echo "usage: campaign.sh start JOB... | wait" >&2; exit 2 ;;
+esac
