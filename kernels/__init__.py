@@ -11,6 +11,8 @@ Importing this package is free: torch and triton load only when a kernel symbol 
 so `variants`, `schema` and `config` can be read by hosts without a GPU stack.
 """
 
+import importlib
+
 _LAZY = {
     "paged_attention": "dispatch.api",
     "paged_attention_reference": "bench.reference",
@@ -24,7 +26,5 @@ __all__ = sorted(_LAZY)
 
 def __getattr__(name):
     if name in _LAZY:
-        import importlib
-
         return getattr(importlib.import_module(f"{__name__}.{_LAZY[name]}"), name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

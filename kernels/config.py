@@ -108,7 +108,7 @@ class Platform:
 
 @lru_cache(maxsize=None)
 def _detect_platform(device_type: str, index: int | None) -> Platform:
-    import torch
+    import torch  # lazy: config.py is imported by the torch-free runner (recipes, schema)
 
     if device_type != "cuda":
         return Platform("cpu", CPU_SMS, "cpu")

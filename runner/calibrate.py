@@ -30,6 +30,7 @@ import subprocess
 import sys
 from dataclasses import dataclass
 
+import numpy as np
 from aiohttp import web
 
 from .datasets import BenchRequest
@@ -88,7 +89,7 @@ def stub_app() -> web.Application:
 def serve_stub(port: int, reuse_port: bool = False) -> None:
     """Run the stub in the foreground (the body of `attnbench stub-server`); prints
     READY_LINE once it listens. ``reuse_port``: share the port with other stub processes."""
-    try:  # the stub must not be the bottleneck: use uvloop when it is installed
+    try:  # optional: the stub must not be the bottleneck, so uvloop when it is installed
         import uvloop
 
         uvloop.install()
@@ -178,8 +179,6 @@ class Calibration:
 
 
 def _pcts(values) -> dict:
-    import numpy as np
-
     v = np.asarray(values, dtype=float)
     return {f"p{p}": float(np.percentile(v, p)) for p in (50, 90, 99)}
 

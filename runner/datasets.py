@@ -12,6 +12,8 @@ import random
 from dataclasses import dataclass
 from pathlib import Path
 
+from tokenizers import Tokenizer
+
 from .recipe import DatasetSpec
 
 # vLLM's ShareGPT filter (benchmarks/datasets: sample_sharegpt_requests)
@@ -33,8 +35,6 @@ class LocalTokenizer:
     """Counts tokens and makes text of a given length with a model's tokenizer.json."""
 
     def __init__(self, model_dir: str | Path):
-        from tokenizers import Tokenizer
-
         path = Path(model_dir) / "tokenizer.json"
         if not path.exists():
             raise DatasetError(f"{path}: no tokenizer.json; set model.tokenizer to a local folder that has one")

@@ -123,7 +123,7 @@ def run_async(coro):
     gc.disable()
     try:
         try:
-            import uvloop
+            import uvloop  # optional: vLLM installs it; plain asyncio otherwise
         except ImportError:
             return asyncio.run(coro)
         return uvloop.run(coro)

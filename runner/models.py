@@ -20,6 +20,8 @@ import sysconfig
 from pathlib import Path
 
 import numpy as np
+from safetensors.numpy import save_file
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 
 # Published config.json values of the architectures (Hugging Face model cards).
 _LLAMA31_8B = {
@@ -75,8 +77,6 @@ def _corpus(max_files: int) -> list[str]:
 
 def train_tokenizer(out_dir: Path, vocab_size: int, model_max_length: int, max_files: int = 120) -> None:
     """Byte-level BPE with ``vocab_size`` ids; specials <s> </s> <pad> take ids 0-2."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
-
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
@@ -114,8 +114,6 @@ TINY = dict(hidden=256, intermediate=512, layers=2, heads=4, kv_heads=2, head_di
 
 def write_tiny_model(out_dir: str | Path, seed: int = 0) -> Path:
     """A 2-layer Llama with random bf16 weights (~7 MB) that vLLM's CPU build can serve."""
-    from safetensors.numpy import save_file
-
     t = TINY
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)

@@ -25,6 +25,8 @@ from attnbench.kernels.schema import VARIANT_ENV, VLLM_BACKEND_NAME
 from attnbench.kernels.variants import CHOICES as KERNEL_VARIANTS
 from attnbench.validation import read_yaml, validation_lines
 
+from .models import ARCHS
+
 GRAPH_MODES = ("eager", "piecewise", "full", "full_decode_only", "full_and_piecewise")  # server.graph_mode_args
 
 # Scheduler defaults of the engine presets (blog: V0 default vs V1 default). ``v0`` is vLLM's
@@ -89,8 +91,6 @@ class ModelSpec(_Strict):
     @field_validator("arch")
     @classmethod
     def _arch(cls, v):
-        from .models import ARCHS
-
         return one_of(v, sorted(ARCHS))
 
     @field_validator("build")

@@ -11,6 +11,7 @@ whole group, then KILL after a grace period, and checks that the port is free ag
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
 import shlex
@@ -179,8 +180,6 @@ def _die_with_parent() -> None:
     would leave vLLM holding the GPU and the port. Linux only (prctl PR_SET_PDEATHSIG).
     """
     if sys.platform.startswith("linux"):
-        import ctypes
-
         PR_SET_PDEATHSIG = 1
         ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
 

@@ -16,6 +16,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from .recipe import V0_LAST_RELEASE
+
 _PREFIX = re.compile(r"^\((?:APIServer|EngineCore[^)]*|Worker[^)]*|VllmWorker[^)]*) pid=\d+\) "
                      r"(?:(?:ERROR|WARNING|INFO) [\d\- :]+\[[^\]]+\] )?")
 _EXCEPTION = re.compile(r"^([A-Za-z_][\w.]*(?:Error|Exception|Exit)): (.+)$")
@@ -108,8 +110,6 @@ def engine_mismatch(engine: str, version: str | None, log_text: str) -> str | No
 
     ``engine: v0`` needs vLLM <= 0.10 and "Initializing a V0 LLM engine" in its log; the
     other engines run on V1, so a server whose log names V0 cannot serve them."""
-    from .recipe import V0_LAST_RELEASE
-
     logged = engine_in_log(log_text)
     version = version or (logged[1] if logged else None)
     if engine == "v0":

@@ -14,7 +14,7 @@ import pytest
 from attnbench.analysis import fig9, figures, plotting
 from attnbench.analysis.collect import CollectError, collect_results, collect_vllm_bench, load_microbench
 from attnbench.analysis.normalize import aggregate, normalize
-from attnbench.analysis.report import analyze, write_report
+from attnbench.analysis.report import analyze, format_value, noise_lines, write_report
 from attnbench.kernels.schema import MICROBENCH_FIELDS
 from attnbench.runner.loadgen import RequestRecord
 from attnbench.runner.recipe import Recipe
@@ -478,3 +478,37 @@ def test_the_report_notes_runs_whose_repeats_lost_cpu_to_the_hypervisor(tmp_path
     text = write_report(analysis, tmp_path / "report.md").read_text()
     assert "- **note**: `custom`: the hypervisor took 0.3-3.5 CPU seconds from the client's machine" in text
     assert "`flex`: the hypervisor" not in text and "`triton`: the hypervisor" not in text
+
+
+def test_report_numbers_read_like_numbers():
+    assert format_value(1450.3, "total_token_throughput") == "1,450"
+    assert format_value(24.537, "request_throughput") == "24.54"
+    assert format_value(6.271, "tpot") == "6.27" and format_value(38.84, "ttft") == "38.8"
+    assert format_value(26966.2, "e2el") == "26,966" and format_value(500) == "500"
+    assert format_value(1.0512, ratio=True) == "1.05" and format_value(float("nan")) == "-"
+
+
+def test_noise_is_named_next_to_each_ratio():
+    import pandas as pd
+
+    norm = pd.DataFrame([
+        {"gpu": "g", "run": "v0", "repeats": 3, "total_token_throughput": 1.0, "total_token_throughput_lo": 0.95,
+         "total_token_throughput_hi": 1.04},
+        {"gpu": "g", "run": "v1", "repeats": 3, "total_token_throughput": 1.05, "total_token_throughput_lo": 1.01,
+         "total_token_throughput_hi": 1.09},
+        {"gpu": "g", "run": "v2", "repeats": 3, "total_token_throughput": 1.30, "total_token_throughput_lo": 1.25,
+         "total_token_throughput_hi": 1.34}])
+    lines = "\n".join(noise_lines(norm, "v0"))
+    assert "`v1` vs `v0`" in lines and "total tok/s 1.05 [1.01-1.09 vs 0.95-1.04], inside the spread" in lines
+    assert "total tok/s 1.30 [1.25-1.34 vs 0.95-1.04], outside the spread" in lines
+
+
+def test_report_says_when_a_suite_mixes_sessions(tmp_path):
+    store = ResultsStore(tmp_path / "res", "talk")
+    write_run(store, "talk", "flex", [make_records([100, 120], 10)], backend="FLEX_ATTENTION")
+    write_run(store, "talk", "triton", [make_records([50, 60], 5)])
+    for run, session in (("flex", "2026-11-22T10:00:00+00:00"), ("triton", "2026-11-23T09:00:00+00:00")):
+        path = store.repeat_dir(run, 1) / "summary.json"
+        path.write_text(json.dumps({**json.loads(path.read_text()), "session": session}))
+    report = write_report(analyze([tmp_path / "res"], tmp_path / "figs"), tmp_path / "r.md").read_text()
+    assert "these results come from 2 sessions" in report and "2026-11-23T09:00:00+00:00: `triton`" in report

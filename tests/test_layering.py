@@ -73,3 +73,79 @@ def test_runtime_imports_stay_light():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.strip() == "", f"importing runner/analysis loaded {out.stdout.strip()}"
+
+
+PACKAGES = ("runner", "analysis", "kernels")
+ORDER = {"runner": 0, "analysis": 1}  # analysis may import runner; runner never imports analysis
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    return ".".join(["attnbench", *(parts[:-1] if parts[-1] == "__init__" else parts)])
+
+
+def _top_level_imports(path: Path) -> set[str]:
+    """What ``path`` imports at module level (a cycle is a problem only there), resolved."""
+    tree = ast.parse(path.read_text())
+    package = ["attnbench", *path.parent.relative_to(ROOT).parts]
+    names = set()
+    for node in tree.body:
+        if isinstance(node, ast.Import):
+            names.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level == 0:
+                names.update([node.module] + [f"{node.module}.{a.name}" for a in node.names])
+            else:
+                base = ".".join(package[:len(package) - (node.level - 1)])
+                module = f"{base}.{node.module}" if node.module else base
+                names.update([module] + [f"{module}.{a.name}" for a in node.names])
+    return names
+
+
+@pytest.mark.parametrize("package", PACKAGES)
+def test_no_import_cycle_inside_a_package(package):
+    modules = {_module_name(p): p for p in (ROOT / package).rglob("*.py")}
+    graph = {m: {n for n in _top_level_imports(p) if n in modules and n != m} for m, p in modules.items()}
+    state: dict[str, str] = {}
+
+    def visit(m: str, trail: list[str]) -> None:
+        state[m] = "open"
+        for n in sorted(graph[m]):
+            if state.get(n) == "open":
+                raise AssertionError(f"import cycle: {' -> '.join(trail[trail.index(n):] + [n])}")
+            if n not in state:
+                visit(n, trail + [n])
+        state[m] = "done"
+
+    for m in sorted(graph):
+        if m not in state:
+            visit(m, [m])
+
+
+def test_runner_never_imports_the_analysis_above_it():
+    bad = [f"{p.relative_to(ROOT)}: {n}" for p in (ROOT / "runner").rglob("*.py")
+           for n in imported_modules(p) if n.startswith("attnbench.analysis")]
+    assert not bad, bad
+
+
+def test_an_import_inside_a_function_says_why_it_is_there():
+    """Imports belong at the top of a module; one inside a function stays only to keep a
+    heavy or optional import out of the module's import (torch, triton, vLLM, matplotlib,
+    Gluon, uvloop), and a comment on its line or on the line above says so ("lazy" or
+    "optional")."""
+    bare = []
+    for path in [p for pkg in PACKAGES for p in (ROOT / pkg).rglob("*.py")] + _sources("."):
+        lines = path.read_text().splitlines()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            for sub in ast.walk(node):
+                if isinstance(sub, (ast.Import, ast.ImportFrom)):
+                    first = sub.lineno - 1  # the block of imports it belongs to, and the line above it
+                    while first > 0 and lines[first - 1].strip().startswith(("from ", "import ", "#", ")")) \
+                            or (first > 0 and not lines[first - 1].strip()):
+                        first -= 1
+                    around = " ".join(lines[max(first - 1, 0):sub.lineno])
+                    if "lazy" not in around and "optional" not in around:
+                        bare.append(f"{path.relative_to(ROOT)}:{sub.lineno}: {lines[sub.lineno - 1].strip()}")
+    assert not bare, bare

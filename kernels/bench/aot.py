@@ -15,7 +15,9 @@ import contextlib
 import inspect
 import json
 import re
+import subprocess
 import sys
+import tempfile
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -26,6 +28,12 @@ import triton.language as tl
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 from triton.runtime.jit import JITFunction
+
+from ..config import Platform
+from ..dispatch.api import paged_attention
+from ..dispatch.heuristics import choose_config
+from ..variants import VARIANTS
+from .batch import PagedBatch
 
 TARGETS = {
     "sm_90": GPUTarget("cuda", 90, 32),
@@ -70,7 +78,7 @@ def captured_launches():
     """Within the block, Triton kernels are recorded into the yielded list, not run."""
     records: list[Launch] = []
     classes = [JITFunction]
-    try:
+    try:  # optional: the interpreter's kernels, where this Triton has it
         from triton.runtime.interpreter import InterpretedFunction
 
         classes.append(InterpretedFunction)
@@ -151,7 +159,7 @@ def compile_launch(launch: Launch, target: str):
     signature = {name: _arg_type(name, value) for name, value in launch.args.items()}
     signature.update({name: "constexpr" for name in launch.constexprs})
     source = ASTSource
-    if launch.kernel.is_gluon():  # a Gluon kernel is lowered from its own AST source
+    if launch.kernel.is_gluon():  # a Gluon kernel is lowered from its own AST source (lazy: Gluon only)
         from triton.experimental.gluon._runtime import GluonASTSource as source
     src = source(fn=launch.kernel, signature=signature, constexprs=launch.constexprs,
                  attrs=_specialization(launch))
@@ -179,10 +187,7 @@ def ptxas_report(compiled, arch: int = 90) -> str:
     """What Triton's own ptxas says (``-v``) about a compiled CUDA kernel's PTX for
     ``sm_<arch>a``: registers, spills, and warnings such as C7512 (wgmma serialized: the
     tensor-core overlap a kernel asked for is lost)."""
-    import subprocess
-    import tempfile
-
-    from triton.backends.nvidia.compiler import get_ptxas
+    from triton.backends.nvidia.compiler import get_ptxas  # lazy: NVIDIA's backend only
 
     with tempfile.TemporaryDirectory() as tmp:
         ptx = Path(tmp) / "kernel.ptx"
@@ -193,8 +198,6 @@ def ptxas_report(compiled, arch: int = 90) -> str:
 
 
 def _llama3_mixed_batch():
-    from .batch import PagedBatch
-
     return PagedBatch.build([(1, 40), (6, 30), (20, 0)], num_q_heads=32, num_kv_heads=8, head_size=128,
                             block_size=16, dtype=torch.bfloat16, device="cpu", seed=0)
 
@@ -202,7 +205,7 @@ def _llama3_mixed_batch():
 def hopper_launches() -> dict[str, list[Launch]]:
     """Launches of the sm_90-only kernels (`kernels/hopper`) on the mixed batch of
     `representative_launches`."""
-    from ..hopper import qblock_wgmma, qblock_ws
+    from ..hopper import qblock_wgmma, qblock_ws  # lazy: Gluon's Hopper API, not in every Triton
 
     batch = _llama3_mixed_batch()
     out = {}
@@ -220,12 +223,6 @@ def representative_launches() -> dict[str, list[Launch]]:
     """Launches of every step on Llama-3-8B heads (32/8/128, bf16, page 16): of a mixed
     batch, or of a decode batch where that launches more kernels (the static grid's segment
     reduction runs only on decode batches)."""
-    from ..config import Platform
-    from ..dispatch.api import paged_attention
-    from ..dispatch.heuristics import choose_config
-    from ..variants import VARIANTS
-    from .batch import PagedBatch
-
     mixed = _llama3_mixed_batch()
     decode = PagedBatch.build([(1, 300)] * 2, num_q_heads=32, num_kv_heads=8, head_size=128, block_size=16,
                               dtype=torch.bfloat16, device="cpu", seed=0)

@@ -1,20 +1,24 @@
 """`attnbench microbench`, `attnbench tune` and `attnbench kernels ...`: the kernel-side commands.
 
-Loaded lazily by the top-level CLI, so client-only commands never import torch.
+Loaded lazily by the top-level CLI, so client-only commands never import torch; and each
+command imports torch and its modules only when it runs, so `--help` stays instant.
 """
 
 from __future__ import annotations
 
+import csv
+import json
 from pathlib import Path
 
 import click
 
 from ..schema import L2_FLUSHES
+from ..variants import CHOICES, check_variant
 
 
 def require_device(device: str) -> None:
     """One line instead of torch's assertion when the device is not there."""
-    import torch
+    import torch  # lazy: torch (module doc)
 
     if device.startswith("cuda") and not torch.cuda.is_available():
         build = f"a CPU build of torch {torch.__version__}" if torch.version.cuda is None and torch.version.hip is None \
@@ -45,7 +49,7 @@ def microbench(suite_file: Path, out_csv: Path, only: tuple[str, ...], impls: tu
                l2_flush: str | None):
     """Check every implementation against the fp32 reference, then time it (median, p20/p80,
     CUDA-graph replay, % of the roofline measured in the same run)."""
-    from .microbench import run_microbench
+    from .microbench import run_microbench  # lazy: torch (module doc)
     from .spec import SpecError, load_microbench_spec
 
     try:
@@ -85,7 +89,7 @@ def kernels_group():
 @click.argument("targets", nargs=-1)
 def compile_cmd(targets: tuple[str, ...]):
     """Build every kernel for TARGETS (sm_90, sm_100, gfx942, gfx90a) without a GPU."""
-    from .aot import TARGETS, main
+    from .aot import TARGETS, main  # lazy: torch and triton (module doc)
 
     bad = [t for t in targets if t not in TARGETS]
     if bad:
@@ -104,7 +108,7 @@ def run_cmd(suite_file: Path, case_name: str, impl: str, repeat: int, device: st
     """Run one implementation on one case, for a profiler: checked once against the fp32
     reference, then REPEAT launches inside an NVTX range named 'attnbench', e.g.
     `ncu --nvtx --nvtx-include attnbench/ --set full -o prof attnbench kernels run ...`."""
-    from .microbench import run_for_profiler
+    from .microbench import run_for_profiler  # lazy: torch (module doc)
     from .spec import SpecError, load_microbench_spec
 
     try:
@@ -139,9 +143,7 @@ def run_cmd(suite_file: Path, case_name: str, impl: str, repeat: int, device: st
 @click.option("--device", default="cuda", show_default=True)
 def tune(suite_file, space_file, rows_csv, sweep, emit_file, against_file, device_name, only, max_depth, device):
     """Sweep kernel configs per case, fit a decision tree, emit it as heuristics code."""
-    import csv as _csv
-
-    from ..dispatch.heuristics import TreeError, load_tree
+    from ..dispatch.heuristics import TreeError, load_tree  # lazy: torch and triton (module doc)
     from .spec import SpecError, load_microbench_spec
     from .tune import best_per_case, describe_pick, describe_total, emit_python, fit_tree, load_space, module_picks
     from .tune import regret
@@ -160,12 +162,12 @@ def tune(suite_file, space_file, rows_csv, sweep, emit_file, against_file, devic
         rows = run_sweep(suite, space, rows_csv, device=device, only=list(only) or None)
     else:
         with open(rows_csv, newline="") as fh:
-            rows = list(_csv.DictReader(fh))
+            rows = list(csv.DictReader(fh))
     for case, r in sorted(best_per_case(rows).items()):
         click.echo(f"{case:<28} {float(r['median_us']):9.1f} us  {r['config']}")
     if emit_file:
         if device_name is None:
-            import torch
+            import torch  # lazy: torch (module doc)
 
             device_name = torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu"
         tree, labels = fit_tree(rows, max_depth)
@@ -195,10 +197,7 @@ def tune(suite_file, space_file, rows_csv, sweep, emit_file, against_file, devic
               help="Also print where the default call's host time goes (cProfile, top functions).")
 def overhead_cmd(variants: tuple[str, ...], calls: int, device: str, as_json: bool, with_profile: bool):
     """Host time of the default `paged_attention` call vs the bare launch of the same config (us)."""
-    import json
-
-    from ..variants import CHOICES, check_variant
-    from .overhead import CASES, measure, profile
+    from .overhead import CASES, measure, profile  # lazy: torch (module doc)
 
     require_device(device)
     try:

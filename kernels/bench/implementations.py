@@ -126,7 +126,7 @@ def _sdpa(batch: PagedBatch, config=None) -> Prepared:
 
 
 def _fa3(batch: PagedBatch, config=None) -> Prepared:
-    try:
+    try:  # optional: vLLM's FlashAttention, where vLLM is installed
         from vllm.vllm_flash_attn import flash_attn_varlen_func
         from vllm.vllm_flash_attn.flash_attn_interface import fa_version_unsupported_reason
     except Exception as e:  # noqa: BLE001 - any import failure means "not usable here"
@@ -154,7 +154,7 @@ def _hopper(kernel: str, tile_size: int, **options):
     """A Gluon kernel of `kernels/hopper` (module ``kernel``) with ``tile_size``-token KV tiles
     and its own launch ``options``."""
     def prepare(batch: PagedBatch, config=None) -> Prepared:
-        try:
+        try:  # optional: Gluon's Hopper API, not in every Triton
             from ..hopper import host
             module = importlib.import_module(f"..hopper.{kernel}", __package__)
         except Exception as e:  # noqa: BLE001 - a Triton without Gluon's Hopper API
@@ -191,7 +191,7 @@ def _vllm_kernel():
         except Exception as e:  # noqa: BLE001 - any import failure means "not usable here"
             errors.append(f"{name}: {type(e).__name__}: {e}")
             continue
-        try:
+        try:  # optional: vLLM's own check, where vLLM is installed
             from vllm.triton_utils import HAS_TRITON
         except ImportError:
             HAS_TRITON = True

@@ -9,6 +9,9 @@ choice, Triton's launcher. Rounds alternate between the two; medians are reporte
 
 from __future__ import annotations
 
+import cProfile
+import io
+import pstats
 import statistics
 import time
 from dataclasses import asdict, dataclass
@@ -101,10 +104,6 @@ def profile(case: str, variant: str = AUTO, *, device: str = "cuda", calls: int 
     """Where the default call's host time goes: cProfile over ``calls`` calls, the ``top``
     functions by own time (profiling inflates every entry; read the ranking, not the
     absolute times)."""
-    import cProfile
-    import io
-    import pstats
-
     dev = torch.device(device)
     api, _ = _calls(case, variant, dev)
     profiler = cProfile.Profile()

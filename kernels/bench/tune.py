@@ -25,6 +25,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from attnbench.validation import validate_yaml
 
+from ..config import BatchShape, KernelConfig
+
 # the configs a fitted tree may pick: within 2% of some case's fastest (closer than the
 # run-to-run spread of one config); and the most a wrong pick counts in the fit (x its best)
 NEAR_BEST = 0.02
@@ -43,8 +45,6 @@ class SearchSpace(BaseModel):
     variants: dict[str, dict[str, list] | list[dict[str, list]]] = Field(min_length=1)
 
     def configs(self):
-        from ..config import KernelConfig
-
         for variant, spaces in self.variants.items():
             for axes in spaces if isinstance(spaces, list) else [spaces]:
                 names = sorted(axes)
@@ -76,7 +76,7 @@ def features(shape) -> dict:
 
 def sweep(suite, space: SearchSpace, out_csv: Path, device: str = "cuda", only=None) -> list[dict]:
     """Time every config of ``space`` on every case; rows go to ``out_csv`` as measured."""
-    import torch
+    import torch  # lazy: fitting from a CSV (`tune --no-sweep`) needs no torch
 
     from .microbench import build_batch
     from .implementations import prepare
@@ -118,7 +118,7 @@ def best_time_us(run, device) -> float:
     """Median time of one call of ``run``, microseconds: on a GPU the better of eager
     launches and CUDA-graph replays (a short kernel's eager time is the host's launch cost,
     which a server's graphs do not pay), under the interpreter the wall clock."""
-    from .timing import time_graph_us, time_us
+    from .timing import time_graph_us, time_us  # lazy: torch, as in `sweep`
 
     eager = time_us(run, 10, 40, device)[0]
     if device.type != "cuda":
@@ -150,7 +150,7 @@ def fit_tree(rows: list[dict], max_depth: int = 3):
     near-equal configs happened to win; `pick` and the emitted code keep only the splits
     that pay (`_split_pays`). Candidates: the configs within `NEAR_BEST` of some case's
     fastest. Returns the tree and the candidates (its outputs, in order)."""
-    from sklearn.tree import DecisionTreeRegressor
+    from sklearn.tree import DecisionTreeRegressor  # lazy: scikit-learn is the `kernels` extra's
 
     best = {case: float(r["median_us"]) for case, r in best_per_case(rows).items()}
     if not best:
@@ -220,8 +220,6 @@ def regret(tree, labels: list[str], rows: list[dict]) -> list[dict]:
 def shape_of(row: dict):
     """A `BatchShape` whose `features` are those of a sweep row (the sweep stores features,
     not shapes): what an emitted tree's ``choose`` reads. The head size is no feature: 0."""
-    from ..config import BatchShape
-
     num_seqs = int(float(row["num_seqs"]))
     kv_heads = int(float(row["kv_programs"])) // num_seqs
     return BatchShape(num_seqs=num_seqs, num_tokens=round(float(row["avg_seqlen_q"]) * num_seqs),
@@ -263,8 +261,6 @@ def describe_total(picks: list[dict]) -> str:
 def compact_config(config_json: str) -> dict:
     """A config's variant and the fields that differ from `KernelConfig`'s defaults (what
     ``KernelConfig(**...)`` needs to rebuild it)."""
-    from ..config import KernelConfig
-
     config = json.loads(config_json)
     defaults = KernelConfig(config["variant"]).as_dict()
     return {k: v for k, v in config.items() if k == "variant" or v != defaults[k]}

@@ -9,6 +9,8 @@ from __future__ import annotations
 import os
 from functools import lru_cache
 
+from ..config import Platform
+
 BLOCK_M = 128  # rows of a Q-block: two warpgroups of 64
 HEAD_SIZES = (64, 128)
 TILE_SIZES = (64, 128)
@@ -28,7 +30,7 @@ def chosen_by_auto() -> bool:
 def available() -> bool:
     """Whether this Triton has the Gluon Hopper API these kernels are written in."""
     try:
-        import triton.experimental.gluon.language.nvidia.hopper  # noqa: F401
+        import triton.experimental.gluon.language.nvidia.hopper  # noqa: F401  (optional: the probe itself)
     except Exception:  # noqa: BLE001 - any failure means "not usable here"
         return False
     return True
@@ -46,8 +48,6 @@ def shape_reason(head_size: int, queries_per_kv: int) -> str | None:
 def unsupported_reason(q, k_cache) -> str | None:
     """Why these kernels cannot run a call with these tensors here, or None when they can
     (the caches' strides are `launch_qblock`'s check)."""
-    from ..config import Platform
-
     if Platform.detect(q.device).arch != ARCH:  # cached: a lookup on the default call's path
         return "needs an sm_90 (Hopper) GPU"
     if not available():
@@ -74,8 +74,7 @@ def launch_qblock(kernel, extra: dict, out, q, k_cache, v_cache, block_table, cu
     instead: ``items=ONE_PER_ITEM``, one program per item (the hardware hands them to SMs
     in list order as SMs free up); ``PERSISTENT``, at most one per SM, each program taking
     one item of every round of ``programs`` items (`blocks.program_item`)."""
-    from ..config import Platform
-    from ..steps.blocks import Geometry, launch_or_compile, per_token_args
+    from ..steps.blocks import Geometry, launch_or_compile, per_token_args  # lazy: triton, only to launch
 
     if tile_size not in TILE_SIZES:
         raise ValueError(f"tile_size: expected one of {TILE_SIZES}, got {tile_size}")

@@ -67,7 +67,7 @@ _PRECOMPILED: set[tuple] = set()
 
 def server_limits() -> tuple[int, int, int]:
     """(max_num_seqs, max_num_batched_tokens, max_model_len) of the vLLM server being built."""
-    from vllm.config import get_current_vllm_config_or_none
+    from vllm.config import get_current_vllm_config_or_none  # lazy: as the plugin's other vLLM imports
 
     config = get_current_vllm_config_or_none()
     if config is None or config.model_config is None:

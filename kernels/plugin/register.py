@@ -9,7 +9,7 @@ BACKEND_CLASS = "attnbench.kernels.plugin.backend.AttnbenchBackend"
 
 
 def register() -> None:
-    try:
+    try:  # lazy: vLLM imports this plugin in every process it starts, before its own modules are ready
         from vllm.v1.attention.backends.registry import AttentionBackendEnum, register_backend
     except ImportError:  # vLLM before 0.26 (e.g. a V0 image): no CUSTOM backend to fill
         return

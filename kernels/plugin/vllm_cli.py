@@ -68,7 +68,7 @@ def bench_serve_options(argv: list[str]) -> tuple[list[str], float | None, str |
 
 def hold_until(epoch_s: float) -> None:
     """Hold vLLM's `benchmark` at its last step before its clock until ``epoch_s``."""
-    from vllm.benchmarks import serve
+    from vllm.benchmarks import serve  # lazy: only `bench serve --start-at` needs it
 
     fetch = serve.fetch_diffusion_metrics
     waited = False
@@ -89,7 +89,7 @@ def trace_sends(path: str) -> None:
     """Give every aiohttp ClientSession created from now on a trace that appends one JSON
     line per finished request to ``path`` (module doc), written when the response's headers
     arrive, so that a client that exits abruptly keeps what it had sent."""
-    import aiohttp
+    import aiohttp  # lazy: only `bench serve --trace-sends` needs it
 
     out = open(path, "a", buffering=1)
     trace = aiohttp.TraceConfig()
@@ -123,7 +123,7 @@ def trace_sends(path: str) -> None:
 def main() -> None:
     """Run ``vllm ARGS...`` for this module's command line ARGS (e.g. ``serve --model PATH``)."""
     importlib.metadata.version = _version
-    from vllm.entrypoints.cli.main import main as vllm_main
+    from vllm.entrypoints.cli.main import main as vllm_main  # lazy: after the version lookup is repaired
 
     argv = sys.argv[1:]
     if argv[:2] == ["bench", "serve"]:

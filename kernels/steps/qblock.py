@@ -77,7 +77,7 @@ def launch(out, q, k_cache, v_cache, block_table, cu_seqlens_q, seq_lens, *,
             reason = hopper.unsupported_reason(q, k_cache)
             if reason is not None:
                 raise ValueError(f"config: kernel 'gluon_ws' {reason}")
-            from ..hopper import qblock_ws
+            from ..hopper import qblock_ws  # lazy: Gluon's Hopper API, only where a Gluon config runs
             qblock_ws.launch(out, q, k_cache, v_cache, block_table, cu_seqlens_q, seq_lens, scale=scale,
                              sliding_window=sliding_window, softcap=softcap, tile_size=config.tile_size,
                              persistent=config.persistent, compile_only=compile_only)

@@ -1,4 +1,4 @@
-"""vLLM's real V0 engine (issue 13): the recipe, the server's argv and environment, the
+"""vLLM's real V0 engine and the images: the recipe, the server's argv and environment, the
 check that a server really runs the engine a run asked for, the V0 image in the make
 targets, and images that are linted and pinned consistently without a Docker daemon."""
 
@@ -164,13 +164,13 @@ def _dockerfile_default(path: str, arg: str) -> str:
     return m.group(1)
 
 
-def test_version_pins_agree_across_dockerfiles_makefile_and_readme():
-    readme = (ROOT / "README.md").read_text()
+def test_version_pins_agree_across_dockerfiles_makefile_and_docs():
+    readme = (ROOT / "docs/recipes.md").read_text()
     cuda, rocm = _make_default("VLLM_TAG"), _make_default("ROCM_VLLM_TAG")
     assert _dockerfile_default("docker/Dockerfile.cuda", "VLLM_TAG") == cuda
     assert _dockerfile_default("docker/Dockerfile.rocm", "ROCM_VLLM_TAG") == rocm
     for tag in (cuda, _make_default("VLLM_V0_TAG"), _make_default("ROCM_VLLM_V0_TAG")):
-        assert tag in readme, f"README does not name {tag}"
+        assert tag in readme, f"docs/recipes.md does not name {tag}"
     assert cuda.lstrip("v") in (ROOT / "docs/results/h100/README.md").read_text()  # the release measured
     assert re.search(r"_vllm_0\.10", _make_default("ROCM_VLLM_V0_TAG")) and _make_default("VLLM_V0_TAG").startswith("v0.10")
 

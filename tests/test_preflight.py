@@ -1,5 +1,6 @@
-"""A newcomer's first hour (issue 17): one-line errors instead of tracebacks, no silent
-overwrite of results, no GPU work started without a GPU, readable report numbers."""
+"""What is checked before any server starts: bad datasets and options are one line, results
+are never mixed or silently overwritten, no GPU work starts without its GPU, and `make demo`
+keeps each run in its own folder."""
 
 from __future__ import annotations
 
@@ -12,7 +13,6 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from attnbench.analysis.report import format_value, noise_lines
 from attnbench.cli import main
 from attnbench.runner.preflight import PreflightError, check_accelerator, check_results_folder
 from attnbench.runner.recipe import load_suite
@@ -180,40 +180,3 @@ def test_demo_writes_a_new_folder_each_time_and_resumes_the_latest(tmp_path):
     fresh = subprocess.run(common[:-2] + [f"DEMO_ROOT={tmp_path / 'none'}", "VPY=echo", "RESUME=1"], cwd=ROOT,
                            env=env, capture_output=True, text=True)
     assert fresh.returncode != 0 and "no " in fresh.stderr and "to resume" in fresh.stderr
-
-
-def test_report_numbers_read_like_numbers():
-    assert format_value(1450.3, "total_token_throughput") == "1,450"
-    assert format_value(24.537, "request_throughput") == "24.54"
-    assert format_value(6.271, "tpot") == "6.27" and format_value(38.84, "ttft") == "38.8"
-    assert format_value(26966.2, "e2el") == "26,966" and format_value(500) == "500"
-    assert format_value(1.0512, ratio=True) == "1.05" and format_value(float("nan")) == "-"
-
-
-def test_noise_is_named_next_to_each_ratio():
-    import pandas as pd
-
-    norm = pd.DataFrame([
-        {"gpu": "g", "run": "v0", "repeats": 3, "total_token_throughput": 1.0, "total_token_throughput_lo": 0.95,
-         "total_token_throughput_hi": 1.04},
-        {"gpu": "g", "run": "v1", "repeats": 3, "total_token_throughput": 1.05, "total_token_throughput_lo": 1.01,
-         "total_token_throughput_hi": 1.09},
-        {"gpu": "g", "run": "v2", "repeats": 3, "total_token_throughput": 1.30, "total_token_throughput_lo": 1.25,
-         "total_token_throughput_hi": 1.34}])
-    lines = "\n".join(noise_lines(norm, "v0"))
-    assert "`v1` vs `v0`" in lines and "total tok/s 1.05 [1.01-1.09 vs 0.95-1.04], inside the spread" in lines
-    assert "total tok/s 1.30 [1.25-1.34 vs 0.95-1.04], outside the spread" in lines
-
-
-def test_report_says_when_a_suite_mixes_sessions(tmp_path):
-    from attnbench.analysis.report import analyze, write_report
-    from test_analysis import make_records, write_run
-
-    store = ResultsStore(tmp_path / "res", "talk")
-    write_run(store, "talk", "flex", [make_records([100, 120], 10)], backend="FLEX_ATTENTION")
-    write_run(store, "talk", "triton", [make_records([50, 60], 5)])
-    for run, session in (("flex", "2026-11-22T10:00:00+00:00"), ("triton", "2026-11-23T09:00:00+00:00")):
-        path = store.repeat_dir(run, 1) / "summary.json"
-        path.write_text(json.dumps({**json.loads(path.read_text()), "session": session}))
-    report = write_report(analyze([tmp_path / "res"], tmp_path / "figs"), tmp_path / "r.md").read_text()
-    assert "these results come from 2 sessions" in report and "2026-11-23T09:00:00+00:00: `triton`" in report

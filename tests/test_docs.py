@@ -1,0 +1,145 @@
+"""The documentation agrees with the tool: every `attnbench` command quoted in README.md and
+docs/ parses (its subcommands and options exist), every local link resolves, the numbers the
+docs state about the shipped suites and the committed results are what the tool computes from
+them, and the README stays a newcomer's page."""
+
+from __future__ import annotations
+
+import re
+import shlex
+from pathlib import Path
+
+import click
+import pytest
+from click.testing import CliRunner
+
+from attnbench.cli import main
+
+ROOT = Path(__file__).resolve().parents[1]
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+PLACEHOLDER = re.compile(r"\[|\||\.\.\.| / ")  # a synopsis, not a command
+
+
+def _code_lines(page: Path) -> list[str]:
+    """The command lines of a page's ```bash blocks, continuation lines joined, comments cut."""
+    lines, block, joined = [], False, ""
+    for line in page.read_text().splitlines():
+        if line.startswith("```"):
+            block = line.strip() == "```bash"
+            continue
+        if not block:
+            continue
+        joined += line.rstrip("\\").strip() + " "
+        if not line.rstrip().endswith("\\"):
+            lines.append(joined.split("  #")[0].split(" # ")[0].strip())
+            joined = ""
+    return lines
+
+
+def _quoted_commands() -> list[tuple[str, str]]:
+    found = []
+    for page in PAGES:
+        for line in _code_lines(page):
+            for part in line.split("&&"):
+                part = part.strip()
+                if part.startswith("attnbench ") and not PLACEHOLDER.search(part):
+                    found.append((str(page.relative_to(ROOT)), part))
+    return found
+
+
+COMMANDS = _quoted_commands()
+
+
+def test_the_docs_quote_commands():
+    assert len(COMMANDS) >= 25, COMMANDS
+
+
+@pytest.mark.parametrize("page, command", COMMANDS, ids=[f"{p}: {c[:60]}" for p, c in COMMANDS])
+def test_every_quoted_command_parses(page, command):
+    """The subcommand path exists and its options and arguments parse (placeholder paths may
+    not exist; nothing else may fail)."""
+    args = shlex.split(command)[1:]
+    cmd, ctx = main, click.Context(main, info_name="attnbench")
+    while isinstance(cmd, click.Group):
+        name, *args = args
+        sub = cmd.get_command(ctx, name)
+        assert sub is not None, f"{page}: `{command}`: no command {name!r}"
+        cmd, ctx = sub, click.Context(sub, info_name=name, parent=ctx)
+    try:
+        cmd.make_context(cmd.name, list(args), parent=ctx.parent)
+    except click.BadParameter as e:
+        assert "does not exist" in str(e), f"{page}: `{command}`: {e}"
+    except click.UsageError as e:
+        pytest.fail(f"{page}: `{command}`: {e}")
+
+
+LINK = re.compile(r"\]\(([^)#][^)]*?)(#[^)]*)?\)")
+
+
+@pytest.mark.parametrize("page", PAGES, ids=[str(p.relative_to(ROOT)) for p in PAGES])
+def test_every_local_link_resolves(page):
+    broken = [target for target, _ in LINK.findall(page.read_text())
+              if not target.startswith("http") and not (page.parent / target).exists()]
+    assert not broken, f"{page.relative_to(ROOT)}: {broken}"
+
+
+def test_the_readme_is_a_newcomers_page():
+    text = (ROOT / "README.md").read_text()
+    assert len(text.splitlines()) <= 150
+    assert "make demo" in text and "make test" in text
+    assert text.index("make demo") < text.index("make bench-h100") < text.index("## Where things are")
+
+
+def _run(*args) -> str:
+    result = CliRunner().invoke(main, list(args), catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    return result.output
+
+
+def test_the_platform_suite_table_counts_what_the_tool_counts():
+    """docs/recipes.md's runs and tasks per platform suite are what `recipes validate` and
+    `tasks` say."""
+    table = (ROOT / "docs/recipes.md").read_text()
+    rows = re.findall(r"^\| `(\w+)\.yaml` \| (\d+) \| (\d+) \|", table, re.M)
+    assert {name for name, _, _ in rows} == {"h100", "mi300x"}
+    for name, runs, tasks in rows:
+        assert f": {runs} runs" in _run("recipes", "validate", f"recipes/{name}.yaml")
+        assert f"{tasks} tasks:" in _run("tasks", f"recipes/{name}.yaml")
+
+
+def test_the_h100_report_regenerates_with_the_numbers_the_docs_state(tmp_path):
+    """`attnbench report` on the committed tree (summaries only) gives the Fig. 9 claims the
+    README and docs/results/h100/README.md state."""
+    _run("report", "docs/results/h100/h100", "--out", str(tmp_path / "figures"), "--report", str(tmp_path / "r.md"))
+    report = (tmp_path / "r.md").read_text()
+    static = re.search(r"\| CUSTOM \(static_grid\)\s+\| ([\d.]+)\s+\| ([\d.]+)\s+\| ([\d.]+)\s+\| ([\d.]+)\s+\| ([\d.]+)",
+                       report)
+    values = [float(v) for v in static.groups()]
+    assert (min(values), max(values)) == (98.0, 102.7)
+    for page in ("README.md", "docs/results/h100/README.md"):
+        assert "98.0-102.7%" in (ROOT / page).read_text()
+    assert re.search(r"\| naive, % of FA3 +\| 19\.7% +\| 18\.1% +\|", report)
+    assert sorted(p.name for p in (tmp_path / "figures").glob("*.png")) == \
+        sorted(p.name for p in (ROOT / "docs/results/h100/figures").glob("*.png"))
+
+
+def test_the_crosscheck_verdicts_the_docs_state_come_from_the_archived_campaigns():
+    burst = _run("crosscheck", "compare", "docs/results/h100/crosscheck/burst-alternating")
+    assert "| output_throughput | " in burst and "| 1.6% |" in burst.split("| output_throughput |")[1].split("\n")[0]
+    assert "+1.6%" in (ROOT / "docs/crosscheck.md").read_text()
+
+
+def test_refitting_the_shipped_tree_from_its_committed_sweep_gives_the_same_tree(tmp_path):
+    """docs/perf/kernels-h100.md: fitting again from the CSV on a CPU gives the shipped tree."""
+    page = (ROOT / "docs/perf/kernels-h100.md").read_text()
+    assert "--rows docs/perf/h100/tune-2026-11-25-reduce1.csv --no-sweep --max-depth 5 --emit tuned.py" in \
+        " ".join(page.split())
+    _run("tune", "recipes/microbench/llama3-8b-tune.yaml", "--space", "recipes/microbench/tune-space.yaml",
+         "--rows", "docs/perf/h100/tune-2026-11-25-reduce1.csv", "--no-sweep", "--max-depth", "5",
+         "--device-name", "NVIDIA H100 80GB HBM3", "--emit", str(tmp_path / "tuned.py"))
+    shipped = (ROOT / "kernels/dispatch/tuned_nvidia_h100_80gb_hbm3.py").read_text()
+
+    def body(text: str) -> str:  # the tree, not the header naming where its rows came from
+        return text[text.index("def choose"):]
+
+    assert body((tmp_path / "tuned.py").read_text()) == body(shipped)
