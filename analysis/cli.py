@@ -69,13 +69,15 @@ def plot_cmd(results, microbench, vllm_bench, baseline, micro_baseline, out_dir,
 @_common
 @click.option("--report", "report_path", type=click.Path(dir_okay=False, path_type=Path),
               help="Markdown file (default: <first results dir>/report.md).")
-def report_cmd(results, microbench, vllm_bench, baseline, micro_baseline, out_dir, keep_degraded, report_path):
+@click.option("--note", "notes", multiple=True,
+              help="A line for the top of the report (repeatable), e.g. where archived records are.")
+def report_cmd(results, microbench, vllm_bench, baseline, micro_baseline, out_dir, keep_degraded, report_path, notes):
     """Figures plus a Markdown report with tables and conventions."""
     from .report import write_report  # lazy: matplotlib, as in _run
 
     analysis, out_dir = _run(results, microbench, vllm_bench, baseline, micro_baseline, out_dir, keep_degraded)
     report_path = report_path or ((results[0] if results else out_dir) / "report.md")
-    click.echo(f"report: {write_report(analysis, report_path)}")
+    click.echo(f"report: {write_report(analysis, report_path, notes)}")
 
 
 @click.group("crosscheck")

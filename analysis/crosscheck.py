@@ -247,6 +247,7 @@ def report(*roots: Path) -> list[str]:
     for root in roots:
         rows, compiles = campaign_rows(root)
         prefix = f"{root.name}/" if len(roots) > 1 else ""
+        lines += _campaign_note(root)
         lines += _compiles(compiles.get(""), f"{root.name}'s server" if len(roots) > 1 else "the server")
         for load in dict.fromkeys(r["load"] for r in rows):
             in_load = [r for r in rows if r["load"] == load]
@@ -329,6 +330,15 @@ def _load_report(name: str, ours: list[dict], theirs: list[dict], rows: list[dic
     lines += _host_witness(clients)
     lines += _wire_tables(clients)
     return lines
+
+
+def _campaign_note(root: Path) -> list[str]:
+    """What campaign.json says about where an archived campaign came from (``measured_with``,
+    ``records``), where it says so."""
+    path = root / CAMPAIGN_FILE
+    facts = json.loads(path.read_text()) if path.exists() else {}
+    said = [f"{root.name}: {facts[k]}" for k in ("measured_with", "records") if facts.get(k)]
+    return said + [""] if said else []
 
 
 def _compiles(compiles: list[str] | None, whose: str) -> list[str]:

@@ -230,9 +230,11 @@ def _fig9_tables(s: pd.DataFrame) -> list[str]:
     return lines
 
 
-def write_report(analysis: Analysis, path: Path) -> Path:
-    """One Markdown report: provenance, tables, figures, conventions."""
+def write_report(analysis: Analysis, path: Path, notes: tuple[str, ...] = ()) -> Path:
+    """One Markdown report: provenance, tables, figures, conventions; ``notes`` (lines the
+    caller adds, such as where archived records are) under the title."""
     lines = ["# attnbench report", "", f"Generated {dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M} UTC.", ""]
+    lines += [f"{note}" for note in notes] + ([""] if notes else [])
     lines += ["## Conventions", "",
               "- TTFT: first streamed chunk minus send time; ITL: gap between chunks (one sample per "
               "chunk); TPOT: (E2EL - TTFT) / (output tokens - 1); E2EL: last chunk minus send time "

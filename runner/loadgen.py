@@ -6,7 +6,7 @@ serve` sends them. With ``per_chunk_usage`` they also ask for ``continuous_usage
 that is off by default because it is not free: serializing usage into every chunk loads
 vLLM's API-server process, and at hundreds of streams on a fast GPU that process becomes
 the bottleneck, merges tokens into late chunks and so changes the latencies being measured
-(docs/results/h100/README.md, "Cross-check"). Requests are released on an arrival schedule
+(docs/crosscheck.md). Requests are released on an arrival schedule
 (all at once, constant rate, Poisson or gamma gaps), in schedule order, and gated by an
 optional concurrency limit; the requests due at the start get their connections before the
 clock starts, so that a burst reaches the server at once and in order. Each request

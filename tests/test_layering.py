@@ -1,4 +1,4 @@
-"""DESIGN.md layering: runner and analysis (and the package's root modules, which serve all
+"""The layering of docs/design.md: runner and analysis (and the package's root modules, which serve all
 three towers) never import torch/triton/vllm; kernels never import runner or analysis, and
 only its vLLM plugin and comparator import vllm. Checked statically (every import
 statement) and at run time (importing every runner/analysis module, the root modules and
@@ -54,7 +54,7 @@ def test_static_imports(package):
 
 
 def test_vllm_is_imported_only_by_the_plugin_and_the_comparator():
-    allowed = {"plugin/backend.py", "plugin/register.py", "plugin/vllm_cli.py",  # DESIGN.md
+    allowed = {"plugin/backend.py", "plugin/register.py", "plugin/vllm_cli.py",  # docs/design.md
                "bench/implementations.py"}
     users = sorted(str(p.relative_to(ROOT / "kernels")) for p in (ROOT / "kernels").rglob("*.py")
                    if any(n == "vllm" or n.startswith("vllm.") for n in imported_modules(p)))
