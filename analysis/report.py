@@ -8,8 +8,10 @@ import datetime as dt
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
+from attnbench.kernels.schema import COMPARATORS
 from attnbench.runner.catalogue import ITL, REPORTED
 from attnbench.runner.recipe import ENGINE_LABELS
 
@@ -230,6 +232,57 @@ def _fig9_tables(s: pd.DataFrame) -> list[str]:
     return lines
 
 
+REFERENCE_IMPL, AUTO_IMPL = "fa3", "auto"
+NOT_OURS = {*COMPARATORS, AUTO_IMPL}  # implementations that are not one of the package's own kernels
+AUTO_SLACK = 1.03  # `auto` this much slower than the package's best kernel for a case is flagged
+
+
+def against_fa3_and_best(mb: pd.DataFrame) -> list[str]:
+    """Per case: `auto` over FA3 on the same paged cache, and over the fastest of the
+    package's own kernels (its steps, Hopper kernels and named configs) for that case; then
+    the geometric mean and the worst of each over the cases, the cases where `auto` trails
+    the package's best by more than 3%, and every case where one of ours did not run
+    correctly. Nothing when the CSV has no `auto` rows."""
+    ok = mb[mb["status"] == "ok"]
+    if AUTO_IMPL not in set(ok["implementation"]):
+        return []
+    times = ok.pivot_table(index="case", columns="implementation", values="latency_us", aggfunc="min", sort=False)
+    ran = ok[ok["implementation"] == AUTO_IMPL].set_index("case")["kernel"]
+    ours = [c for c in times.columns if c not in NOT_OURS]
+    rows, vs_fa3, vs_best = [], {}, {}
+    for case, t in times.iterrows():
+        auto = t.get(AUTO_IMPL)
+        if pd.isna(auto):
+            continue
+        best_name = t[ours].idxmin() if ours and t[ours].notna().any() else None
+        best = t[best_name] if best_name else float("nan")
+        fa3 = t.get(REFERENCE_IMPL, float("nan"))
+        if not pd.isna(fa3):
+            vs_fa3[case] = auto / fa3
+        if best_name:
+            vs_best[case] = auto / best
+        rows.append({"case": case, "auto us": auto, "auto ran": ran.get(case, ""), "fa3 us": fa3,
+                     "auto / fa3": vs_fa3.get(case, float("nan")), "package's best": best_name or "-",
+                     "best us": best, "auto / best": vs_best.get(case, float("nan"))})
+    lines = ["`auto` against FA3 and against the package's best kernel for each case (latency ratios: "
+             "below 1 is faster):", "", pd.DataFrame(rows).to_markdown(index=False, floatfmt=".3g"), ""]
+    for name, ratios in (("FA3", vs_fa3), ("the package's best kernel", vs_best)):
+        if ratios:
+            worst = max(ratios, key=ratios.get)
+            geomean = float(np.exp(np.mean(np.log(list(ratios.values())))))
+            lines.append(f"- `auto` / {name} over {len(ratios)} cases: geomean {geomean:.3f}x, "
+                         f"worst {ratios[worst]:.3f}x (`{worst}`).")
+    slow = {c: r for c, r in vs_best.items() if r > AUTO_SLACK}
+    lines.append(f"- `auto` more than {AUTO_SLACK - 1:.0%} slower than the package's best kernel: "
+                 + (", ".join(f"`{c}` ({r:.3f}x)" for c, r in sorted(slow.items(), key=lambda kv: -kv[1]))
+                    if slow else "none") + ".")
+    failed = mb[~mb["implementation"].isin(COMPARATORS) & mb["status"].isin(["error", "mismatch"])]
+    if not failed.empty:
+        lines.append("- ours that did not run correctly: " + "; ".join(
+            f"`{r.case}` {r.implementation}: {r.status} ({str(r.message)[:120]})" for r in failed.itertuples()) + ".")
+    return lines + [""]
+
+
 def write_report(analysis: Analysis, path: Path, notes: tuple[str, ...] = ()) -> Path:
     """One Markdown report: provenance, tables, figures, conventions; ``notes`` (lines the
     caller adds, such as where archived records are) under the title."""
@@ -267,6 +320,7 @@ def write_report(analysis: Analysis, path: Path, notes: tuple[str, ...] = ()) ->
             pivot = ok.pivot_table(index="case", columns="implementation", values="latency_us", sort=False)
             lines += ["Median latency (us; the better of eager and CUDA graph where both were timed):", "",
                       pivot.reset_index().to_markdown(index=False, floatfmt=".1f"), ""]
+        lines += against_fa3_and_best(mb)
         not_ok = mb[mb["status"] != "ok"]
         if not not_ok.empty:
             lines += [f"{len(not_ok)} rows not timed: " + ", ".join(

@@ -512,3 +512,25 @@ def test_report_says_when_a_suite_mixes_sessions(tmp_path):
         path.write_text(json.dumps({**json.loads(path.read_text()), "session": session}))
     report = write_report(analyze([tmp_path / "res"], tmp_path / "figs"), tmp_path / "r.md").read_text()
     assert "these results come from 2 sessions" in report and "2026-11-23T09:00:00+00:00: `triton`" in report
+
+
+def test_the_report_sets_auto_against_fa3_and_the_packages_best_kernel(tmp_path):
+    """Per case `auto` / FA3 and `auto` / the fastest of the package's own kernels; the
+    geometric mean and the worst over the cases; the cases where `auto` trails the best by
+    more than 3%; and the kernels of ours that did not run correctly."""
+    def row(case, impl, us, status="ok", message=""):
+        return {"suite": "heldout", "case": case, "group": "", "implementation": impl, "status": status,
+                "message": message, "kernel": f"ran {impl}", "num_seqs": 1, "max_seqlen_k": 10, "sum_seq_lens": 10,
+                "decode_share": 1.0, "median_us": us, "floor_us": 1.0, "num_q_heads": 8, "num_kv_heads": 8,
+                "head_size": 128}
+
+    rows = [row("a", "auto", 100.0), row("a", "fa3", 125.0), row("a", "qblock", 100.0), row("a", "parallel_tiled", 120.0),
+            row("b", "auto", 110.0), row("b", "fa3", 100.0), row("b", "qblock", 100.0), row("b", "static_grid", 200.0),
+            row("b", "qblock_ws", "", status="error", message="OutOfResources: shared memory")]
+    analysis = analyze([], tmp_path / "figs", microbench=[micro_csv(tmp_path / "heldout.csv", rows)])
+    text = write_report(analysis, tmp_path / "r.md").read_text()
+    geomean = (0.8 * 1.1) ** 0.5
+    assert f"`auto` / FA3 over 2 cases: geomean {geomean:.3f}x, worst 1.100x (`b`)" in text
+    assert "`auto` / the package's best kernel over 2 cases: geomean 1.049x, worst 1.100x (`b`)" in text
+    assert "more than 3% slower than the package's best kernel: `b` (1.100x)" in text
+    assert "`b` qblock_ws: error (OutOfResources: shared memory)" in text

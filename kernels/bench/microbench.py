@@ -89,7 +89,7 @@ def build_batch(suite: MicrobenchSuite, case: Case, device: torch.device, seed: 
     heads = case.heads or suite.heads
     return PagedBatch.build(
         case.seq_list(), num_q_heads=heads.num_q_heads, num_kv_heads=heads.num_kv_heads,
-        head_size=heads.head_size, block_size=suite.block_size, dtype=DTYPES[suite.dtype],
+        head_size=heads.head_size, block_size=case.block_size or suite.block_size, dtype=DTYPES[suite.dtype],
         device=device, sliding_window=case.sliding_window, softcap=case.softcap, seed=seed,
     )
 

@@ -48,6 +48,7 @@ class Case(_Strict):
     name: str
     seqs: list[SeqGroup] = Field(min_length=1)
     heads: Heads | None = None  # overrides the suite's
+    block_size: int | None = Field(None, ge=1)  # the KV page size, overriding the suite's
     sliding_window: int | None = Field(None, ge=1)
     softcap: float = Field(0.0, ge=0)
     group: str = ""
