@@ -15,7 +15,8 @@
 #                        patterns: run:'fig9-steps-*')
 #   micro:NAME[+IMPL,...][@FLUSH]
 #                        `attnbench microbench recipes/microbench/NAME.yaml` into micro/NAME.csv; +IMPL,...:
-#                        only those implementations; @read, @zero or @none: --l2-flush
+#                        only those implementations; @read, @zero or @none: --l2-flush; after tree:off
+#                        the CSV's name ends in -untuned
 #   tune:SUITE           `attnbench tune recipes/microbench/SUITE.yaml` over recipes/microbench/tune-space.yaml:
 #                        the sweep into tune/SUITE.csv, the fitted tree into tune/tuned_SUITE.py
 #   tree:SUITE           later jobs run the tree tune:SUITE fitted (ATTNBENCH_TUNED_TREE), not the shipped one;
@@ -73,9 +74,11 @@ job() {
       [ "$suite" != "$what" ] && impls=${what#*+}
       for i in ${impls//,/ }; do flags+=(--impl "$i"); done
       [ -n "$flush" ] && flags+=(--l2-flush "$flush")
+      local csv=$CAMPAIGN/micro/$what${flush:+-$flush}
+      [ "${ATTNBENCH_TUNED_TREE:-}" = off ] && csv+=-untuned  # after tree:off
       mkdir -p "$CAMPAIGN/micro"
-      [ -s "$CAMPAIGN/micro/$what${flush:+-$flush}.csv" ] || timeout "${MICRO_TIMEOUT_S:-900}" attnbench microbench \
-        "recipes/microbench/$suite.yaml" "${flags[@]}" --out "$CAMPAIGN/micro/$what${flush:+-$flush}.csv" ;;
+      [ -s "$csv.csv" ] || timeout "${MICRO_TIMEOUT_S:-900}" attnbench microbench \
+        "recipes/microbench/$suite.yaml" "${flags[@]}" --out "$csv.csv" ;;
     tune)
       mkdir -p "$CAMPAIGN/tune"
       [ -s "$CAMPAIGN/tune/tuned_$arg.py" ] || timeout "${TUNE_TIMEOUT_S:-900}" attnbench tune \
