@@ -1,9 +1,16 @@
 """The `attnbench` command, for all three towers. Subcommands load their modules only when
-invoked, so `attnbench load` on a client host never imports torch (kernel commands do)."""
+invoked, so `attnbench load` on a client host never imports torch (kernel commands do).
+
+Every failure a user can cause or meet ends in one line, never a traceback: each command
+reports its own bad input (file, field or option, and what was expected), and what the
+machine refuses (a full disk, a folder that cannot be written) is caught here."""
 
 from __future__ import annotations
 
+import errno
 import importlib
+import shutil
+from pathlib import Path
 
 import click
 
@@ -29,7 +36,26 @@ COMMANDS = {
 }
 
 
+def os_error_line(e: OSError) -> str:
+    """One line for what the machine refused: the file, the reason, and for a full disk
+    the folder and the space left in it."""
+    where = f"{e.filename}: " if e.filename else ""
+    if e.errno == errno.ENOSPC:
+        folder = Path(e.filename).parent if e.filename else Path.cwd()
+        while not folder.exists() and folder != folder.parent:
+            folder = folder.parent
+        free = shutil.disk_usage(folder).free / 2**20
+        return f"{where}no space left on the device of {folder} ({free:.0f} MiB free); results so far are kept"
+    return f"{where}{e.strerror or e}"
+
+
 class LazyGroup(click.Group):
+    def invoke(self, ctx):
+        try:
+            return super().invoke(ctx)
+        except OSError as e:  # click's own errors are ClickExceptions, not OSErrors
+            raise click.ClickException(os_error_line(e)) from None
+
     def list_commands(self, ctx):
         return sorted(COMMANDS)
 

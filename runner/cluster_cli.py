@@ -3,6 +3,8 @@ cluster, as independent tasks into one shared results tree (`tasks.py`, `submit.
 
 from __future__ import annotations
 
+import re
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -11,11 +13,13 @@ import click
 import yaml
 
 from .commands import model_options, suite_with_models
-from .store import ResultsStore
-from .submit import K8sOptions, SlurmOptions, TaskWork, k8s_job, shared_paths, slurm_script
-from .tasks import read_plan, split_tasks, task_states, write_plan
+from .names import DNS_LABEL, NAME_PATTERN, dns_label
+from .store import RECIPE_FILE, ResultsStore, atomic_write_text, repeat_dirs
+from .submit import K8sOptions, ScriptValueError, SlurmOptions, TaskWork, k8s_job, shared_paths, slurm_script
+from .tasks import PLAN_FILE, read_plan, run_state, split_tasks, task_states, write_plan
 
 REPO = Path(__file__).resolve().parents[1]
+NAME = re.compile(NAME_PATTERN)
 IMAGE_RECIPES = "/opt/attnbench/recipes"  # where the images keep recipes/ (docker/Dockerfile.*)
 DEFAULT_IMAGES = {"nvidia": "attnbench:cuda-v0.26.0", "amd": "attnbench:rocm"}
 
@@ -36,14 +40,20 @@ def _repeats(plan: dict) -> dict[str, int]:
     return plan.get("repeats", {})
 
 
-def _suite_dir(results: Path) -> Path:
-    if (results / "tasks.json").exists():
-        return results
-    found = sorted(p.parent for p in results.glob("*/tasks.json"))
-    if len(found) != 1:
-        raise click.UsageError(f"{results}: expected one <suite>/tasks.json (written by `attnbench submit` or "
-                               f"`attnbench run --task`), found {len(found)}")
-    return found[0]
+def _suite_dirs(results: Path) -> list[Path]:
+    """The suite folders of a results tree: ``results`` itself when it is one (its run
+    folders hold a recipe.yaml or repeats), else its children that are."""
+    def is_suite(p: Path) -> bool:
+        return (p / PLAN_FILE).exists() or any(p.glob(f"*/{RECIPE_FILE}")) or any(p.glob("*/r[0-9]*"))
+    return [results] if is_suite(results) else sorted(p for p in results.iterdir() if p.is_dir() and is_suite(p))
+
+
+def _run_repeats(run_dir: Path) -> int:
+    """A run's repeat count from its recipe.yaml (1 when there is none to read)."""
+    try:
+        return int(yaml.safe_load((run_dir / RECIPE_FILE).read_text())["benchmark"]["repeats"])
+    except (OSError, yaml.YAMLError, KeyError, TypeError, ValueError):
+        return max([r for r, _ in repeat_dirs(run_dir)], default=1)
 
 
 def unfinished(store: ResultsStore, plan: dict) -> list[tuple[int, str, dict]]:
@@ -53,18 +63,35 @@ def unfinished(store: ResultsStore, plan: dict) -> list[tuple[int, str, dict]]:
 @click.command("status")
 @click.argument("results", type=click.Path(file_okay=False, exists=True, path_type=Path))
 def status_cmd(results):
-    """Which tasks of a submitted suite are done, running, failed, partial or missing."""
-    suite_dir = _suite_dir(results)
-    plan = read_plan(suite_dir)
-    store = ResultsStore(suite_dir.parent, suite_dir.name)
-    states = task_states(store, plan, _repeats(plan))
-    for i, state, runs in states:
-        detail = ", ".join(f"{run} {s}" for run, s in runs.items())
-        click.echo(f"task {i:>3}  {state:<8} {detail}")
-    counts = {s: sum(1 for _, st, _ in states if st == s) for s in ("done", "running", "failed", "partial", "missing")}
-    click.echo(", ".join(f"{n} {s}" for s, n in counts.items() if n) + f" of {len(states)} tasks")
-    if any(st != "done" for _, st, _ in states):
-        click.echo("submitting the suite again (`attnbench submit ...`) runs only the tasks not done")
+    """Which runs of a results tree (a root, or one suite's folder) are done, running,
+    failed, partial or missing: by task where the suite was submitted (tasks.json), else
+    by run, each with the repeat count its recipe.yaml asks for."""
+    suites = _suite_dirs(results)
+    if not suites:
+        raise click.UsageError(f"{results}: no results here; expected <suite>/<run>/ folders (the tree "
+                               "`attnbench run --out` or `attnbench submit --out` writes)")
+    for suite_dir in suites:
+        click.echo(f"{suite_dir.name}:")
+        store = ResultsStore(suite_dir.parent, suite_dir.name)
+        if (suite_dir / PLAN_FILE).exists():
+            plan = read_plan(suite_dir)
+            states = task_states(store, plan, _repeats(plan))
+            for i, state, runs in states:
+                detail = ", ".join(f"{run} {s}" for run, s in runs.items())
+                click.echo(f"  task {i:>3}  {state:<8} {detail}")
+            unit = "tasks"
+        else:
+            runs = sorted(p for p in suite_dir.iterdir() if p.is_dir() and NAME.fullmatch(p.name))
+            states = [(run.name, run_state(store, run.name, _run_repeats(run)), None) for run in runs]
+            for name, state, _ in states:
+                click.echo(f"  {state:<8} {name}")
+            unit = "runs"
+        counts = {s: sum(1 for _, st, _ in states if st == s)
+                  for s in ("done", "running", "failed", "partial", "missing")}
+        click.echo("  " + ", ".join(f"{n} {s}" for s, n in counts.items() if n) + f" of {len(states)} {unit}")
+        if any(st != "done" for _, st, _ in states):
+            click.echo("  running the suite again with --resume (or submitting it again) measures only what is "
+                       "not done")
 
 
 @click.group("submit")
@@ -140,12 +167,16 @@ def submit_slurm(suite_file, out, only, partition, gpus_per_task, cpus_per_task,
         attnbench=attnbench_cmd or f"{sys.executable} -m attnbench.cli",
         container_image=container_image, apptainer_image=apptainer_image,
         mounts=shared_paths(out, suite_file.resolve().parent, models_dir.resolve()))
+    try:
+        text = slurm_script(work, opt)
+    except ScriptValueError as e:
+        raise click.BadParameter(str(e)) from None
     log_dir.mkdir(parents=True, exist_ok=True)
     script = log_dir / "submit.sbatch"
-    script.write_text(slurm_script(work, opt))
+    atomic_write_text(script, text)
     command = ["sbatch", str(script)]
     click.echo(f"{len(todo)} of {len(tasks)} tasks to run; script {script}")
-    click.echo(" ".join(command))
+    click.echo(shlex.join(command))
     if now:
         done = subprocess.run(command, capture_output=True, text=True)
         if done.returncode != 0:
@@ -183,11 +214,17 @@ def submit_k8s(suite_file, only, image, namespace, gpus_per_task, parallelism, r
     run_args = (["--models", "dummy", "--models-dir", "/results/.models"] if models == "dummy" else []) \
         + (["--repeats", str(repeats)] if repeats else []) + [a for o in only for a in ("--only", o)]
     work = TaskWork(f"{IMAGE_RECIPES}/{path.relative_to(recipes)}", "/results", len(tasks), run_args)
-    name = f"attnbench-{suite.name}".lower().replace("_", "-")[:63]
+    name = dns_label(f"attnbench-{suite.name}")
+    for option, value in (("--namespace", namespace), ("--results-claim", results_claim),
+                          ("--cache-claim", cache_claim)):
+        if value is not None and not (len(value) <= 63 and DNS_LABEL.fullmatch(value)):
+            raise click.BadParameter(f"{value!r}: expected a Kubernetes name (lower-case letters, digits and '-', "
+                                     "starting and ending with a letter or digit, at most 63 characters)",
+                                     param_hint=option)
     job = k8s_job(work, K8sOptions(name=name, image=image or DEFAULT_IMAGES.get(vendor, DEFAULT_IMAGES["nvidia"]),
                                    vendor=vendor, namespace=namespace, gpus_per_task=gpus_per_task,
                                    parallelism=parallelism, results_claim=results_claim, cache_claim=cache_claim))
     manifest = manifest or Path(f"{name}-job.yaml")
-    manifest.write_text(yaml.safe_dump(job, sort_keys=False))
+    atomic_write_text(manifest, yaml.safe_dump(job, sort_keys=False))
     click.echo(f"{len(tasks)} tasks; Indexed Job {name} in {manifest}")
-    click.echo(f"kubectl apply -f {manifest}")
+    click.echo(shlex.join(["kubectl", "apply", "-f", str(manifest)]))

@@ -127,7 +127,7 @@ def run_cmd(suite_file, only, engines, task_spec, repeats, out_root, resume, ove
         raise click.ClickException(str(e)) from None
     _term_as_interrupt()
     try:
-        outcomes = run_suite(suite, out_root, repeats=repeats, resume=resume)
+        outcomes = run_suite(suite, out_root, repeats=repeats, resume=resume, overwrite=overwrite)
     except KeyboardInterrupt:
         click.echo(f"interrupted: server stopped, results so far are under {out_root / suite.name}", err=True)
         sys.exit(130)
@@ -333,20 +333,25 @@ def recipes_validate(suite_files):
         sys.exit(1)
 
 
+FREE_PORT_SHOWN = 1  # a stand-in port number for `recipes show` (printed as PORT)
+
+
 @recipes_group.command("show")
 @click.argument("suite_file", type=click.Path(dir_okay=False, path_type=Path))
 @click.option("--only", multiple=True)
 @click.option("--models", type=click.Choice(["as-written", "dummy"]), default="as-written", show_default=True)
 def recipes_show(suite_file, only, models):
-    """Print each run's exact server argv and environment, and its load."""
+    """Print each run's exact server argv and environment (secret values redacted), and its load."""
     suite = _suite_or_fail(suite_file)
     if models == "dummy":
         suite = suite.with_dummy_models()
     for recipe in suite.select(list(only) or None):
-        plan = build_launch(recipe, port=recipe.serve.port or 8000)
+        plan = build_launch(recipe, port=recipe.serve.port or FREE_PORT_SHOWN)
         b = recipe.benchmark
         click.echo(f"# {recipe.name}: {recipe.description}".rstrip(": "))
-        click.echo(f"server: {plan.shell_line()}")
+        click.echo(f"server: {plan.shell_line(None if recipe.serve.port else 'PORT')}")
+        if not recipe.serve.port:
+            click.echo("port:   PORT is a free port picked when the server starts (serve.port fixes one)")
         click.echo(f"load:   {b.num_prompts} prompts ({b.dataset.kind}), rate {b.request_rate} req/s "
                    f"({b.arrival}), max concurrency {b.max_concurrency}, ignore_eos {b.ignore_eos}, "
                    f"{b.warmup_requests} warm-up, {b.repeats} repeats, seed {b.seed}")

@@ -26,7 +26,7 @@ from rich.table import Table
 
 from . import provenance
 from .catalogue import ITL, OUTPUT_THROUGHPUT, REQUEST_THROUGHPUT, TOTAL_TOKEN_THROUGHPUT, TTFT
-from .datasets import build_requests
+from .datasets import DatasetError, build_requests
 from .loadgen import LoadConfig, arrival_offsets
 from .loadpool import resolve_processes
 from .models import ensure_model
@@ -36,7 +36,7 @@ from .repeat import measure_repeat
 from .serverlog import cuda_graph_modes, engine_mismatch
 from .store import ResultsStore, atomic_write_json, read_records
 from .summary import RepeatHeader, RepeatSummary, summarize_repeat, unmeasured_repeat, utc_now
-from .tasks import RunLock, launch_key
+from .tasks import LOCK_FILE, RunLock, launch_key
 
 
 @dataclass
@@ -107,13 +107,18 @@ def run_recipe(suite: Suite, recipe: Recipe, store: ResultsStore, repeats: list[
     closes it) and measure the given repeats; returns one outcome per repeat. ``session``
     (the invocation's start time) is written into every summary."""
     b = recipe.benchmark
-    ensure_model(recipe.model.path, recipe.model.build)
-    requests = build_requests(b.dataset, b.num_prompts, recipe.model.tokenizer_path, b.seed)
-    offsets = arrival_offsets(len(requests), b.request_rate, b.arrival, b.burstiness, b.seed)
     log = store.server_log(recipe.name)
 
     def header(repeat: int, **more) -> RepeatHeader:
         return repeat_header(suite, recipe, repeat, session, **more)
+
+    try:
+        ensure_model(recipe.model.path, recipe.model.build)
+        requests = build_requests(b.dataset, b.num_prompts, recipe.model.tokenizer_path, b.seed)
+    except DatasetError as e:
+        console.print(f"[red]{recipe.name}: {e}[/]")
+        return [_unmeasured(store, header(r), "failed", str(e)) for r in repeats]
+    offsets = arrival_offsets(len(requests), b.request_rate, b.arrival, b.burstiness, b.seed)
 
     try:
         server = servers.acquire(recipe, log, console)
@@ -195,9 +200,11 @@ def server_unwell(server: ServerProcess) -> str:
 
 
 def run_suite(suite: Suite, out_root: str | Path, *, only: list[str] | None = None,
-              repeats: int | None = None, resume: bool = False,
+              repeats: int | None = None, resume: bool = False, overwrite: bool = False,
               console: Console | None = None) -> list[RepeatOutcome]:
-    """Run (part of) a suite into ``out_root/<suite>/...``; returns every repeat's outcome."""
+    """Run (part of) a suite into ``out_root/<suite>/...``; returns every repeat's outcome.
+    ``overwrite`` clears each run's folder once its lock is held (never a run another
+    process is measuring)."""
     console = console or Console(width=None if Console().is_terminal else 120)
     store = ResultsStore(out_root, suite.name)
     outcomes: list[RepeatOutcome] = []
@@ -212,6 +219,8 @@ def run_suite(suite: Suite, out_root: str | Path, *, only: list[str] | None = No
                 outcomes.append(RepeatOutcome(recipe.name, 0, "skipped", note="locked by another process"))
                 continue
             try:
+                if overwrite:
+                    store.clear_run(recipe.name, keep=LOCK_FILE)
                 todo = []
                 for r in range(1, (repeats or recipe.benchmark.repeats) + 1):
                     kept, why_not = store.kept(recipe.name, r) if resume else (None, "")

@@ -26,6 +26,8 @@ from attnbench.kernels.variants import CHOICES as KERNEL_VARIANTS
 from attnbench.validation import read_yaml, validation_lines
 
 from .models import ARCHS
+from .names import check_name, slug
+from .secrets import redact_recipe
 
 GRAPH_MODES = ("eager", "piecewise", "full", "full_decode_only", "full_and_piecewise")  # server.graph_mode_args
 
@@ -280,7 +282,7 @@ class BenchmarkSettings(_Strict):
 
 
 class Recipe(_Strict):
-    """One run: a server and a load."""
+    """One run: a server and a load. Its name becomes a folder under the results root."""
 
     name: str
     description: str = ""
@@ -288,19 +290,32 @@ class Recipe(_Strict):
     serve: ServeSettings = ServeSettings()
     benchmark: BenchmarkSettings = BenchmarkSettings()
 
+    @field_validator("name")
+    @classmethod
+    def _safe_name(cls, v):
+        return check_name(v, "run name")
+
     def digest(self) -> str:
-        """sha256 of the resolved recipe (canonical JSON): the provenance 'recipe hash'."""
-        blob = json.dumps(self.model_dump(mode="json"), sort_keys=True).encode()
+        """sha256 of the resolved recipe (canonical JSON) as it is written out, secret values
+        redacted (`secrets`): the provenance 'recipe hash', the same for the recipe.yaml of a
+        run as for the suite that made it."""
+        blob = json.dumps(redact_recipe(self.model_dump(mode="json")), sort_keys=True).encode()
         return hashlib.sha256(blob).hexdigest()
 
 
 class Suite(BaseModel):
-    """A named list of resolved runs, in file order."""
+    """A named list of resolved runs, in file order. Its name becomes the folder of its
+    results, a Slurm job name and a Kubernetes object name."""
 
     name: str
     description: str = ""
     source: str = ""
     runs: list[Recipe]
+
+    @field_validator("name")
+    @classmethod
+    def _safe_name(cls, v):
+        return check_name(v, "suite name")
 
     def with_dummy_models(self, models_dir: str | Path = ".models") -> "Suite":
         """Every run whose model names an ``arch`` serves that shape with random weights:
@@ -371,7 +386,7 @@ def _expand_matrix(run: dict, where: str) -> list[dict]:
         expanded = copy.deepcopy(run)
         for k, v in zip(keys, values):
             _set_path(expanded, k, v)
-        suffix = "-".join(str(v).lower().replace("_", "-") for v in values)
+        suffix = "-".join(slug(v).replace("_", "-") for v in values)
         expanded["name"] = f"{run['name']}-{suffix}"
         out.append(expanded)
     return out
@@ -433,6 +448,10 @@ def load_suite(path: str | Path) -> Suite:
                           "expected name, description, defaults, runs, include")
     if not isinstance(data.get("name"), str):
         raise RecipeError(f"{source}: 'name' must be a string, got {data.get('name')!r}")
+    try:
+        check_name(data["name"], "name: suite name")
+    except ValueError as e:
+        raise RecipeError(f"{source}: {e}") from None
     defaults = data.get("defaults") or {}
     if not isinstance(defaults, dict):
         raise RecipeError(f"{source}: 'defaults' must be a mapping, got {defaults!r}")

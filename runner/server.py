@@ -28,6 +28,7 @@ from pathlib import Path
 from attnbench.kernels.schema import VARIANT_ENV
 
 from .recipe import Recipe
+from .secrets import redact_env
 from .serverlog import root_cause
 
 # `vllm serve`, run as ``python -m VLLM_SERVE_MODULE serve ...`` so that the server is the
@@ -59,10 +60,17 @@ class LaunchPlan:
     def base_url(self) -> str:
         return f"http://{self.host}:{self.port}"
 
-    def shell_line(self) -> str:
-        """For display only (`attnbench recipes show`)."""
-        env = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(self.env.items()))
-        return (env + " " if env else "") + shlex.join(self.argv)
+    def shell_line(self, port_label: str | None = None) -> str:
+        """For display (`attnbench recipes show`, the first line of server.log), secret
+        values redacted; ``port_label`` in place of the port number (a free port that is
+        picked only when the server starts)."""
+        env = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(redact_env(self.env).items()))
+        argv = self.argv
+        if port_label is not None:
+            bound = f"{self.host}:{self.port}:{self.port}"
+            argv = [port_label if i and argv[i - 1] == "--port" else
+                    f"{self.host}:{port_label}:{port_label}" if a == bound else a for i, a in enumerate(argv)]
+        return (env + " " if env else "") + shlex.join(argv)
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -163,13 +171,14 @@ def build_launch(recipe: Recipe, port: int | None = None, python: str | None = N
         argv += ["-v", f"{model_dir.resolve()}:{model_dir.resolve()}:ro"]
     hf_home = os.environ.get("HF_HOME", str(Path.home() / ".cache" / "huggingface"))
     argv += ["-v", f"{hf_home}:/hf-cache", "-e", "HF_HOME=/hf-cache"]
-    for key, value in sorted(server_env(recipe).items()):
-        argv += ["-e", f"{key}={value}"]
+    env = server_env(recipe)
+    for key in sorted(env):  # by name only: docker takes each value from its own environment
+        argv += ["-e", key]
     inner = vllm_args(recipe, "0.0.0.0", port)
     if model_dir.exists():
         inner[inner.index("--model") + 1] = str(model_dir.resolve())
     argv += ["--entrypoint", "python3", s.image, "-m", VLLM_SERVE_MODULE, "serve", *inner]
-    return LaunchPlan(argv, {}, s.host, port, container=container)
+    return LaunchPlan(argv, env, s.host, port, container=container)
 
 
 def _die_with_parent() -> None:
@@ -298,6 +307,7 @@ class ServerProcess:
                 break
             try:
                 os.killpg(pgid, sig)
+                os.killpg(pgid, signal.SIGCONT)  # a stopped (hung) server must run to take its TERM
             except ProcessLookupError:
                 break
             deadline = time.monotonic() + wait_s

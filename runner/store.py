@@ -17,6 +17,7 @@ import gzip
 import hashlib
 import json
 import os
+import shutil
 import tempfile
 from pathlib import Path
 from typing import IO, Iterator
@@ -24,6 +25,8 @@ from typing import IO, Iterator
 import yaml
 
 from .loadgen import RequestRecord
+from .names import check_name, inside
+from .secrets import redact_recipe
 from .summary import RecordsDigest, RepeatSummary
 
 RECIPE_FILE = "recipe.yaml"
@@ -54,6 +57,9 @@ def atomic_write_text(path: Path, text: str) -> None:
             os.fsync(fh.fileno())
         os.chmod(tmp, 0o666 & ~_umask())
         os.replace(tmp, path)
+    except OSError as e:  # name the file (a full disk says nothing of where)
+        Path(tmp).unlink(missing_ok=True)
+        raise OSError(e.errno, e.strerror, str(path)) from None
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
@@ -76,8 +82,11 @@ class RecordWriter:
 
     def __call__(self, record: RequestRecord) -> None:
         line = (record.to_json() + "\n").encode()
-        self._fh.write(line)
-        self._fh.flush()
+        try:
+            self._fh.write(line)
+            self._fh.flush()
+        except OSError as e:  # name the file (a full disk says nothing of where)
+            raise OSError(e.errno, e.strerror, str(self.path)) from None
         self._sha.update(line)
         self._count += 1
 
@@ -117,14 +126,30 @@ def read_records(path: Path) -> list[RequestRecord]:
 
 
 class ResultsStore:
-    """Paths and writers of one suite's results under ``root``."""
+    """Paths and writers of one suite's results under ``root``. Suite and run names are
+    checked (`names.check_name`) and every folder it hands out lies inside ``root``."""
 
     def __init__(self, root: str | Path, suite: str):
         self.root = Path(root)
-        self.suite_dir = self.root / suite
+        self.suite_dir = self.root / check_name(suite, "suite name")
+        inside(self.root, self.suite_dir)
 
     def run_dir(self, run: str) -> Path:
-        return self.suite_dir / run
+        path = self.suite_dir / check_name(run, "run name")
+        inside(self.root, path)
+        return path
+
+    def clear_run(self, run: str, keep: str) -> None:
+        """Delete what a run's folder holds but ``keep`` (its lock, held by the caller):
+        ``--overwrite``, under the run's lock, so no other process is measuring it."""
+        folder = self.run_dir(run)
+        for entry in folder.iterdir() if folder.exists() else []:
+            if entry.name == keep:
+                continue
+            if entry.is_dir() and not entry.is_symlink():
+                shutil.rmtree(inside(folder, entry))  # rmtree never follows links inside it
+            else:
+                entry.unlink()  # a file, or a link itself (never what it points to)
 
     def repeat_dir(self, run: str, repeat: int) -> Path:
         return self.run_dir(run) / f"{REPEAT_PREFIX}{repeat}"
@@ -161,7 +186,7 @@ class ResultsStore:
             stamp = "".join(c for c in session[:19] if c.isalnum()) or "resumed"  # 20261123T110000
             name = f"provenance-{stamp}.json"
         if not (d / RECIPE_FILE).exists() or not kept:
-            atomic_write_text(d / RECIPE_FILE, yaml.safe_dump(recipe_dump, sort_keys=False))
+            atomic_write_text(d / RECIPE_FILE, yaml.safe_dump(redact_recipe(recipe_dump), sort_keys=False))
         atomic_write_json(d / name, provenance)
         return name
 

@@ -9,9 +9,12 @@ script or manifest, prints the command that submits it, and (Slurm, ``--now``) r
 
 from __future__ import annotations
 
+import re
 import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from .names import check_name
 
 GPU_RESOURCE = {"nvidia": "nvidia.com/gpu", "amd": "amd.com/gpu"}
 APPTAINER_GPU_FLAG = {"nvidia": "--nv", "amd": "--rocm"}
@@ -61,21 +64,48 @@ def _array_spec(indices: list[int], max_parallel: int | None) -> str:
     return ",".join(parts) + (f"%{max_parallel}" if max_parallel else "")
 
 
+# what each #SBATCH value may be (Slurm's own syntax, conservatively); a value is checked
+# against its pattern, then written in double quotes
+SBATCH_VALUES = {
+    "partition": (r"[A-Za-z0-9_.,-]{1,64}", "a partition name (letters, digits, '_', '.', ',', '-')"),
+    "mem": (r"[0-9]+[KMGT]?", "a size such as 64G"),
+    "time": (r"[0-9]+(-[0-9]+)?(:[0-9]+){0,2}", "a time such as 2:00:00 or 1-12:00"),
+    "output": (r"[^\s\"'`$\\;|&<>]+", "a path without spaces, quotes or shell characters"),
+}
+
+
+class ScriptValueError(ValueError):
+    """A value that would not be one plain value in a generated script."""
+
+
+def sbatch_value(option: str, value: str) -> str:
+    """``value`` checked against ``SBATCH_VALUES[option]`` and double-quoted."""
+    pattern, expected = SBATCH_VALUES[option]
+    if not re.fullmatch(pattern, str(value)):
+        raise ScriptValueError(f"--{option} {value!r}: expected {expected}")
+    return f'"{value}"'
+
+
 def slurm_script(work: TaskWork, opt: SlurmOptions) -> str:
-    """An sbatch script: a job array with one task per index of ``opt.array``."""
-    directives = [f"--job-name={opt.job_name}", f"--array={_array_spec(opt.array, opt.max_parallel)}",
-                  f"--output={opt.log_dir}/task-%a.log"]
+    """An sbatch script: a job array with one task per index of ``opt.array``. Every
+    directive's value is checked and quoted (`sbatch_value`), the task's command is built
+    with shell quoting, so no name or option can add a line or a command to the script."""
+    check_name(opt.job_name, "job name")
+    if "\n" in opt.attnbench or "\r" in opt.attnbench:
+        raise ScriptValueError(f"--attnbench {opt.attnbench!r}: expected one command line")
+    directives = [f'--job-name="{opt.job_name}"', f"--array={_array_spec(opt.array, opt.max_parallel)}",
+                  f"--output={sbatch_value('output', f'{opt.log_dir}/task-%a.log')}"]
     if opt.partition:
-        directives.append(f"--partition={opt.partition}")
+        directives.append(f"--partition={sbatch_value('partition', opt.partition)}")
     if opt.vendor != "none" and opt.gpus_per_task:
-        directives.append(f"--gpus-per-task={opt.gpus_per_task}")
+        directives.append(f"--gpus-per-task={int(opt.gpus_per_task)}")
     directives.append("--ntasks=1")
     if opt.cpus_per_task:
-        directives.append(f"--cpus-per-task={opt.cpus_per_task}")
+        directives.append(f"--cpus-per-task={int(opt.cpus_per_task)}")
     if opt.mem:
-        directives.append(f"--mem={opt.mem}")
+        directives.append(f"--mem={sbatch_value('mem', opt.mem)}")
     if opt.time:
-        directives.append(f"--time={opt.time}")
+        directives.append(f"--time={sbatch_value('time', opt.time)}")
     argv = shlex.join(work.argv("INDEX")).replace("INDEX/", '"$SLURM_ARRAY_TASK_ID"/')
     if opt.container_image:  # pyxis / enroot: the image's entrypoint is attnbench
         mounts = ",".join(f"{m}:{m}" for m in opt.mounts)
@@ -87,7 +117,8 @@ def slurm_script(work: TaskWork, opt: SlurmOptions) -> str:
         command = " ".join(parts) + f" attnbench {argv}"
     else:
         command = f"{opt.attnbench} {argv}"
-    lines = ["#!/bin/bash", f"# attnbench: {work.task_count} tasks of {work.suite_file}; array task i runs task i",
+    lines = ["#!/bin/bash", f"# attnbench: {work.task_count} tasks of {' '.join(str(work.suite_file).split())}; "
+             "array task i runs task i",
              "# (one server configuration and its runs) into the shared results tree, resuming."]
     lines += [f"#SBATCH {d}" for d in directives]
     lines += ["set -euo pipefail", 'echo "attnbench task $SLURM_ARRAY_TASK_ID on $(hostname) from $(date +%s)"',

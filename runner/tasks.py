@@ -99,7 +99,12 @@ class RunLock:
         return True
 
     def release(self) -> None:
+        """Unlock; a run folder that holds nothing but its lock (nothing was measured) is
+        removed, so an attempt stopped before its first record leaves no trace."""
         if self._fd is not None:
+            if [p.name for p in self.run_dir.iterdir()] == [LOCK_FILE]:
+                (self.run_dir / LOCK_FILE).unlink()
+                self.run_dir.rmdir()
             fcntl.flock(self._fd, fcntl.LOCK_UN)
             os.close(self._fd)
             self._fd = None

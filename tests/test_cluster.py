@@ -119,7 +119,8 @@ def test_slurm_script_per_vendor_and_container():
     plain = slurm_script(work(), SlurmOptions("attnbench-h100", [0, 1, 2, 5], "/shared/results/h100/slurm",
                                               partition="gpu", cpus_per_task=16, time="4:00:00", max_parallel=2,
                                               attnbench="/venv/bin/attnbench"))
-    assert "#SBATCH --array=0-2,5%2" in plain and "#SBATCH --partition=gpu" in plain
+    assert "#SBATCH --array=0-2,5%2" in plain and '#SBATCH --partition="gpu"' in plain
+    assert '#SBATCH --time="4:00:00"' in plain and '#SBATCH --job-name="attnbench-h100"' in plain
     assert "#SBATCH --gpus-per-task=1" in plain and "#SBATCH --cpus-per-task=16" in plain
     assert '/venv/bin/attnbench run /shared/recipes/h100.yaml --task "$SLURM_ARRAY_TASK_ID"/3 --out /shared/results' \
         in plain

@@ -39,7 +39,8 @@ def test_v0_recipe_starts_vllm_v0_with_its_defaults(tmp_path):
     assert plan.argv[plan.argv.index("--max-num-seqs") + 1] == "256" and "--no-enable-chunked-prefill" in plan.argv
     docker = build_launch(load_suite(suite(tmp_path, {"engine": "v0", "launcher": "docker",
                                                       "image": "attnbench:cuda-v0.10.1.1"})).runs[0], port=8100)
-    assert "VLLM_USE_V1=0" in docker.argv and "attnbench:cuda-v0.10.1.1" in docker.argv
+    assert docker.argv[docker.argv.index("VLLM_USE_V1") - 1] == "-e" and docker.env["VLLM_USE_V1"] == "0"
+    assert "attnbench:cuda-v0.10.1.1" in docker.argv
     with pytest.raises(RecipeError, match="engine 'v0' has no CUDA-graph modes"):
         load_suite(suite(tmp_path, {"engine": "v0", "graph_mode": "full"}))
     v1 = build_launch(load_suite(suite(tmp_path, {"engine": "v0-style"})).runs[0], port=8100)

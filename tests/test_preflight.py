@@ -144,8 +144,10 @@ def test_results_folder_is_never_mixed(tmp_path):
     with pytest.raises(PreflightError, match="measured with another recipe"):
         check_results_folder(store, changed, resume=True, overwrite=False)
     store.write_run_meta("v0-style", suite.runs[0].model_dump(mode="json"), {})
-    check_results_folder(store, changed[1:], resume=False, overwrite=True)  # overwrite v1 only
-    assert not run_dir.exists() and store.run_dir("v0-style").exists()
+    check_results_folder(store, changed[1:], resume=False, overwrite=True)  # overwrite v1: allowed, nothing deleted yet
+    assert (run_dir / "recipe.yaml").exists()
+    store.clear_run("v1", keep=".lock")  # what `run --overwrite` does once it holds v1's lock
+    assert list(run_dir.iterdir()) == [] and (store.run_dir("v0-style") / "recipe.yaml").exists()
 
 
 def test_run_refuses_a_folder_with_results(tmp_path):

@@ -76,7 +76,9 @@ def test_docker_argv_nvidia(tmp_path):
     assert argv[argv.index("--gpus") + 1] == "all"
     assert "-p" in argv and argv[argv.index("-p") + 1] == "127.0.0.1:8200:8200"
     assert f"{model.resolve()}:{model.resolve()}:ro" in argv
-    assert "A=1" in argv
+    # the environment goes by name only (docker reads each value from its own environment):
+    # no value in argv, where `ps` and provenance.json would show it
+    assert argv[argv.index("A") - 1] == "-e" and "A=1" not in argv and plan.env["A"] == "1"
     entry = argv.index("--entrypoint")
     assert argv[entry + 1:entry + 6] == ["python3", "attnbench:cuda", "-m", "attnbench.kernels.plugin.vllm_cli", "serve"]
     inner = argv[entry + 6:]
