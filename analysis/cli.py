@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import warnings
+from dataclasses import replace
 from pathlib import Path
 
 import click
 
 from attnbench.runner.commands import model_options, suite_with_models
 from attnbench.runner.crosscheck import LOADS, CrossCheck, CrossCheckError, run_crosscheck
+from attnbench.runner.datasets import DatasetError
 from attnbench.runner.models import ensure_model
 from attnbench.runner.recipe import RecipeError
 from attnbench.runner.server import ServerError, ServerProcess, build_launch
@@ -118,6 +120,12 @@ def crosscheck_run(suite_file, run_name, models, models_dir, url, model, tokeniz
         raise click.UsageError("give SUITE_FILE (attnbench starts its run's server) or --url (a running server)")
     if url and not (model and tokenizer):
         raise click.UsageError("--url needs --model and --tokenizer")
+    try:  # everything the options can get wrong, before a server starts
+        plan = CrossCheck(url.rstrip("/") if url else "", model or "", tokenizer or Path(), out_dir, prompts=prompts,
+                          pairs=pairs, rate=rate, loads=tuple(loads) or LOADS, side_by_side=side_by_side,
+                          fixed_processes=tuple(fixed), dataset_path=dataset_path, server_pid=server_pid, lead_s=lead_s)
+    except CrossCheckError as e:
+        raise click.UsageError(str(e)) from None
     server = None
     try:
         if suite_file:
@@ -130,13 +138,10 @@ def crosscheck_run(suite_file, run_name, models, models_dir, url, model, tokeniz
             out_dir.mkdir(parents=True, exist_ok=True)
             server = ServerProcess(build_launch(recipe), out_dir / "server.log", recipe.serve.startup_timeout_s)
             server.__enter__()
-            url, model, server_pid = server.plan.base_url, recipe.model.name, server.proc.pid
-            tokenizer = tokenizer or Path(recipe.model.tokenizer_path)
-        plan = CrossCheck(url.rstrip("/"), model, tokenizer, out_dir, prompts=prompts, pairs=pairs, rate=rate,
-                          loads=tuple(loads) or LOADS, side_by_side=side_by_side, fixed_processes=tuple(fixed),
-                          dataset_path=dataset_path, server_pid=server_pid, lead_s=lead_s)
+            plan = replace(plan, url=server.plan.base_url, model=recipe.model.name, server_pid=server.proc.pid,
+                           tokenizer=tokenizer or Path(recipe.model.tokenizer_path))
         run_crosscheck(plan, log=lambda line: click.echo(line, err=True))
-    except (CrossCheckError, ServerError) as e:
+    except (CrossCheckError, ServerError, DatasetError) as e:
         raise click.ClickException(str(e)) from None
     finally:
         if server is not None:

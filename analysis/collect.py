@@ -25,6 +25,7 @@ from attnbench.kernels.variants import AUTO
 from attnbench.runner.catalogue import ITL, TTFT
 from attnbench.runner.host import COUNTERS as HOST_COUNTERS
 from attnbench.runner.metrics import latency_stats
+from attnbench.runner.names import check_name
 from attnbench.runner.recipe import Recipe, ServeSettings
 from attnbench.runner.store import PROVENANCE_FILE, RECIPE_FILE, SUMMARY_FILE, iter_repeat_dirs, records_problem
 from attnbench.runner.summary import RepeatSummary
@@ -149,7 +150,12 @@ def collect_results(root: str | Path) -> Collected:
             problem = records_problem(rep_dir, summary) if summary.measured else ""
             if problem:  # the records on disk are not what was summarized: not a measurement to show
                 status = "damaged"
-            key = {"suite": summary.suite or suite_dir.name, "run": run, "repeat": repeat}
+            suite = summary.suite or suite_dir.name
+            try:  # figures are named after suites: a name must not lead out of their folder
+                check_name(suite, "suite name")
+            except ValueError as e:
+                raise CollectError(f"{summary_path}: {e}") from None
+            key = {"suite": suite, "run": run, "repeat": repeat}
             metrics = {k: getattr(summary, k) for k in METRIC_FIELDS if getattr(summary, k) is not None}
             runs.append({**key, "status": status, **_serve_settings(recipe),
                          **_provenance_columns(prov, recipe), **metrics,

@@ -16,6 +16,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 from PIL import Image  # noqa: E402  (matplotlib's own dependency)
 
+from attnbench.runner.names import inside  # noqa: E402
+
 OKABE_ITO = ["#0072B2", "#E69F00", "#009E73", "#D55E00", "#CC79A7", "#56B4E9", "#F0E442", "#000000"]
 
 
@@ -67,7 +69,7 @@ def save_figure(fig, data: pd.DataFrame, out_dir: Path, name: str) -> list[Path]
     """``out_dir/name``.png (palette colours, so that figures kept in a repository stay
     small), .svg and .csv (``data``); the figure is closed."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    paths = [out_dir / f"{name}.png", out_dir / f"{name}.svg", out_dir / f"{name}.csv"]
+    paths = [inside(out_dir, out_dir / f"{name}.{ext}") for ext in ("png", "svg", "csv")]
     buffer = io.BytesIO()
     fig.savefig(buffer, format="png", dpi=PNG_DPI, bbox_inches="tight")
     buffer.seek(0)

@@ -414,7 +414,9 @@ async def run_load(cfg: LoadConfig, requests: list[BenchRequest], offsets: Itera
         # a future t0 is fine: the releaser below sleeps until each request is due
         t0 = clock_start(time.perf_counter() if start is None else start(), cfg.start_at)
 
-        async def one(req: BenchRequest, rec: RequestRecord):
+        sunk: set[int] = set()  # positions in ``records`` of the requests handed to the sink
+
+        async def one(i: int, req: BenchRequest, rec: RequestRecord):
             if gate is not None:
                 await gate.acquire()  # FIFO: requests released together are sent in order
             try:
@@ -423,11 +425,11 @@ async def run_load(cfg: LoadConfig, requests: list[BenchRequest], offsets: Itera
                 if gate is not None:
                     gate.release()
                 sink(rec)  # only requests that were actually sent are recorded
+                sunk.add(i)
                 if on_done:
                     on_done(rec)
 
         tasks: list[asyncio.Task] = []
-        dispatched: set[int] = set()  # positions in ``records`` of the requests released
 
         async def dispatch():
             # One releaser walks the schedule in order, as `vllm bench serve`'s request
@@ -448,8 +450,7 @@ async def run_load(cfg: LoadConfig, requests: list[BenchRequest], offsets: Itera
                 while (delay := rec.scheduled_s - (time.perf_counter() - t0)) > 0:
                     await asyncio.sleep(delay)
                 rec.dispatch_s = time.perf_counter() - t0
-                dispatched.add(i)
-                tasks.append(asyncio.create_task(one(requests[i], rec)))
+                tasks.append(asyncio.create_task(one(i, requests[i], rec)))
                 if gate is None or not gate.locked():
                     await asyncio.sleep(0)  # it can start now: let it send before the next one
 
@@ -469,7 +470,7 @@ async def run_load(cfg: LoadConfig, requests: list[BenchRequest], offsets: Itera
             await asyncio.gather(*pending, return_exceptions=True)
     if idle.expired:  # the requests the stopped load never sent: recorded, so the counts add up
         for i, rec in enumerate(records):
-            if i not in dispatched:
+            if i not in sunk:
                 rec.status, rec.error = "error", f"not sent: {idle.message()}"
                 sink(rec)
                 if on_done:

@@ -534,3 +534,42 @@ def test_the_report_sets_auto_against_fa3_and_the_packages_best_kernel(tmp_path)
     assert "`auto` / the package's best kernel over 2 cases: geomean 1.049x, worst 1.100x (`b`)" in text
     assert "more than 3% slower than the package's best kernel: `b` (1.100x)" in text
     assert "`b` qblock_ws: error (OutOfResources: shared memory)" in text
+
+
+def test_where_coalesced_chunks_dominate_tpot_is_the_headline_latency(tmp_path, captured):
+    """The CPU demo's case: most chunks arrive in the read of the chunk before them, so most
+    gaps are 0 ms and the median ITL is 0.00. The serving figures draw TPOT instead (no
+    0.00 ms bar), and the report says what share of gaps was coalesced."""
+    store = ResultsStore(tmp_path / "res", "demo")
+    for run, itl in (("v0-style", 10), ("v1", 12)):
+        records = make_records([100, 110, 120], itl, tokens=6)
+        for r in records:  # 4 of 6 chunks read together with the one before: their gaps are 0
+            r.chunk_s = [r.chunk_s[0]] * 3 + [r.chunk_s[3]] * 3
+            r.coalesced = 4
+        write_run(store, "demo", run, [records])
+    analysis = analyze([tmp_path / "res"], tmp_path / "figs", baseline="v0-style")
+    agg = analysis.agg.set_index("run")
+    assert agg.loc["v1", "itl"] == 0.0 and agg.loc["v1", "coalesced_chunks"] == pytest.approx(4 / 6)
+    fig, _ = captured["demo-serving"]
+    assert fig.axes[2].get_ylabel() == "TPOT (ms)"
+    assert all(p.get_height() > 0 for ax in fig.axes for p in ax.patches)
+    fig, _ = captured["demo-normalized"]
+    assert [t.get_text() for t in fig.axes[0].get_xticklabels()] == ["total tok/s", "TTFT", "TPOT"]
+    report = write_report(analysis, tmp_path / "r.md").read_text()
+    assert "up to 67% of chunk gaps were coalesced" in report and "draw TPOT as the headline latency" in report
+
+
+def test_the_run_table_never_cuts_a_run_name_in_80_columns():
+    from rich.console import Console
+
+    from attnbench.runner.execute import RepeatOutcome, summary_table
+    from attnbench.runner.summary import RepeatSummary
+
+    outcomes = [RepeatOutcome(name, 1, "ok", RepeatSummary(run=name, completed=5, median_ttft_ms=1234.5,
+                                                           request_throughput=12.5))
+                for name in ("backends-flash", "backends-flex", "fig9-steps-parallel-tiled-long-12800")]
+    console = Console(width=80, record=True)
+    console.print(summary_table("h100", outcomes))
+    text = console.export_text()
+    for o in outcomes:
+        assert o.run in text, text

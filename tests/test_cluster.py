@@ -183,3 +183,26 @@ def test_submit_slurm_asks_only_for_unfinished_tasks(tmp_path):
     assert "1 of 2 tasks to run" in second.output
     assert "#SBATCH --array=1\n" in (tmp_path / "cpu-demo" / "slurm" / "submit.sbatch").read_text()
     assert json.loads((tmp_path / "cpu-demo" / "tasks.json").read_text())["tasks"] == [["v0-style"], ["v1"]]
+
+
+def test_status_reads_any_results_tree(tmp_path):
+    """A tree `attnbench run` made without --task has no tasks.json: `status` lists its runs,
+    each against the repeats its recipe.yaml asks for."""
+    from click.testing import CliRunner
+
+    from attnbench.cli import main
+    from attnbench.runner.recipe import Recipe
+    from attnbench.runner.store import ResultsStore
+    from attnbench.runner.summary import RepeatHeader, RepeatSummary
+
+    store = ResultsStore(tmp_path, "s")
+    for run, repeats, statuses in (("a", 2, ["ok", "ok"]), ("b", 3, ["ok"]), ("c", 1, ["degraded"])):
+        recipe = Recipe.model_validate({"name": run, "model": {"path": "m"}, "benchmark": {"repeats": repeats}})
+        store.write_run_meta(run, recipe.model_dump(mode="json"), {})
+        for k, status in enumerate(statuses, 1):
+            store.write_summary(run, k, RepeatSummary(**RepeatHeader(run=run, repeat=k).model_dump(), status=status))
+    for where in (tmp_path, tmp_path / "s"):
+        result = CliRunner().invoke(main, ["status", str(where)])
+        assert result.exit_code == 0, result.output
+        assert "done     a" in result.output and "partial  b" in result.output and "failed   c" in result.output
+        assert "1 done, 1 failed, 1 partial of 3 runs" in result.output

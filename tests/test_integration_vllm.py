@@ -20,6 +20,7 @@ from attnbench.runner.server import port_is_free
 from attnbench.runner.store import read_records
 
 pytestmark = [pytest.mark.integration, pytest.mark.xdist_group("vllm")]
+CANARY = "canary-hf-token-4b1d"
 
 
 @pytest.fixture(scope="module")
@@ -58,10 +59,12 @@ def test_run_completes_exact_tokens_and_cleans_up(tmp_path, model_dir):
     # whole 64-token decode and then read every chunk at once. That chunks are timed as
     # they arrive is tested against a paced fake server (test_loadgen); here, that vLLM
     # streams the tokens and the records hold every event.
+    # a token in the server's environment (a canary): the server gets it, no file shows it
+    env = {"serve": {"env": {"VLLM_CPU_KVCACHE_SPACE": "1", "HF_TOKEN": CANARY}}}
     suite = load_suite(suite_file(tmp_path, model_dir, [
-        {"name": "v1", "benchmark": {"dataset": {"kind": "random", "input_len": 32, "output_len": 64}}},
-        {"name": "v1-longer", "benchmark": {"repeats": 1, "num_prompts": 4,
-                                            "dataset": {"kind": "random", "input_len": 32, "output_len": 80}}},
+        {"name": "v1", **env, "benchmark": {"dataset": {"kind": "random", "input_len": 32, "output_len": 64}}},
+        {"name": "v1-longer", **env, "benchmark": {"repeats": 1, "num_prompts": 4,
+                                                   "dataset": {"kind": "random", "input_len": 32, "output_len": 80}}},
         {"name": "two-api-servers", "serve": {"api_server_count": 2},
          "benchmark": {"repeats": 1, "num_prompts": 6, "warmup_requests": 0}},
     ]))
@@ -91,6 +94,9 @@ def test_run_completes_exact_tokens_and_cleans_up(tmp_path, model_dir):
         assert summary["median_ttft_ms"] <= summary["median_e2el_ms"]
     assert len(read_records(run_dir / "warmup.jsonl")) == 1
     assert "--enforce-eager" in (run_dir / "server.log").read_text()
+    assert "HF_TOKEN='<redacted>'" in (run_dir / "server.log").read_text().splitlines()[0]
+    leaked = [p for p in (tmp_path / "results").rglob("*") if p.is_file() and CANARY in p.read_text(errors="replace")]
+    assert not leaked, leaked
     assert server_pids(model_dir) == [] and port_is_free("127.0.0.1", port)
 
     # the second run was served by the first run's server: one launch, one log
@@ -234,4 +240,49 @@ def test_crosscheck_runs_both_clients_side_by_side_on_a_real_server(tmp_path, mo
         in text and "| median over 1 pairs |" in text
     crosscheck.archive(out, tmp_path / "kept")
     assert crosscheck.report(tmp_path / "kept") == crosscheck.report(out)
+    assert server_pids(model_dir) == []
+
+
+def test_a_hung_server_is_found_within_the_idle_timeout_and_by_its_health(tmp_path, model_dir, monkeypatch):
+    """The server is stopped (SIGSTOP: it holds its port and its processes, and answers
+    nothing) once r1's first request has finished. The load stops `idle_timeout_s` after the
+    last byte, with the requests in flight recorded as timed out and r1 degraded, not ok; r2
+    is not measured (the server does not answer /health); the stopped server is stopped for
+    good and its port is free again."""
+    path = suite_file(tmp_path, model_dir, [{"name": "h", "benchmark": {
+        "repeats": 2, "num_prompts": 8, "max_concurrency": 2, "idle_timeout_s": 4,
+        "dataset": {"kind": "random", "input_len": 32, "output_len": 300}}}])
+    real_measure = execute.measure_repeat
+
+    class StoppingWriter:
+        def __init__(self, writer):
+            self.writer, self.stopped = writer, None
+
+        def __call__(self, record):
+            self.writer(record)
+            if self.stopped is None:
+                self.stopped = time.monotonic()
+                for pid in server_pids(model_dir):
+                    os.kill(pid, signal.SIGSTOP)
+
+        def digest(self):
+            return self.writer.digest()
+
+    stopping = {}
+
+    def measure_stopping_in_r1(cfg, requests, offsets, writer, header, *, desc, **kw):
+        if desc.endswith(" r1"):
+            writer = stopping["writer"] = StoppingWriter(writer)
+        return real_measure(cfg, requests, offsets, writer, header, desc=desc, **kw)
+
+    monkeypatch.setattr(execute, "measure_repeat", measure_stopping_in_r1)
+    outcomes = run_suite(load_suite(path), tmp_path / "results")
+    found_after = time.monotonic() - stopping["writer"].stopped
+    r1, r2 = outcomes
+    assert r1.status == "degraded" and r1.summary.timed_out >= 1 and r1.summary.completed >= 1
+    assert "read-idle timeout" in r1.summary.first_error and "idle_timeout_s" in r1.summary.first_error
+    assert r2.status == "failed" and "/health" in r2.summary.error
+    assert found_after < 4 + 10 + 60  # idle timeout + /health wait + the stop, not 600 s per request
+    records = read_records(tmp_path / "results" / "it" / "h" / "r1" / "requests.jsonl")
+    assert len(records) == 8 and {r.status for r in records} >= {"ok", "timeout"}
     assert server_pids(model_dir) == []

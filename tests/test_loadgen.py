@@ -33,7 +33,7 @@ def _final(n, prompt_tokens=5):
 
 class FakeServer:
     """Behaviour chosen by the prompt: ok | multi | multi-nousage | split | error500 | early |
-    nousage | slow | paced (60 ms between chunks) | late-end (the response ends 20 ms after
+    nousage | slow | paced (60 ms between chunks) | hang (one chunk, then silence) | late-end (the response ends 20 ms after
     [DONE], in a packet of its own, as vLLM's often does); "MODE#i" is MODE, told apart by i."""
 
     def __init__(self):
@@ -89,6 +89,9 @@ class FakeServer:
             elif mode == "nousage":
                 for _ in range(n):
                     await resp.write(_chunk("y"))
+            elif mode == "hang":  # one token, then nothing: a server that stopped
+                await resp.write(_chunk("h", 1))
+                await asyncio.sleep(5)  # (the fake's cleanup waits for it)
             else:
                 for i in range(1, n + 1):
                     await resp.write(_chunk("t", i))
@@ -562,3 +565,48 @@ def test_calibrate_with_two_stub_processes():
         if affinity is not None:
             os.sched_setaffinity(0, affinity)
     assert c.stub_processes == 2 and c.chunks_per_s > 0 and "2 stub processes" in c.lines()[0]
+
+
+def test_a_silent_server_stops_the_load_after_the_idle_timeout():
+    """A server that stops sending: the load ends `idle_timeout_s` after the last byte,
+    the requests in flight are recorded as timed out (the error names the timeout and its
+    recipe field), the requests never sent as not sent, and every record reaches the sink."""
+    _, recs, sunk = load([BenchRequest("hang", 3, 5), BenchRequest("ok", 3, 2)]
+                         + [BenchRequest(f"hang#{i}", 3, 5) for i in range(4)],
+                         max_concurrency=2, idle_timeout_s=0.6)
+    assert max(r.end_s for r in recs) < 2.0  # s after the start: the timeout, not the 5 s hang
+    statuses = [r.status for r in recs]
+    assert statuses.count("timeout") >= 1 and "read-idle timeout" in recs[0].error
+    assert "benchmark.idle_timeout_s" in recs[0].error
+    assert any(r.error.startswith("not sent: read-idle timeout") for r in recs)
+    assert len(sunk) == len(recs) == 6
+
+
+def test_a_request_that_takes_too_long_times_out_by_name():
+    """The total timeout (`request_timeout_s`): a stream that keeps sending, too slowly."""
+    _, recs, _ = load([BenchRequest("paced", 3, 200)], request_timeout_s=0.3)
+    assert recs[0].status == "timeout" and "request timeout" in recs[0].error
+    assert "benchmark.request_timeout_s" in recs[0].error
+
+
+def test_an_html_error_page_is_one_line_with_the_status():
+    async def html(request):
+        await request.read()
+        return web.Response(status=501, text="<html><body><h1>501 Not Implemented</h1>...</body></html>",
+                            content_type="text/html")
+
+    async def go():
+        app = web.Application()
+        app.router.add_post("/v1/completions", html)
+        runner = web.AppRunner(app)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        url = f"http://127.0.0.1:{site._server.sockets[0].getsockname()[1]}"
+        try:
+            return await run_load(LoadConfig(url, "m"), [BenchRequest("x", 1, 1)], [0.0], lambda r: None)
+        finally:
+            await runner.cleanup()
+
+    (rec,) = asyncio.run(go())
+    assert rec.error == "HTTP 501 Not Implemented" and rec.http_status == 501
