@@ -125,7 +125,7 @@ def format_value(value, metric: str = "", ratio: bool = False) -> str:
     if metric == "request_throughput":
         return f"{value:,.2f}" if value >= 0.1 else f"{value:.4f}"
     size = abs(value)
-    if float(value).is_integer() and size >= 1:
+    if float(value).is_integer() and (size >= 1 or value == 0):
         return f"{int(value):,}"
     return f"{value:,.0f}" if size >= 100 else f"{value:.1f}" if size >= 10 else f"{value:.2f}"
 
