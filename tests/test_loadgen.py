@@ -16,6 +16,7 @@ from aiohttp import web
 from attnbench.runner.datasets import BenchRequest
 from attnbench.runner.loadgen import LoadConfig, arrival_offsets, run_load
 from attnbench.runner.metrics import summarize
+from test_witnesses import load_against
 
 
 def _chunk(text, completion_tokens=None, prompt_tokens=5):
@@ -595,18 +596,5 @@ def test_an_html_error_page_is_one_line_with_the_status():
         return web.Response(status=501, text="<html><body><h1>501 Not Implemented</h1>...</body></html>",
                             content_type="text/html")
 
-    async def go():
-        app = web.Application()
-        app.router.add_post("/v1/completions", html)
-        runner = web.AppRunner(app)
-        await runner.setup()
-        site = web.TCPSite(runner, "127.0.0.1", 0)
-        await site.start()
-        url = f"http://127.0.0.1:{site._server.sockets[0].getsockname()[1]}"
-        try:
-            return await run_load(LoadConfig(url, "m"), [BenchRequest("x", 1, 1)], [0.0], lambda r: None)
-        finally:
-            await runner.cleanup()
-
-    (rec,) = asyncio.run(go())
+    (rec,) = load_against({"/v1/completions": html}, [BenchRequest("x", 1, 1)])
     assert rec.error == "HTTP 501 Not Implemented" and rec.http_status == 501
