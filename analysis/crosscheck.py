@@ -14,9 +14,8 @@ measured over the run (vLLM's /metrics: the third witness), and the CPU seconds 
 server's processes, of the client and of the host.
 
 Then per load (burst, Poisson): per client, the median over its runs of output throughput,
-median TTFT, median ITL and mean TPOT (`CRITERIA`, and more), the difference of attnbench
-from vllm bench serve (and of attnbench held to N client processes, where the campaign ran
-it), each client's run-to-run spread (max - min over median) and the agreement criteria:
+median TTFT, median ITL and mean TPOT (`CRITERIA`, and more), how far attnbench is from
+vllm bench serve (and attnbench held to N client processes, where the campaign ran it), each client's run-to-run spread (max - min over median) and the agreement criteria:
 medians within 5%, attnbench's spread no wider than vllm bench's + 2 points
 (`criterion`), with a permutation p over the runs. Then the evidence: each client against
 itself (`self_agreement`), each client's latencies minus the server's own for the same

@@ -30,6 +30,31 @@ def model_dir(tmp_path_factory):
     return write_tiny_model(tmp_path_factory.mktemp("models") / "tiny-it")
 
 
+class AfterFirstRecord:
+    """A repeat's record writer that does ``action`` (kill or stop the server) once the
+    first record is written: inside the runner's own call, so it cannot miss the repeat."""
+
+    def __init__(self, writer, action):
+        self.writer, self.action, self.acted_at = writer, action, None
+
+    def __call__(self, record):
+        self.writer(record)
+        if self.acted_at is None:
+            self.acted_at = time.monotonic()
+            self.action()
+
+    def digest(self):
+        return self.writer.digest()
+
+
+def signal_server(model_dir: Path, sig: int) -> None:
+    for pid in server_pids(model_dir):
+        try:
+            os.kill(pid, sig)
+        except ProcessLookupError:
+            pass
+
+
 def suite_file(tmp_path: Path, model_dir: Path, runs: list[dict], **benchmark) -> Path:
     data = {
         "name": "it",
@@ -138,29 +163,9 @@ def test_server_killed_mid_run_then_bad_argument(tmp_path, model_dir, monkeypatc
     # for r2's file once landed in r3 on CI, after r2's 24 requests had all been answered).
     real_measure = execute.measure_repeat
 
-    class KillingWriter:
-        """The repeat's record writer, killing the server once the first record is written."""
-
-        def __init__(self, writer):
-            self.writer, self.killed = writer, False
-
-        def __call__(self, record):
-            self.writer(record)
-            if self.killed:
-                return
-            self.killed = True
-            for pid in server_pids(model_dir):
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-
-        def digest(self):
-            return self.writer.digest()
-
     def measure_killing_at_r2(cfg, requests, offsets, writer, header, *, desc, **kw):
         if desc.endswith(" r2"):
-            writer = KillingWriter(writer)
+            writer = AfterFirstRecord(writer, lambda: signal_server(model_dir, signal.SIGKILL))
         return real_measure(cfg, requests, offsets, writer, header, desc=desc, **kw)
 
     monkeypatch.setattr(execute, "measure_repeat", measure_killing_at_r2)
@@ -254,30 +259,16 @@ def test_a_hung_server_is_found_within_the_idle_timeout_and_by_its_health(tmp_pa
         "dataset": {"kind": "random", "input_len": 32, "output_len": 300}}}])
     real_measure = execute.measure_repeat
 
-    class StoppingWriter:
-        def __init__(self, writer):
-            self.writer, self.stopped = writer, None
-
-        def __call__(self, record):
-            self.writer(record)
-            if self.stopped is None:
-                self.stopped = time.monotonic()
-                for pid in server_pids(model_dir):
-                    os.kill(pid, signal.SIGSTOP)
-
-        def digest(self):
-            return self.writer.digest()
-
     stopping = {}
 
     def measure_stopping_in_r1(cfg, requests, offsets, writer, header, *, desc, **kw):
         if desc.endswith(" r1"):
-            writer = stopping["writer"] = StoppingWriter(writer)
+            writer = stopping["writer"] = AfterFirstRecord(writer, lambda: signal_server(model_dir, signal.SIGSTOP))
         return real_measure(cfg, requests, offsets, writer, header, desc=desc, **kw)
 
     monkeypatch.setattr(execute, "measure_repeat", measure_stopping_in_r1)
     outcomes = run_suite(load_suite(path), tmp_path / "results")
-    found_after = time.monotonic() - stopping["writer"].stopped
+    found_after = time.monotonic() - stopping["writer"].acted_at
     r1, r2 = outcomes
     assert r1.status == "degraded" and r1.summary.timed_out >= 1 and r1.summary.completed >= 1
     assert "read-idle timeout" in r1.summary.first_error and "idle_timeout_s" in r1.summary.first_error
