@@ -87,6 +87,10 @@ class KernelConfig:
         """BLOCK_M for a GQA group of ``queries_per_kv`` heads (all heads fit one Q-block)."""
         return max(self.block_m, next_power_of_2(queries_per_kv))
 
+    def block_q_for(self, queries_per_kv: int) -> int:
+        """Query tokens of one sequence in a Q-block of BLOCK_M rows (all their heads)."""
+        return max(1, self.block_m_for(queries_per_kv) // queries_per_kv)
+
     def as_dict(self) -> dict:
         return {k: getattr(self, k) for k in self.__dataclass_fields__}
 

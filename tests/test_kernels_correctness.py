@@ -28,6 +28,8 @@ HEAD_CASES = {
     "softcap-gqa2-fp16-bs32": (4, 2, 64, 32, torch.float16, {"softcap": 2.0}),
     "window-softcap-mqa-h96-fp16-bs48": (4, 1, 96, 48, torch.float16,
                                          {"sliding_window": "random", "softcap": 1.5}),
+    # Gemma-2's heads: 256 wide (the wide-head prefill config), softcap and window, 64-token pages
+    "gemma-gqa2-h256-bf16-bs64": (4, 2, 256, 64, torch.bfloat16, {"sliding_window": "random", "softcap": 50.0}),
 }
 
 
@@ -175,3 +177,22 @@ def test_poisoned_output_catches_an_unwritten_row():
     out = paged_attention(**batch.attention_kwargs(), variant="qblock")
     out[batch.num_tokens // 2, 0, 0] = float("nan")
     assert "non-finite" in mismatch(out, batch.reference(), batch.dtype)
+
+
+def test_wide_heads_prefill_on_the_wide_head_config():
+    """Prefill with heads of 256 (Gemma-2): the Q-block step's prefill config halves its KV
+    tile (two stages of 128-key tiles would not fit an H100's shared memory), and matches
+    the reference, softcap and window included."""
+    from dataclasses import replace
+
+    from attnbench.kernels.config import Platform
+    from attnbench.kernels.dispatch.heuristics import choose_config
+    from attnbench.kernels.steps.qblock import TRITON_PREFILL, TRITON_PREFILL_WIDE_HEADS
+
+    seed = fresh_seed()
+    batch = build_head_case(HEAD_CASES["gemma-gqa2-h256-bf16-bs64"], lambda rng: [(40, 0), (33, 30)], seed,
+                            window_range=(5, 40))
+    h100 = Platform("cuda", 132, "", "sm_90")
+    assert choose_config(batch.shape, h100, "qblock") == TRITON_PREFILL_WIDE_HEADS
+    assert choose_config(replace(batch.shape, head_size=128), h100, "qblock") == TRITON_PREFILL
+    run_and_check(batch, seed, variant="qblock")

@@ -153,3 +153,21 @@ def test_a_gluon_config_off_hopper_is_refused_by_name():
     config = KernelConfig("qblock", kernel="gluon_ws", tile_size=64, block_m=128)
     with pytest.raises(ValueError, match=r"config: kernel 'gluon_ws' needs an sm_90 \(Hopper\) GPU"):
         paged_attention(**batch.attention_kwargs(), config=config)
+
+
+def test_auto_splits_the_kv_range_of_short_queries_that_cannot_fill_the_gpu(monkeypatch):
+    """The hand-written tree (what a GPU without a fitted tree runs) splits the KV range of a
+    speculative batch as of a decode batch when the Q-block step would launch at most one
+    program per SM: 8 sequences x 4 queries over 16k keys with 4 KV heads (Qwen2.5-7B) give
+    64 programs on 132 SMs; 16 x 8 queries with 8 KV heads, 256."""
+    from attnbench.kernels.dispatch.heuristics import choose_config
+
+    monkeypatch.setenv("ATTNBENCH_TUNED_TREE", "off")
+    spec = BatchShape(8, 32, 4, 16384, 28, 4, 128)
+    assert choose_config(spec, H100_SM90).variant == "parallel_tiled"
+    many = BatchShape(16, 128, 8, 4096, 32, 8, 128)
+    assert choose_config(many, H100_SM90).variant == "qblock"
+    short_context = BatchShape(8, 32, 4, 512, 28, 4, 128)
+    assert choose_config(short_context, H100_SM90).variant == "qblock"
+    prompt = BatchShape(8, 256, 32, 16384, 28, 4, 128)  # over 16 queries: not a short query
+    assert choose_config(prompt, H100_SM90).variant == "qblock"

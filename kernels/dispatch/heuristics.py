@@ -43,21 +43,31 @@ def _auto(shape: BatchShape, p: Platform) -> KernelConfig:
     """2D vs 3D as in the paper, the split-k lesson and vLLM's backend; on Hopper, prefill
     and mixed batches go to the warp-specialized Gluon kernel.
 
-    Split the tiles across programs only when the 2D grid cannot fill the GPU: a decode
-    batch with at most one (sequence, KV head) pair per SM, long enough that 16 segments
-    of 64-token tiles all have work. Where the Q-block step would take 128-row blocks
+    Split the tiles across programs only when the 2D grid cannot fill the GPU: a batch of
+    short queries (decodes, and speculative decodes of up to 16 tokens, as FA3 splits them)
+    whose Q-block step would launch at most one program per SM, long enough that 16
+    segments of 64-token tiles all have work. (On the H100 a speculative batch of 8
+    sequences x 4 queries over 16k tokens with 4 KV heads: 133 us split, 405 us not.) Where the Q-block step would take 128-row blocks
     (queries longer than 16 tokens) on an sm_90 GPU with Gluon's Hopper API and heads the
     Gluon kernel takes, it runs that kernel (unless ``ATTNBENCH_GLUON=0``), with 128-key
     tiles past ``GLUON_LONG_KEYS`` keys: 1.19-1.35x the Triton kernel on every prefill and
     mixed case of llama3-8b-hopper on the H100 (docs/perf/kernels-h100.md). The paper's
     steps themselves (``variant="qblock"``, Fig. 7-8) stay Triton.
     """
-    few_programs = shape.num_seqs * shape.num_kv_heads <= p.num_sms
-    if shape.decode_only and few_programs and shape.max_seqlen_k >= 1024:
+    if shape.max_seqlen_q <= SHORT_QUERY and shape.max_seqlen_k >= 1024 and _programs_2d(shape, p) <= p.num_sms:
         return step("parallel_tiled").default_config(shape, p)
     if shape.max_seqlen_q > 16 and p.arch == hopper.ARCH and hopper.chosen_by_auto() and _gluon_takes(shape):
         return GLUON_WS_LONG_KEYS if shape.max_seqlen_k > GLUON_LONG_KEYS else GLUON_WS
     return step("qblock").default_config(shape, p)
+
+
+SHORT_QUERY = 16  # query tokens per sequence up to which `auto` may split the KV range
+
+
+def _programs_2d(shape: BatchShape, p: Platform) -> int:
+    """Programs the Q-block step would launch for this batch: (sequence, Q-block, KV head)."""
+    block_q = step("qblock").default_config(shape, p).block_q_for(shape.queries_per_kv)
+    return shape.num_seqs * -(-shape.max_seqlen_q // block_q) * shape.num_kv_heads
 
 
 def _gluon_takes(shape: BatchShape) -> bool:

@@ -57,6 +57,16 @@ def qblock_attention_kernel(
 # the Triton kernel's prefill config; also what runs where a "gluon_ws" config (`auto` on
 # Hopper) meets tensors the Gluon kernel cannot address (K and V with different strides)
 TRITON_PREFILL = KernelConfig("qblock", tile_size=128, block_m=128, num_warps=8, num_stages=2)
+# heads wider than 128 halve the KV tile: two stages of 128-key K and V tiles of head 256
+# and the 128-row Q-block ask for 320 KiB of shared memory (an H100 has 227 KiB); with
+# 64-key tiles, 192 KiB
+WIDE_HEAD = 128
+TRITON_PREFILL_WIDE_HEADS = KernelConfig("qblock", tile_size=64, block_m=128, num_warps=8, num_stages=2)
+
+
+def prefill_config(head_size: int) -> KernelConfig:
+    """The Triton kernel's prefill config for heads of ``head_size``."""
+    return TRITON_PREFILL if head_size <= WIDE_HEAD else TRITON_PREFILL_WIDE_HEADS
 
 
 def launch(out, q, k_cache, v_cache, block_table, cu_seqlens_q, seq_lens, *,
@@ -82,7 +92,7 @@ def launch(out, q, k_cache, v_cache, block_table, cu_seqlens_q, seq_lens, *,
                              sliding_window=sliding_window, softcap=softcap, tile_size=config.tile_size,
                              persistent=config.persistent, compile_only=compile_only)
             return
-        config = TRITON_PREFILL
+        config = prefill_config(q.shape[2])
     g = Geometry.of(q, k_cache, seq_lens)
     block_m, block_q = g.q_block(config)
     grid = (g.q_blocks_bound(block_q), g.num_kv_heads)
@@ -113,7 +123,7 @@ def default_config(shape: BatchShape, p: Platform) -> KernelConfig:
         return KernelConfig("qblock", tile_size=64, block_m=16, num_warps=4, num_stages=3)
     # prefill and mixed batches: 128-row Q-blocks cut K/V re-reads 8x versus 16 rows and
     # feed the tensor cores (wgmma) with 8 warps
-    return TRITON_PREFILL
+    return prefill_config(shape.head_size)
 
 
 STEP = Step("qblock", "sec. 4.4, Listing 4, with the decoupled tile size of sec. 4.6", launch, default_config)
