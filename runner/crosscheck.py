@@ -260,23 +260,34 @@ def _measure(plan: CrossCheck, folder: Path, jobs: list[_Job]) -> None:
     (folder / "log").mkdir(parents=True, exist_ok=True)
     before = _snapshot(plan)
     running = []
-    for job in jobs:
-        log = open(folder / "log" / f"{job.client}-r{job.repeat}.log", "w")
-        running.append((job, subprocess.Popen(job.argv, stdout=log, stderr=subprocess.STDOUT), log, time.perf_counter()))
-    for job, proc, log, started in running:
-        _, status, usage = os.wait4(proc.pid, 0)  # the client's own rusage, its children included
-        proc.returncode = os.waitstatus_to_exitcode(status)
-        log.close()
-        after = _snapshot(plan)
-        witness = {"rc": proc.returncode, "wall_s": time.perf_counter() - started,
-                   "client_cpu_s": usage.ru_utime + usage.ru_stime, "client_max_rss_mib": usage.ru_maxrss / 1024,
-                   "before": {k: v for k, v in before.items() if k != "metrics"},
-                   "after": {k: v for k, v in after.items() if k != "metrics"},
-                   "server": between(Snapshot.parse(before["metrics"]), Snapshot.parse(after["metrics"]))
-                   if before["metrics"] and after["metrics"] else {}}
-        atomic_write_json(folder / "witness" / f"{job.client}-r{job.repeat}.json", witness)
-        if proc.returncode not in (0, 1):
-            tail = (folder / "log" / f"{job.client}-r{job.repeat}.log").read_text(errors="replace").strip()
-            raise CrossCheckError(f"{job.client} r{job.repeat} exited with {proc.returncode}: "
-                                  f"{(tail.splitlines() or ['(no output)'])[-1][:300]} "
-                                  f"(log: {folder / 'log' / f'{job.client}-r{job.repeat}.log'})")
+    try:
+        for job in jobs:
+            log = open(folder / "log" / f"{job.client}-r{job.repeat}.log", "w")
+            running.append((job, subprocess.Popen(job.argv, stdout=log, stderr=subprocess.STDOUT), log,
+                            time.perf_counter()))
+        failures = []
+        for job, proc, log, started in running:
+            _, status, usage = os.wait4(proc.pid, 0)  # the client's own rusage, its children included
+            proc.returncode = os.waitstatus_to_exitcode(status)
+            log.close()
+            after = _snapshot(plan)
+            witness = {"rc": proc.returncode, "wall_s": time.perf_counter() - started,
+                       "client_cpu_s": usage.ru_utime + usage.ru_stime, "client_max_rss_mib": usage.ru_maxrss / 1024,
+                       "before": {k: v for k, v in before.items() if k != "metrics"},
+                       "after": {k: v for k, v in after.items() if k != "metrics"},
+                       "server": between(Snapshot.parse(before["metrics"]), Snapshot.parse(after["metrics"]))
+                       if before["metrics"] and after["metrics"] else {}}
+            atomic_write_json(folder / "witness" / f"{job.client}-r{job.repeat}.json", witness)
+            if proc.returncode not in (0, 1):  # 1: some requests failed, said in its results
+                path = folder / "log" / f"{job.client}-r{job.repeat}.log"
+                tail = path.read_text(errors="replace").strip().splitlines() or ["(no output)"]
+                failures.append(f"{job.client} r{job.repeat} exited with {proc.returncode}: {tail[-1][:300]} "
+                                f"(log: {path})")
+        if failures:
+            raise CrossCheckError("; ".join(failures))
+    finally:  # Ctrl-C or an error: no client is left running
+        for _, proc, log, _ in running:
+            if proc.returncode is None:
+                proc.kill()
+                proc.wait()
+            log.close()
