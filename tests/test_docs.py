@@ -143,3 +143,30 @@ def test_refitting_the_shipped_tree_from_its_committed_sweep_gives_the_same_tree
         return text[text.index("def choose"):]
 
     assert body((tmp_path / "tuned.py").read_text()) == body(shipped)
+
+
+def test_the_readme_h100_numbers_come_from_the_committed_data():
+    """README's H100 paragraph: TRITON_ATTN and FA3 ~3.4x FlexAttention within 3% of each
+    other (the committed summaries); prefill at 76-78% of the roofline and 1.07x FA3's time
+    (the committed roofline runs)."""
+    import numpy as np
+
+    from attnbench.analysis.collect import collect_results, load_microbench
+    from attnbench.analysis.normalize import aggregate, normalize, split_experiments
+
+    readme = (ROOT / "README.md").read_text()
+    assert "3.3%\n  apart (FA3 ahead), both ~3.4x FlexAttention" in readme
+    assert "76-78% of the" in readme and "1.07x FA3" in readme
+    agg = split_experiments(aggregate(collect_results(ROOT / "docs/results/h100/h100")))
+    norm = normalize(agg[agg["suite"] == "h100-backends"], "backends-flex").set_index("run")
+    triton, flash = norm.loc["backends-triton", "total_token_throughput"], norm.loc["backends-flash", "total_token_throughput"]
+    assert round((triton + flash) / 2, 1) == 3.4 and round((flash / triton - 1) * 100, 1) == 3.3
+    pct, vs_fa3 = [], []
+    for csv in (ROOT / "docs/perf/h100").glob("roofline-2026-11-25-tuned*.csv"):
+        mb = load_microbench(csv)  # warm rows are named IMPL@none
+        mb = mb.assign(implementation=mb["implementation"].str.split("@").str[0]).set_index(["case", "implementation"])
+        auto = mb.loc[("prefill-b1-8k", "auto")]
+        pct.append(auto["floor_us"] / auto["latency_us"] * 100)  # the better of eager and graph
+        vs_fa3.append(mb.loc[("prefill-b1-8k", "auto"), "latency_us"] / mb.loc[("prefill-b1-8k", "fa3"), "latency_us"])
+    assert len(pct) == 4 and 75.5 <= min(pct) and max(pct) <= 78.5
+    assert np.round(np.median(vs_fa3), 2) == 1.07
