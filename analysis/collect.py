@@ -1,8 +1,8 @@
 """Results -> tidy pandas frames.
 
 * `collect_results`: an attnbench results tree (runner/store.py layout) -> a `Collected`
-  with one row per (suite, run, repeat): its summary's metrics, serve settings and
-  provenance. Only summaries are read: a tree whose per-request records were archived
+  with one row per (suite, run, repeat): its summary's metrics (its energy reading's too,
+  where valid), serve settings and provenance. Only summaries are read: a tree whose per-request records were archived
   away (as the ones committed under docs/ are) draws the same figures.
 * `collect_vllm_bench`: JSON written by ``vllm bench serve --save-result`` -> the same
   frame (its percentiles computed from its per-request lists where it saved them), so
@@ -22,7 +22,8 @@ from pydantic import ValidationError
 
 from attnbench.kernels.schema import MICROBENCH_FIELDS, MICROBENCH_REQUIRED, VLLM_BACKEND_NAME
 from attnbench.kernels.variants import AUTO
-from attnbench.runner.catalogue import ITL, TTFT
+from attnbench.runner.catalogue import ITL, TOKENS_PER_JOULE, TTFT
+from attnbench.runner.energy import EnergyReading
 from attnbench.runner.host import COUNTERS as HOST_COUNTERS
 from attnbench.runner.metrics import latency_stats
 from attnbench.runner.names import check_name
@@ -102,6 +103,24 @@ def _captured_graphs(prov: dict) -> str:
     return "+".join(graphs.get("captured") or []) or "none"
 
 
+ENERGY_COLUMNS = ("energy_j", "net_energy_j", "joules_per_output_token", "net_joules_per_output_token",
+                  "joules_per_request", "net_joules_per_request", "mean_power_w", "peak_power_w", "idle_power_w",
+                  "counter_vs_samples")
+
+
+def _energy_columns(energy: EnergyReading | None) -> dict:
+    """A repeat's energy reading as columns: `ENERGY_COLUMNS` and output tokens per joule
+    where it is valid; ``energy_valid`` and ``energy_note`` wherever it was attempted."""
+    if energy is None:
+        return {}
+    columns = {"energy_valid": energy.valid, "energy_note": energy.note}
+    if energy.valid:
+        columns.update({k: getattr(energy, k) for k in ENERGY_COLUMNS if getattr(energy, k) is not None})
+        if energy.joules_per_output_token:
+            columns[TOKENS_PER_JOULE.name] = 1 / energy.joules_per_output_token
+    return columns
+
+
 def _read_summary(path: Path) -> RepeatSummary:
     try:
         return RepeatSummary.model_validate(json.loads(path.read_text()))
@@ -161,6 +180,7 @@ def collect_results(root: str | Path) -> Collected:
                          **_provenance_columns(prov, recipe), **metrics,
                          "jit_compiles": len(summary.jit_compiles or []), "session": summary.session or "",
                          **{f"host_{k}": v for k, v in (summary.client_host or {}).items()},  # HOST_COLUMNS
+                         **_energy_columns(summary.energy),
                          "error": problem or summary.error, "first_error": summary.first_error,
                          "source": str(rep_dir)})
     if not runs:

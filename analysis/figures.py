@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from attnbench.runner.catalogue import ITL, TOTAL_TOKEN_THROUGHPUT, TPOT, TTFT
+from attnbench.runner.catalogue import ITL, TOKENS_PER_JOULE, TOTAL_TOKEN_THROUGHPUT, TPOT, TTFT
 from attnbench.runner.recipe import ENGINE_LABELS
 
 from . import fig9
@@ -53,20 +53,29 @@ def _bar_panel(ax, df: pd.DataFrame, col: str, scale: float, ylabel: str):
     ax.grid(axis="y", alpha=0.3)
 
 
+def measured(df: pd.DataFrame, metric) -> bool:
+    """Some row of ``df`` has a value of ``metric``."""
+    return metric.name in df and df[metric.name].notna().any()
+
+
 def fig_serving_bars(agg: pd.DataFrame, out_dir: Path, suite: str) -> list[Path]:
     """Blog Fig. 8-10: total token throughput (tok/s), TTFT (s), ITL (ms) per configuration
-    (TPOT instead of ITL where coalesced chunks dominate: `headline_itl`)."""
+    (TPOT instead of ITL where coalesced chunks dominate: `headline_itl`), and output
+    tokens per joule where the GPUs' energy was measured."""
     name = f"{suite}-serving"
     df = agg[agg["suite"] == suite]
     panels = [(TOTAL_TOKEN_THROUGHPUT, 1.0, None), (TTFT, 1e-3, "s"), (headline_itl(df), 1.0, None)]
     needed = [m.name for m, _, _ in panels]  # (metric, scale, unit) each
     if df.empty or any(c not in df or df[c].isna().all() for c in needed):
         return skip(name, f"needs {needed} for suite {suite!r}")
+    if measured(df, TOKENS_PER_JOULE):
+        panels.append((TOKENS_PER_JOULE, 1.0, None))
+        needed.append(TOKENS_PER_JOULE.name)
     for gpu, g in df.groupby("gpu", sort=False):
-        fig, axes = plt.subplots(1, 3, figsize=(13, 4.2))
+        fig, axes = plt.subplots(1, len(panels), figsize=(4.4 * len(panels) - 0.2, 4.2))
         for ax, (metric, scale, unit) in zip(axes, panels):
             _bar_panel(ax, g, metric.name, scale, metric.axis(unit))
-        fig.suptitle(f"{suite}: throughput and latency per configuration")
+        fig.suptitle(f"{suite}: throughput, latency{' and energy' if len(panels) > 3 else ''} per configuration")
         add_footnote(fig, f"{footnote(g)}\n{CONVENTION}")
         cols = ["gpu", "run", "repeats"] + [c for m in needed for c in (m, f"{m}_lo", f"{m}_hi") if c in g]
         return save_figure(fig, g[cols], out_dir, name)  # one GPU per suite run
@@ -77,7 +86,7 @@ def fig_normalized_bars(norm: pd.DataFrame, out_dir: Path, suite: str, baseline:
     """Talk: end-to-end bars normalized to a baseline backend, one panel per GPU."""
     name = f"{suite}-normalized"
     df = norm[norm["suite"] == suite]
-    metrics = [(m.name, m.ratio_label) for m in (TOTAL_TOKEN_THROUGHPUT, TTFT, headline_itl(df))]
+    metrics = [(m.name, m.ratio_label) for m in (TOTAL_TOKEN_THROUGHPUT, TTFT, headline_itl(df), TOKENS_PER_JOULE)]
     metrics = [(m, label) for m, label in metrics if m in df and not df[m].isna().all()]
     if df.empty or not metrics:
         return skip(name, f"no normalized data for suite {suite!r}")

@@ -6,6 +6,9 @@ For each (GPU, suite, run):
 * latency (TTFT, TPOT, ITL, E2EL, ms): the mean over repeats of each repeat's median, error
   bars at the mean over repeats of each repeat's 20th and 80th percentile over its requests
   (ITL: over its chunk gaps), as `vllm bench serve` reports them per run;
+* energy (summary.json's ``energy``): output tokens per joule like a throughput, and the
+  joules per token, per request and the power, means over the repeats whose reading is
+  valid;
 * ITL across a request (ms): ``itl_first_tenth`` / ``itl_last_tenth``, the mean over repeats
   of each repeat's median gap over the first and the last tenth of its requests' gaps. At
   batch 1 a decode step bound by the GPU grows with the context it attends to; one bound by
@@ -55,6 +58,7 @@ def aggregate(data: Collected, keep_degraded: bool = False) -> pd.DataFrame:
         for col in HOST_COLUMNS:  # the CPU the client's machine lost per repeat (s), where recorded
             if col in g and g[col].notna().any():
                 row[f"{col}_min"], row[f"{col}_max"] = g[col].min(), g[col].max()
+        row.update(_energy(g))
         if "client_coalesced_chunks" in g:
             row["coalesced_chunks"] = g["client_coalesced_chunks"].mean()
         for metric in REPORTED:
@@ -74,6 +78,26 @@ def aggregate(data: Collected, keep_degraded: bool = False) -> pd.DataFrame:
             row[tenth] = g[column].mean() if column in g else np.nan
         rows.append(row)
     return pd.DataFrame(rows)
+
+
+ENERGY_MEANS = ("joules_per_output_token", "net_joules_per_output_token", "joules_per_request",
+                "net_joules_per_request", "mean_power_w", "peak_power_w", "idle_power_w", "counter_vs_samples")
+
+
+def _energy(g: pd.DataFrame) -> dict:
+    """A run's energy over its counted repeats whose reading is valid: the mean of each of
+    `ENERGY_MEANS`, ``energy_repeats`` (how many), and ``energy_left_out`` (the repeats
+    whose reading is not valid, with why; a run on no GPU is not listed)."""
+    if "energy_valid" not in g:
+        return {}
+    valid = g[g["energy_valid"].eq(True)]
+    out = {col: valid[col].mean() for col in ENERGY_MEANS if col in valid and valid[col].notna().any()}
+    out["energy_repeats"] = len(valid)
+    out["energy_left_out"] = "; ".join(
+        f"r{r['repeat']}: {r['energy_note']}" for _, r in g.iterrows()
+        if isinstance(r["energy_valid"], (bool, np.bool_)) and not r["energy_valid"]
+        and not str(r["energy_note"]).startswith("no GPU energy"))
+    return out
 
 
 def split_experiments(agg: pd.DataFrame) -> pd.DataFrame:
@@ -96,8 +120,8 @@ def split_experiments(agg: pd.DataFrame) -> pd.DataFrame:
 
 
 def metric_columns(agg: pd.DataFrame) -> list[str]:
-    """The reported metrics (`catalogue.REPORTED`) this table has, in catalogue order."""
-    return [m.name for m in REPORTED if m.name in agg]
+    """The reported metrics (`catalogue.REPORTED`) this table has a value of, in catalogue order."""
+    return [m.name for m in REPORTED if m.name in agg and agg[m.name].notna().any()]
 
 
 def repeat_range(row, metric: str) -> tuple[float, float]:

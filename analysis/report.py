@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 
 from attnbench.kernels.schema import COMPARATORS
-from attnbench.runner.catalogue import ITL, REPORTED
+from attnbench.runner.catalogue import ITL, REPORTED, TOKENS_PER_JOULE
 from attnbench.runner.recipe import ENGINE_LABELS
 
 from . import fig9, figures
@@ -115,13 +115,16 @@ HEADINGS = {m.name: m.heading for m in REPORTED}  # table headings: "TTFT ms", "
 
 def format_value(value, metric: str = "", ratio: bool = False) -> str:
     """A number as a reader wants it: grouped digits, precision by size and metric
-    (tok/s as whole numbers, req/s with 2 decimals, ms with 0-2), ratios with 2 decimals."""
+    (tok/s as whole numbers, req/s with 2 decimals, ms with 0-2, energy per token with 3
+    significant digits), ratios with 2 decimals."""
     if value is None or (isinstance(value, float) and pd.isna(value)):
         return "-"
     if not isinstance(value, (int, float)) or isinstance(value, bool):
         return str(value)
     if ratio:
         return f"{value:.2f}"
+    if metric in (TOKENS_PER_JOULE.name, "joules_per_output_token", "net_joules_per_output_token"):
+        return f"{value:.3g}"
     if metric == "request_throughput":
         return f"{value:,.2f}" if value >= 0.1 else f"{value:.4f}"
     size = abs(value)
@@ -204,10 +207,33 @@ def _warnings(s: pd.DataFrame) -> list[str]:
                          "CPU seconds from the client's machine per repeat (steal, /proc/stat): on a shared host "
                          "the server's latencies move with it; compare repeats' `host_steal_s` before reading "
                          "their difference.")
+        if row.get("energy_left_out"):
+            lines.append(f"- **warning**: `{row['run']}`: energy not valid in {row['energy_left_out']} (its other "
+                         f"metrics count; its energy is the mean of the {int(row.get('energy_repeats', 0))} "
+                         "valid repeat(s)).")
         if row.get("jit_compiles", 0):
             lines.append(f"- **warning**: `{row['run']}`: the server logged {int(row['jit_compiles'])} kernel "
                          "compile(s) during measurement (vLLM's JIT monitor): a latency spike inside the numbers.")
     return lines + [""] if lines else []
+
+
+ENERGY_HEADINGS = {"run": "run", "energy_repeats": "repeats", TOKENS_PER_JOULE.name: "output tok/J",
+                   "joules_per_output_token": "J/tok", "net_joules_per_output_token": "J/tok net of idle",
+                   "joules_per_request": "J/request", "mean_power_w": "mean W", "peak_power_w": "peak W",
+                   "idle_power_w": "idle W", "counter_vs_samples": "counter vs samples"}
+
+
+def _energy_table(s: pd.DataFrame) -> list[str]:
+    """The GPUs' energy per run, where measured (`runner.energy`; means over valid repeats)."""
+    if TOKENS_PER_JOULE.name not in s or s[TOKENS_PER_JOULE.name].isna().all():
+        return []
+    t = s[[c for c in ENERGY_HEADINGS if c in s]].copy()
+    if "counter_vs_samples" in t:
+        t["counter_vs_samples"] = [f"{v:+.1%}" if pd.notna(v) else "-" for v in t["counter_vs_samples"]]
+    cells = {c: [format_value(v, c) for v in t[c]] for c in t.columns}
+    return ["Energy of the server's GPUs over the load (counter where the GPUs have one; idle: their power "
+            "right before the load, server waiting; net: energy - idle power x duration):", "",
+            pd.DataFrame(cells).rename(columns=ENERGY_HEADINGS).to_markdown(index=False, disable_numparse=True), ""]
 
 
 def _fig9_tables(s: pd.DataFrame) -> list[str]:
@@ -303,6 +329,7 @@ def write_report(analysis: Analysis, path: Path, notes: tuple[str, ...] = ()) ->
             cols = ["run", "repeats", "engine", "attention_backend", "graph_mode", "cuda_graphs"] \
                 + metric_columns(s) + ["failed"]
             lines += [_fmt_table(s[[c for c in cols if c in s]]), ""]
+            lines += _energy_table(s)
             lines += _warnings(s)
             if s["output_len"].nunique() > 1:
                 lines += _fig9_tables(s)

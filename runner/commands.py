@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import signal
 import sys
 import time
@@ -15,6 +16,7 @@ from attnbench.validation import validation_lines
 
 from .calibrate import calibrate, serve_stub
 from .datasets import DatasetError, LocalTokenizer, build_requests, to_sharegpt
+from .energy import EnergyMeter, server_gpus
 from .execute import run_suite
 from .loadgen import LoadConfig, arrival_offsets
 from .loadpool import resolve_processes
@@ -39,6 +41,20 @@ class ProcessCount(click.ParamType):
         if not (str(value).isdigit() and 1 <= int(value) <= 64):
             self.fail(f"expected a count from 1 to 64 or 'auto', got {value!r}", param, ctx)
         return int(value)
+
+
+class GpuList(click.ParamType):
+    """GPUs as a comma-separated list of indices or UUIDs (``0,1``; ``GPU-8f3...``)."""
+
+    name = "LIST"
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, list):
+            return value
+        gpus = [g.strip() for g in str(value).split(",")]
+        if not all(g.isdigit() or re.fullmatch(r"(GPU|MIG)-[0-9A-Fa-f-]+", g) for g in gpus):
+            self.fail(f"expected GPU indices or UUIDs separated by commas (e.g. 0,1), got {value!r}", param, ctx)
+        return gpus
 
 
 def _suite_or_fail(path: Path):
@@ -244,11 +260,17 @@ def _in_the_future(ctx, param, value: float | None) -> float | None:
 @click.option("--idle-timeout", "idle_timeout_s", type=click.FloatRange(min=0, min_open=True), default=60.0,
               show_default=True, help="Stop the load when the server sends nothing for this long (s) with "
               "requests in flight: a hung server.")
+@click.option("--energy", "energy_vendor", type=click.Choice(["none", "nvidia", "amd"]), default="none",
+              show_default=True, help="Read the energy of this vendor's GPUs on this host during the load "
+              "(the server's host: NVML or amdsmi).")
+@click.option("--energy-gpus", type=GpuList(), metavar="LIST",
+              help="The server's GPUs for --energy, as indices or UUIDs (e.g. 0,1); default: the first "
+                   "visible one.")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), required=True,
               help="Folder for requests.jsonl and summary.json.")
 def load_cmd(url, model, tokenizer_dir, dataset, dataset_path, input_len, output_len, num_prompts,
              request_rate, arrival, burstiness, max_concurrency, ignore_eos, per_chunk_usage, client_processes,
-             start_at, request_timeout_s, idle_timeout_s, seed, out_dir):
+             start_at, request_timeout_s, idle_timeout_s, energy_vendor, energy_gpus, seed, out_dir):
     """Load an already running server and write requests.jsonl + summary.json.
 
     Exits 1 when no request completed (the line names the first error, e.g. connection
@@ -262,19 +284,34 @@ def load_cmd(url, model, tokenizer_dir, dataset, dataset_path, input_len, output
     header = RepeatHeader(base_url=cfg.base_url, model_id=model, num_prompts=num_prompts, request_rate=request_rate,
                           burstiness=burstiness, max_concurrency=max_concurrency)
     out_dir.mkdir(parents=True, exist_ok=True)
+    meter = None
+    if energy_vendor != "none":
+        meter = EnergyMeter.open(energy_vendor, energy_gpus or server_gpus(energy_vendor, 1))
+        if meter.reader is None:
+            click.echo(f"warning: {meter.why}; every other metric as usual", err=True)
     with RecordWriter(out_dir / REQUESTS_FILE) as writer:
         try:
-            measured = measure_repeat(cfg, requests, offsets, writer, header, desc="load", processes=processes)
+            measured = measure_repeat(cfg, requests, offsets, writer, header, desc="load", processes=processes,
+                                      meter=meter)
         except KeyboardInterrupt:
             click.echo(f"interrupted; records so far in {writer.path}", err=True)
             sys.exit(130)
+        finally:
+            if meter is not None:
+                meter.close()
     summary = measured.summary
     atomic_write_json(out_dir / SUMMARY_FILE, summary.as_json())
     if summary.status == "failed":
         raise click.ClickException(f"all {summary.failed} requests to {cfg.base_url} failed; "
                                    f"first error: {summary.first_error}")
-    click.echo(json.dumps({k: getattr(summary, k) for k in ("status", "completed", "failed", "request_throughput",
-                                                            "output_throughput", "median_ttft_ms", "median_itl_ms")}))
+    headline = {k: getattr(summary, k) for k in ("status", "completed", "failed", "request_throughput",
+                                                 "output_throughput", "median_ttft_ms", "median_itl_ms")}
+    if summary.energy is not None and summary.energy.valid:
+        headline["joules_per_output_token"] = summary.energy.joules_per_output_token
+    click.echo(json.dumps(headline))
+    if summary.energy is not None and meter.reader is not None and not summary.energy.valid:
+        click.echo(f"warning: the energy reading is not valid (the other metrics are): {summary.energy.note}",
+                   err=True)
     if summary.status == "degraded":
         click.echo(f"error: degraded load: {summary.error}", err=True)
         sys.exit(1)

@@ -27,6 +27,7 @@ from rich.table import Table
 from . import provenance
 from .catalogue import ITL, OUTPUT_THROUGHPUT, REQUEST_THROUGHPUT, TOTAL_TOKEN_THROUGHPUT, TTFT
 from .datasets import DatasetError, build_requests
+from .energy import EnergyMeter, server_gpus
 from .loadgen import LoadConfig, arrival_offsets
 from .loadpool import resolve_processes
 from .models import ensure_model
@@ -146,44 +147,55 @@ def run_recipe(suite: Suite, recipe: Recipe, store: ResultsStore, repeats: list[
         prov["jit_compiles_in_warmup"] = warmup.summary.jit_compiles
         atomic_write_json(store.run_dir(recipe.name) / prov_file, prov)
     processes = resolve_processes(b.client_processes, len(requests), b.max_concurrency)
-    outcomes: list[RepeatOutcome] = []
-    for i, repeat in enumerate(repeats):
-        unwell = server_unwell(server)
-        if unwell:
-            console.print(f"[red]{recipe.name} r{repeat}: {unwell}[/]")
-            outcomes += [_unmeasured(store, header(r), "failed", unwell) for r in repeats[i:]]
-            break
-        with store.requests_writer(recipe.name, repeat) as writer:
-            try:
-                measured = measure_repeat(cfg, requests, offsets, writer, header(repeat, provenance_file=prov_file),
-                                          desc=f"{recipe.name} r{repeat}", processes=processes,
-                                          slo_ms=b.goodput_slo_ms, server_log=server.log_path)
-            except KeyboardInterrupt:
-                summary = summarize_repeat(read_records(writer.path), header(repeat, provenance_file=prov_file),
-                                           digest=writer.digest(), slo_ms=b.goodput_slo_ms,
-                                           status="interrupted", error="interrupted (Ctrl-C)")
-                store.write_summary(recipe.name, repeat, summary)
-                raise
-        summary = measured.summary
-        lost_requests = summary.failed > 0
-        if not server.alive() or (lost_requests and server.exits_within(2.0)):
-            summary = summary.model_copy(update={"status": "failed", "error": (
-                f"vLLM server exited during the repeat (code {server.proc.returncode}); "
-                f"last log lines:\n{log_tail(server.log_path, 15)}")})
-            console.print(f"[red]{recipe.name} r{repeat}: server died[/]")
-        elif summary.status == "degraded":
-            console.print(f"[red]{recipe.name} r{repeat}: degraded, left out of the means and measured again by "
-                          f"--resume: {summary.error}[/]")
-        elif summary.failed:
-            console.print(f"[yellow]warning: {recipe.name} r{repeat}: {summary.failed} of "
-                          f"{summary.failed + summary.completed} requests failed (metrics cover the "
-                          f"{summary.completed} that completed); first error: {summary.first_error}[/]")
-        if summary.jit_compiles:
-            console.print(f"[yellow]warning: {recipe.name} r{repeat}: the server compiled kernels during "
-                          f"the measurement (a latency spike): {summary.jit_compiles[0]}[/]")
-        store.write_summary(recipe.name, repeat, summary)
-        outcomes.append(RepeatOutcome.of(summary))
-    return outcomes
+    s = recipe.serve
+    meter = EnergyMeter.open(s.gpu_vendor, server_gpus(s.gpu_vendor, s.tensor_parallel_size, s.env))
+    if meter.reader is None:
+        console.print(f"[{'dim' if s.gpu_vendor == 'none' else 'yellow'}]{recipe.name}: {meter.why}; "
+                      "every other metric as usual[/]")
+    try:
+        outcomes: list[RepeatOutcome] = []
+        for i, repeat in enumerate(repeats):
+            unwell = server_unwell(server)
+            if unwell:
+                console.print(f"[red]{recipe.name} r{repeat}: {unwell}[/]")
+                outcomes += [_unmeasured(store, header(r), "failed", unwell) for r in repeats[i:]]
+                break
+            with store.requests_writer(recipe.name, repeat) as writer:
+                try:
+                    measured = measure_repeat(cfg, requests, offsets, writer, header(repeat, provenance_file=prov_file),
+                                              desc=f"{recipe.name} r{repeat}", processes=processes,
+                                              slo_ms=b.goodput_slo_ms, server_log=server.log_path, meter=meter)
+                except KeyboardInterrupt:
+                    summary = summarize_repeat(read_records(writer.path), header(repeat, provenance_file=prov_file),
+                                               digest=writer.digest(), slo_ms=b.goodput_slo_ms,
+                                               status="interrupted", error="interrupted (Ctrl-C)")
+                    store.write_summary(recipe.name, repeat, summary)
+                    raise
+            summary = measured.summary
+            lost_requests = summary.failed > 0
+            if not server.alive() or (lost_requests and server.exits_within(2.0)):
+                summary = summary.model_copy(update={"status": "failed", "error": (
+                    f"vLLM server exited during the repeat (code {server.proc.returncode}); "
+                    f"last log lines:\n{log_tail(server.log_path, 15)}")})
+                console.print(f"[red]{recipe.name} r{repeat}: server died[/]")
+            elif summary.status == "degraded":
+                console.print(f"[red]{recipe.name} r{repeat}: degraded, left out of the means and measured again by "
+                              f"--resume: {summary.error}[/]")
+            elif summary.failed:
+                console.print(f"[yellow]warning: {recipe.name} r{repeat}: {summary.failed} of "
+                              f"{summary.failed + summary.completed} requests failed (metrics cover the "
+                              f"{summary.completed} that completed); first error: {summary.first_error}[/]")
+            if summary.jit_compiles:
+                console.print(f"[yellow]warning: {recipe.name} r{repeat}: the server compiled kernels during "
+                              f"the measurement (a latency spike): {summary.jit_compiles[0]}[/]")
+            if meter.reader is not None and summary.energy is not None and not summary.energy.valid:
+                console.print(f"[yellow]warning: {recipe.name} r{repeat}: its energy is not valid (the other "
+                              f"metrics are): {summary.energy.note}[/]")
+            store.write_summary(recipe.name, repeat, summary)
+            outcomes.append(RepeatOutcome.of(summary))
+        return outcomes
+    finally:
+        meter.close()
 
 
 def server_unwell(server: ServerProcess) -> str:

@@ -29,6 +29,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, create_model, model_validator
 
 from .catalogue import LATENCIES, STATS
+from .energy import EnergyReading
 from .loadgen import RequestRecord
 from .metrics import summarize
 
@@ -64,6 +65,7 @@ class Witnesses(BaseModel):
     jit_compiles: list[str] | None = None  # kernel compiles the server logged meanwhile
     client_processes: int | None = None  # client processes that shared the load
     client_host: dict[str, float] | None = None  # CPU s the client's machine lost meanwhile
+    energy: EnergyReading | None = None  # what the server's GPUs used meanwhile (`energy`)
 
 
 class RecordsDigest(BaseModel):
@@ -157,6 +159,9 @@ def summarize_repeat(records: Sequence[RequestRecord], header: RepeatHeader, *,
     (`repeat_status`): a repeat the server died in, or one interrupted, says so whatever
     its records say."""
     metrics = summarize(records, slo_ms, loop_lag_ms)
+    if witnesses is not None and witnesses.energy is not None:  # per output token and completed request
+        energy = witnesses.energy.per_work(metrics["total_output_tokens"] or 0, metrics["completed"])
+        witnesses = witnesses.model_copy(update={"energy": energy})
     if status is None:
         status, error = repeat_status(metrics["completed"], metrics["failed"], metrics["timed_out"],
                                       metrics["first_error"])

@@ -573,3 +573,57 @@ def test_the_run_table_never_cuts_a_run_name_in_80_columns():
     text = console.export_text()
     for o in outcomes:
         assert o.run in text, text
+
+
+def test_energy_is_a_column_a_table_and_a_panel_where_measured(tmp_path, captured):
+    """summary.json's energy: output tokens per joule per repeat where the reading is valid,
+    the mean of the valid repeats per run (a repeat whose reading is not valid is named in a
+    warning, its other metrics still count), an energy table, a tok/J panel beside the
+    serving bars, and tok/J normalized like a throughput. A CPU run says nothing of energy."""
+    store = ResultsStore(tmp_path / "res", "talk")
+    for run, backend in (("triton", "TRITON_ATTN"), ("flash", "FLASH_ATTN")):
+        write_run(store, "talk", run, [make_records([100, 120], 10), make_records([110, 130], 10),
+                                       make_records([90, 140], 10)], backend=backend)
+    readings = {("triton", 1): {"valid": True, "energy_j": 16.0, "joules_per_output_token": 2.0,
+                                "net_joules_per_output_token": 1.5, "mean_power_w": 400.0, "counter_vs_samples": 0.004},
+                ("triton", 2): {"valid": True, "energy_j": 32.0, "joules_per_output_token": 4.0,
+                                "net_joules_per_output_token": 3.0, "mean_power_w": 420.0, "counter_vs_samples": -0.01},
+                ("triton", 3): {"valid": False, "note": "a gap of 1.30 s between power samples (over 1 s)",
+                                "energy_j": 800.0, "joules_per_output_token": 100.0},
+                ("flash", 1): {"valid": True, "joules_per_output_token": 1.0},
+                ("flash", 2): {"valid": True, "joules_per_output_token": 1.0},
+                ("flash", 3): {"valid": True, "joules_per_output_token": 1.0}}
+    for (run, k), reading in readings.items():
+        path = store.repeat_dir(run, k) / "summary.json"
+        path.write_text(json.dumps({**json.loads(path.read_text()), "energy": reading}))
+    runs = collect_results(tmp_path / "res").runs.set_index(["run", "repeat"])
+    assert runs.loc[("triton", 1), "output_tokens_per_joule"] == 0.5
+    assert pd.isna(runs.loc[("triton", 3), "output_tokens_per_joule"])  # not valid: no value
+    analysis = analyze([tmp_path / "res"], tmp_path / "figs", baseline="flash")
+    agg = analysis.agg.set_index("run")
+    assert agg.loc["triton", "output_tokens_per_joule"] == pytest.approx(0.375)  # mean of 0.5 and 0.25
+    assert (agg.loc["triton", "output_tokens_per_joule_lo"], agg.loc["triton", "output_tokens_per_joule_hi"]) == (0.25, 0.5)
+    assert agg.loc["triton", "joules_per_output_token"] == 3.0 and agg.loc["triton", "energy_repeats"] == 2
+    assert agg.loc["triton", "energy_left_out"] == "r3: a gap of 1.30 s between power samples (over 1 s)"
+    text = write_report(analysis, tmp_path / "report.md").read_text()
+    energy_table = text[text.index("Energy of the server's GPUs"):].splitlines()
+    assert energy_table[2].split("|")[1:-1] == [" run    ", " repeats   ", " output tok/J   ", " J/tok   ",
+                                                " J/tok net of idle   ", " mean W   ", " counter vs samples   "]
+    assert [c.strip() for c in energy_table[5].split("|")[1:-1]] == ["triton", "2", "0.375", "3", "2.25", "410",
+                                                                      "-0.3%"]
+    assert ("- **warning**: `triton`: energy not valid in r3: a gap of 1.30 s between power samples (over 1 s) "
+            "(its other metrics count; its energy is the mean of the 2 valid repeat(s)).") in text
+    _, norm = analysis.normalized["talk"]
+    assert norm.set_index("run").loc["triton", "output_tokens_per_joule"] == pytest.approx(0.375)
+    fig, data = captured["talk-serving"]
+    assert fig.axes[-1].get_ylabel() == "output tokens per joule (tok/J)"
+    assert list(data["output_tokens_per_joule"]) == [1.0, pytest.approx(0.375)]  # flash, triton
+
+    cpu = ResultsStore(tmp_path / "cpu", "demo")
+    write_run(cpu, "demo", "cpu", [make_records([100, 120], 10)])
+    path = cpu.repeat_dir("cpu", 1) / "summary.json"
+    path.write_text(json.dumps({**json.loads(path.read_text()),
+                                "energy": {"valid": False, "note": "no GPU energy (gpu_vendor none)"}}))
+    analysis = analyze([tmp_path / "cpu"], tmp_path / "cpu-figs")
+    text = write_report(analysis, tmp_path / "cpu.md").read_text()
+    assert "tok/J" not in text and "energy" not in text.lower()

@@ -94,6 +94,8 @@ CASES = [
     ("load --url x --model m --tokenizer {dir} --out {out}/l", 2, "no tokenizer.json"),
     (LOAD + " --request-rate 0", 2, "--request-rate"),
     (LOAD + " --request-rate -5", 2, "--request-rate"),
+    (LOAD + " --energy-gpus 0,one", 2, "expected GPU indices or UUIDs separated by commas (e.g. 0,1), got '0,one'"),
+    (LOAD + " --energy intel", 2, "--energy"),
     (LOAD + " --burstiness 0", 2, "--burstiness"),
     (LOAD + " --burstiness -1", 2, "--burstiness"),
     (LOAD + " --dataset sharegpt", 2, "--dataset-path"),

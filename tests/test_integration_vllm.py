@@ -117,6 +117,8 @@ def test_run_completes_exact_tokens_and_cleans_up(tmp_path, model_dir):
         assert summary["server_metrics"]["generation_tokens"] == 640
         assert summary["server_metrics"]["requests"] == 10 and summary["jit_compiles"] == []
         assert summary["median_ttft_ms"] <= summary["median_e2el_ms"]
+        # a CPU server: no GPU energy, said so, and nothing else changes
+        assert summary["energy"] == {"valid": False, "note": "no GPU energy (gpu_vendor none)"}
     assert len(read_records(run_dir / "warmup.jsonl")) == 1
     assert "--enforce-eager" in (run_dir / "server.log").read_text()
     assert "HF_TOKEN='<redacted>'" in (run_dir / "server.log").read_text().splitlines()[0]
