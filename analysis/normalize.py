@@ -8,7 +8,7 @@ For each (GPU, suite, run):
   (ITL: over its chunk gaps), as `vllm bench serve` reports them per run;
 * energy (summary.json's ``energy``): output tokens per joule like a throughput, and the
   joules per token, per request and the power, means over the repeats whose reading is
-  valid;
+  valid (the counter's distance from the integrated power samples: the worst repeat's);
 * ITL across a request (ms): ``itl_first_tenth`` / ``itl_last_tenth``, the mean over repeats
   of each repeat's median gap over the first and the last tenth of its requests' gaps. At
   batch 1 a decode step bound by the GPU grows with the context it attends to; one bound by
@@ -81,17 +81,21 @@ def aggregate(data: Collected, keep_degraded: bool = False) -> pd.DataFrame:
 
 
 ENERGY_MEANS = ("joules_per_output_token", "net_joules_per_output_token", "joules_per_request",
-                "net_joules_per_request", "mean_power_w", "peak_power_w", "idle_power_w", "counter_vs_samples")
+                "net_joules_per_request", "mean_power_w", "peak_power_w", "idle_power_w")
 
 
 def _energy(g: pd.DataFrame) -> dict:
     """A run's energy over its counted repeats whose reading is valid: the mean of each of
-    `ENERGY_MEANS`, ``energy_repeats`` (how many), and ``energy_left_out`` (the repeats
-    whose reading is not valid, with why; a run on no GPU is not listed)."""
+    `ENERGY_MEANS`, ``counter_vs_samples`` (the repeats' farthest from 0: how far the GPUs'
+    counters and the integrated power samples were apart at worst), ``energy_repeats`` (how
+    many), and ``energy_left_out`` (the repeats whose reading is not valid, with why; a run
+    on no GPU is not listed)."""
     if "energy_valid" not in g:
         return {}
     valid = g[g["energy_valid"].eq(True)]
     out = {col: valid[col].mean() for col in ENERGY_MEANS if col in valid and valid[col].notna().any()}
+    if "counter_vs_samples" in valid and valid["counter_vs_samples"].notna().any():
+        out["counter_vs_samples"] = valid["counter_vs_samples"].loc[valid["counter_vs_samples"].abs().idxmax()]
     out["energy_repeats"] = len(valid)
     out["energy_left_out"] = "; ".join(
         f"r{r['repeat']}: {r['energy_note']}" for _, r in g.iterrows()

@@ -220,7 +220,7 @@ def _warnings(s: pd.DataFrame) -> list[str]:
 ENERGY_HEADINGS = {"run": "run", "energy_repeats": "repeats", TOKENS_PER_JOULE.name: "output tok/J",
                    "joules_per_output_token": "J/tok", "net_joules_per_output_token": "J/tok net of idle",
                    "joules_per_request": "J/request", "mean_power_w": "mean W", "peak_power_w": "peak W",
-                   "idle_power_w": "idle W", "counter_vs_samples": "counter vs samples"}
+                   "idle_power_w": "idle W", "counter_vs_samples": "counter vs samples (worst)"}
 
 
 def _energy_table(s: pd.DataFrame) -> list[str]:

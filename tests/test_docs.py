@@ -170,3 +170,26 @@ def test_the_readme_h100_numbers_come_from_the_committed_data():
         vs_fa3.append(mb.loc[("prefill-b1-8k", "auto"), "latency_us"] / mb.loc[("prefill-b1-8k", "fa3"), "latency_us"])
     assert len(pct) == 4 and 75.5 <= min(pct) and max(pct) <= 78.5
     assert np.round(np.median(vs_fa3), 2) == 1.07
+
+
+def test_the_h100_energy_figures_come_from_the_committed_summaries():
+    """README and docs/results/h100/README.md, section d: tokens per joule per backend and
+    the counter within 1.8% of the integrated power samples in every repeat, as the
+    committed summaries of docs/results/h100/energy hold them."""
+    from attnbench.analysis.collect import collect_results
+    from attnbench.analysis.normalize import aggregate
+
+    runs = collect_results(ROOT / "docs/results/h100/energy/h100").runs
+    assert len(runs) == 9 and runs["energy_valid"].all()
+    assert runs["counter_vs_samples"].abs().max() <= 0.018
+    agg = aggregate(collect_results(ROOT / "docs/results/h100/energy/h100")).set_index("run")
+    per_joule = agg["output_tokens_per_joule"].round(1).to_dict()
+    assert per_joule == {"backends-custom": 10.6, "backends-flash": 10.9, "backends-flex": 5.1}
+    readme = (ROOT / "README.md").read_text()
+    assert "FA3 10.9 output tokens per joule,\n  attnbench's kernels 10.6, FlexAttention 5.1" in readme
+    assert "agree within 1.8%" in readme
+    results = (ROOT / "docs/results/h100/README.md").read_text()
+    for run in ("flash", "custom", "flex"):
+        row = next(line for line in results.splitlines() if line.startswith(f"| backends-{run} |") and "tok/J" not in line
+                   and line.count("|") == 8)
+        assert f"| {per_joule[f'backends-{run}']:.1f} |" in row, row

@@ -332,18 +332,25 @@ def test_attnbench_load_reads_an_mi300x_through_amdsmi(monkeypatch, tmp_path):
     assert json.loads(result.output.strip().splitlines()[-1])["joules_per_output_token"] == e["joules_per_output_token"]
 
 
-def test_attnbench_load_without_the_gpus_library_warns_and_measures_the_rest(monkeypatch, tmp_path):
+def test_attnbench_load_without_the_gpus_driver_warns_and_measures_the_rest(monkeypatch, tmp_path):
     from attnbench.cli import main
     from attnbench.runner.calibrate import StubServer
     from attnbench.runner.models import write_tiny_model
 
+    nv, _ = fake_pynvml()
+
+    def no_driver():
+        raise nv.NVMLError("NVML Shared Library Not Found")
+    nv.nvmlInit = no_driver  # as on a host without NVIDIA's driver, on any host
+    monkeypatch.setitem(sys.modules, "pynvml", nv)
     tiny = write_tiny_model(tmp_path / "tiny")
     with StubServer() as url:
         result = CliRunner().invoke(main, [
             "load", "--url", url, "--model", "m", "--tokenizer", str(tiny), "--num-prompts", "4",
             "--output-len", "8", "--energy", "nvidia", "--out", str(tmp_path / "out")])
     assert result.exit_code == 0, result.output
-    assert "warning: NVML not usable (NVMLError" in result.output
+    assert "warning: NVML not usable (NVMLError: NVML Shared Library Not Found); every other metric as usual" \
+        in result.output
     summary = json.loads((tmp_path / "out" / "summary.json").read_text())
     assert summary["completed"] == 4 and summary["energy"]["valid"] is False
     assert summary["energy"]["note"].startswith("NVML not usable")
