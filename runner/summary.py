@@ -166,7 +166,7 @@ def summarize_repeat(records: Sequence[RequestRecord], header: RepeatHeader, *,
         status, error = repeat_status(metrics["completed"], metrics["failed"], metrics["timed_out"],
                                       metrics["first_error"])
     return RepeatSummary(**header.model_dump(exclude_none=True), **metrics,
-                         **(witnesses.model_dump(exclude_none=True) if witnesses else {}),
+                         **(witnesses.model_dump(exclude_none=True, exclude_unset=True) if witnesses else {}),
                          **(digest.model_dump() if digest else {}), date=utc_now(), status=status, error=error)
 
 
