@@ -22,7 +22,7 @@ from pydantic import ValidationError
 
 from attnbench.kernels.schema import MICROBENCH_FIELDS, MICROBENCH_REQUIRED, VLLM_BACKEND_NAME
 from attnbench.kernels.variants import AUTO
-from attnbench.runner.catalogue import ITL, TOKENS_PER_JOULE, TTFT
+from attnbench.runner.catalogue import ITL, SLO_ATTAINMENT, TOKENS_PER_JOULE, TTFT
 from attnbench.runner.energy import EnergyReading
 from attnbench.runner.host import COUNTERS as HOST_COUNTERS
 from attnbench.runner.metrics import latency_stats
@@ -181,6 +181,9 @@ def collect_results(root: str | Path) -> Collected:
                          "jit_compiles": len(summary.jit_compiles or []), "session": summary.session or "",
                          **{f"host_{k}": v for k, v in (summary.client_host or {}).items()},  # HOST_COLUMNS
                          **_energy_columns(summary.energy),
+                         **({SLO_ATTAINMENT.name: 100 * summary.slo.attainment, "slo_holds": summary.slo.holds,
+                             "slo": f"{', '.join(summary.slo.objectives)} (target {summary.slo.target:.0%})"}
+                            if summary.slo else {}),
                          "error": problem or summary.error, "first_error": summary.first_error,
                          "source": str(rep_dir)})
     if not runs:

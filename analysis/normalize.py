@@ -45,7 +45,7 @@ def aggregate(data: Collected, keep_degraded: bool = False) -> pd.DataFrame:
         row = dict(zip(KEYS, key))
         first = g.iloc[0]
         for col in ("workload", "model", "weights", "vllm_version", "date", "vendor", "engine", "attention_backend",
-                    "graph_mode", "cuda_graphs", "max_num_seqs", "chunked_prefill", "output_len"):
+                    "graph_mode", "cuda_graphs", "max_num_seqs", "chunked_prefill", "output_len", "slo"):
             row[col] = first.get(col)
         row["repeats"] = len(g)
         every = data.runs[(data.runs["suite"] == key[1]) & (data.runs["run"] == key[2])]

@@ -217,6 +217,16 @@ def _warnings(s: pd.DataFrame) -> list[str]:
     return lines + [""] if lines else []
 
 
+def _slo_lines(s: pd.DataFrame) -> list[str]:
+    """The objectives behind the SLO column, per set of runs that share them."""
+    if "slo" not in s or s["slo"].isna().all():
+        return []
+    lines = [f"- SLO {slo} for {', '.join(f'`{r}`' for r in g['run'])}: the SLO % column is the share of "
+             "requests that completed within every objective (runner/slo.py)."
+             for slo, g in s.groupby("slo", sort=False)]
+    return lines + [""]
+
+
 ENERGY_HEADINGS = {"run": "run", "energy_repeats": "repeats", TOKENS_PER_JOULE.name: "output tok/J",
                    "joules_per_output_token": "J/tok", "net_joules_per_output_token": "J/tok net of idle",
                    "joules_per_request": "J/request", "mean_power_w": "mean W", "peak_power_w": "peak W",
@@ -329,6 +339,7 @@ def write_report(analysis: Analysis, path: Path, notes: tuple[str, ...] = ()) ->
             cols = ["run", "repeats", "engine", "attention_backend", "graph_mode", "cuda_graphs"] \
                 + metric_columns(s) + ["failed"]
             lines += [_fmt_table(s[[c for c in cols if c in s]]), ""]
+            lines += _slo_lines(s)
             lines += _energy_table(s)
             lines += _warnings(s)
             if s["output_len"].nunique() > 1:

@@ -5,7 +5,7 @@ it counts and which direction is better.
 table headings and axes from here. Key names follow ``vllm bench serve --save-result``:
 a throughput is its own key (``output_throughput``); a latency has one key per statistic
 (``mean_ttft_ms``, ``median_ttft_ms``, ``p99_ttft_ms``, ...). Tokens per joule comes from
-a summary's ``energy`` reading, where it is valid.
+a summary's ``energy`` reading, where it is valid; SLO attainment from its ``slo``.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ STATS = ("mean", "median", "std", *(f"p{p}" for p in PERCENTILES))  # of a laten
 class Metric:
     name: str
     per: Literal["run", "request", "gap"]  # one value per repeat, per request, per chunk gap
-    unit: str  # "req/s", "tok/s", "ms" or "tok/J"
+    unit: str  # "req/s", "tok/s", "ms", "%" or "tok/J"
     short: str  # table heading before the unit ("TTFT" -> "TTFT ms"; "" -> "req/s")
     long: str  # axis label before the unit ("TTFT" -> "TTFT (s)")
     better: Literal["higher", "lower"]
@@ -80,7 +80,10 @@ ITL_PER_TOKEN = Metric("itl_per_token", "gap", "ms", "ITL/token", "ITL per token
 TOKENS_PER_JOULE = Metric("output_tokens_per_joule", "run", "tok/J", "output", "output tokens per joule", "higher",
                           "output tokens / the energy of the server's GPUs over the load (summary.json's energy)")
 
+SLO_ATTAINMENT = Metric("slo_attainment_pct", "run", "%", "SLO", "SLO attainment", "higher",
+                        "measured requests that completed within every objective of benchmark.slo (runner/slo.py), %")
+
 THROUGHPUTS = (REQUEST_THROUGHPUT, OUTPUT_THROUGHPUT, TOTAL_TOKEN_THROUGHPUT)
 LATENCIES = (TTFT, TPOT, E2EL, ITL, ITL_PER_TOKEN)  # every latency a summary holds
-REPORTED = (*THROUGHPUTS, TTFT, TPOT, E2EL, ITL, TOKENS_PER_JOULE)  # the report's tables and figures
-METRICS = {m.name: m for m in (*THROUGHPUTS, *LATENCIES, TOKENS_PER_JOULE)}
+REPORTED = (*THROUGHPUTS, TTFT, TPOT, E2EL, ITL, SLO_ATTAINMENT, TOKENS_PER_JOULE)  # the report's tables, figures
+METRICS = {m.name: m for m in (*THROUGHPUTS, *LATENCIES, SLO_ATTAINMENT, TOKENS_PER_JOULE)}

@@ -25,6 +25,7 @@ from .preflight import PreflightError, check_accelerator, check_datasets, prefli
 from .recipe import DatasetSpec, RecipeError, load_suite
 from .repeat import measure_repeat
 from .server import ServerError, ServerProcess, build_launch
+from .slo import Slo, parse_objectives
 from .store import REQUESTS_FILE, SUMMARY_FILE, RecordWriter, ResultsStore, atomic_write_json
 from .summary import RepeatHeader
 from .tasks import parse_task, split_tasks, task_runs, write_plan
@@ -55,6 +56,20 @@ class GpuList(click.ParamType):
         if not all(g.isdigit() or re.fullmatch(r"(GPU|MIG)-[0-9A-Fa-f-]+", g) for g in gpus):
             self.fail(f"expected GPU indices or UUIDs separated by commas (e.g. 0,1), got {value!r}", param, ctx)
         return gpus
+
+
+def _slo_or_fail(objectives: tuple[str, ...], target: float | None) -> Slo | None:
+    """--slo / --slo-target as an `Slo` (None without objectives), or a usage error naming them."""
+    if not objectives:
+        if target is not None:
+            raise click.BadParameter("needs at least one --slo objective", param_hint="--slo-target")
+        return None
+    try:
+        return Slo(objectives=parse_objectives(objectives), target=target)
+    except ValidationError as e:
+        raise click.BadParameter(e.errors()[0]["msg"].removeprefix("Value error, "), param_hint="--slo") from None
+    except ValueError as e:
+        raise click.BadParameter(str(e), param_hint="--slo") from None
 
 
 def _suite_or_fail(path: Path):
@@ -260,6 +275,12 @@ def _in_the_future(ctx, param, value: float | None) -> float | None:
 @click.option("--idle-timeout", "idle_timeout_s", type=click.FloatRange(min=0, min_open=True), default=60.0,
               show_default=True, help="Stop the load when the server sends nothing for this long (s) with "
               "requests in flight: a hung server.")
+@click.option("--slo", "slo_objectives", multiple=True, metavar="'pNN METRIC <= X ms'",
+              help="An objective at a percentile (repeatable), e.g. --slo 'p90 ttft <= 500 ms' --slo "
+                   "'p90 tpot <= 50 ms': summary.json gets each one's value and the share of requests "
+                   "meeting all (attainment).")
+@click.option("--slo-target", type=click.FloatRange(0, 1, min_open=True),
+              help="The attainment the SLO asks for (a share; default: the highest percentile / 100).")
 @click.option("--energy", "energy_vendor", type=click.Choice(["none", "nvidia", "amd"]), default="none",
               show_default=True, help="Read the energy of this vendor's GPUs on this host during the load "
               "(the server's host: NVML or amdsmi).")
@@ -270,12 +291,14 @@ def _in_the_future(ctx, param, value: float | None) -> float | None:
               help="Folder for requests.jsonl and summary.json.")
 def load_cmd(url, model, tokenizer_dir, dataset, dataset_path, input_len, output_len, num_prompts,
              request_rate, arrival, burstiness, max_concurrency, ignore_eos, per_chunk_usage, client_processes,
-             start_at, request_timeout_s, idle_timeout_s, energy_vendor, energy_gpus, seed, out_dir):
+             start_at, request_timeout_s, idle_timeout_s, slo_objectives, slo_target, energy_vendor, energy_gpus,
+             seed, out_dir):
     """Load an already running server and write requests.jsonl + summary.json.
 
     Exits 1 when no request completed (the line names the first error, e.g. connection
     refused) or the load was degraded (over 1% of requests failed, or one timed out), 130 on
     Ctrl-C (the records so far stay in requests.jsonl)."""
+    slo = _slo_or_fail(slo_objectives, slo_target)
     requests = _requests_or_fail(dataset, dataset_path, input_len, output_len, num_prompts, tokenizer_dir, seed)
     cfg = LoadConfig(url.rstrip("/"), model, ignore_eos, max_concurrency, request_timeout_s, idle_timeout_s,
                      per_chunk_usage=per_chunk_usage, start_at=start_at)
@@ -292,7 +315,7 @@ def load_cmd(url, model, tokenizer_dir, dataset, dataset_path, input_len, output
     with RecordWriter(out_dir / REQUESTS_FILE) as writer:
         try:
             measured = measure_repeat(cfg, requests, offsets, writer, header, desc="load", processes=processes,
-                                      meter=meter)
+                                      slo=slo, meter=meter)
         except KeyboardInterrupt:
             click.echo(f"interrupted; records so far in {writer.path}", err=True)
             sys.exit(130)
@@ -308,6 +331,8 @@ def load_cmd(url, model, tokenizer_dir, dataset, dataset_path, input_len, output
                                                  "output_throughput", "median_ttft_ms", "median_itl_ms")}
     if summary.energy is not None and summary.energy.valid:
         headline["joules_per_output_token"] = summary.energy.joules_per_output_token
+    if summary.slo is not None:
+        headline["slo_attainment"] = summary.slo.attainment
     click.echo(json.dumps(headline))
     if summary.energy is not None and meter.reader is not None and not summary.energy.valid:
         click.echo(f"warning: the energy reading is not valid (the other metrics are): {summary.energy.note}",
@@ -392,6 +417,9 @@ def recipes_show(suite_file, only, models):
         click.echo(f"load:   {b.num_prompts} prompts ({b.dataset.kind}), rate {b.request_rate} req/s "
                    f"({b.arrival}), max concurrency {b.max_concurrency}, ignore_eos {b.ignore_eos}, "
                    f"{b.warmup_requests} warm-up, {b.repeats} repeats, seed {b.seed}")
+        if b.slo is not None:
+            click.echo(f"slo:    {', '.join(str(o) for o in b.slo.objectives)}; attainment target "
+                       f"{b.slo.attainment_target:.0%} of requests")
         click.echo(f"recipe hash: {recipe.digest()}\n")
 
 

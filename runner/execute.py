@@ -164,10 +164,11 @@ def run_recipe(suite: Suite, recipe: Recipe, store: ResultsStore, repeats: list[
                 try:
                     measured = measure_repeat(cfg, requests, offsets, writer, header(repeat, provenance_file=prov_file),
                                               desc=f"{recipe.name} r{repeat}", processes=processes,
-                                              slo_ms=b.goodput_slo_ms, server_log=server.log_path, meter=meter)
+                                              slo_ms=b.goodput_slo_ms, slo=b.slo, server_log=server.log_path,
+                                              meter=meter)
                 except KeyboardInterrupt:
                     summary = summarize_repeat(read_records(writer.path), header(repeat, provenance_file=prov_file),
-                                               digest=writer.digest(), slo_ms=b.goodput_slo_ms,
+                                               digest=writer.digest(), slo_ms=b.goodput_slo_ms, slo=b.slo,
                                                status="interrupted", error="interrupted (Ctrl-C)")
                     store.write_summary(recipe.name, repeat, summary)
                     raise

@@ -17,6 +17,7 @@ Per run:
   output_throughput       output tokens / duration (tok/s)
   total_token_throughput  (input + output tokens) / duration (tok/s)
   request_goodput         requests meeting every given SLO (ms) / duration (req/s)
+  slo                     attainment of percentile objectives ("p90 ttft <= 500 ms"; `slo`)
   itl_first_tenth, itl_last_tenth
                           the median ITL over the first and over the last tenth of every
                           request's gaps (ms): at batch 1 a decode step bound by the GPU
@@ -39,6 +40,7 @@ import numpy as np
 
 from .catalogue import LATENCIES, STATS, Metric
 from .loadgen import RequestRecord
+from .slo import Slo
 
 
 def request_latencies(r: RequestRecord) -> dict:
@@ -105,9 +107,10 @@ def itl_tenths(per: list[dict]) -> tuple[float | None, float | None]:
 
 
 def summarize(records: Iterable[RequestRecord], slo_ms: dict[str, float] | None = None,
-              loop_lag_ms: Sequence[float] | None = None) -> dict:
+              loop_lag_ms: Sequence[float] | None = None, slo: Slo | None = None) -> dict:
     """The metrics of one repeat (measured requests only), under their summary.json keys;
-    ``loop_lag_ms`` (the client's event-loop lag samples) adds its p50, p99 and max.
+    ``loop_lag_ms`` (the client's event-loop lag samples) adds its p50, p99 and max;
+    ``slo`` adds the repeat against those objectives (`slo.SloResult`).
     `summary.summarize_repeat` makes them part of a `RepeatSummary`."""
     recs = [r for r in records if r.phase == "measure"]
     ok = [r for r in recs if r.status == "ok" and r.chunk_s]
@@ -136,6 +139,8 @@ def summarize(records: Iterable[RequestRecord], slo_ms: dict[str, float] | None 
         good = sum(all(p[k] is not None and p[k] <= limit for k, limit in slo_ms.items()) for p in per)
         summary["request_goodput"] = good / duration if duration else 0.0
         summary["goodput_slo_ms"] = dict(slo_ms)
+    if slo is not None:
+        summary["slo"] = slo.evaluate(per, len(recs)).model_dump()
     summary.update(latency_stats("schedule_lag", [(r.dispatch_s - r.scheduled_s) * 1e3 for r in recs]))
     if loop_lag_ms is not None:
         lag = np.asarray(loop_lag_ms or [0.0])

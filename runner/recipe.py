@@ -28,6 +28,7 @@ from attnbench.validation import read_yaml, validation_lines
 from .models import ARCHS
 from .names import check_name, slug
 from .secrets import redact_recipe
+from .slo import Slo
 
 GRAPH_MODES = ("eager", "piecewise", "full", "full_decode_only", "full_and_piecewise")  # server.graph_mode_args
 
@@ -255,6 +256,9 @@ class BenchmarkSettings(_Strict):
     ``client_processes`` spreads the load over that many client processes (runner/loadpool.py);
     ``auto`` picks one per 128 requests that can be in flight (``max_concurrency``, else
     ``num_prompts``), at most 8 and at most half the host's CPUs (`loadpool.auto_processes`).
+    ``goodput_slo_ms`` bounds per request (ms) for ``request_goodput``, as ``vllm bench serve
+    --goodput``; ``slo`` objectives at a percentile (``{objectives: ["p90 ttft <= 500 ms",
+    "p90 tpot <= 50 ms"], target: 0.9}``), each repeat's attainment reported (runner/slo.py).
     """
 
     dataset: DatasetSpec = DatasetSpec()
@@ -273,6 +277,7 @@ class BenchmarkSettings(_Strict):
     per_chunk_usage: bool = False
     client_processes: Annotated[int, Field(ge=1, le=64)] | Literal["auto"] = "auto"
     goodput_slo_ms: dict[Literal["ttft", "tpot", "e2el"], float] = {}
+    slo: Slo | None = None
 
     def warmup_dataset(self) -> DatasetSpec:
         """The warm-up requests' prompts: the run's, with ``warmup_output_len`` if set."""

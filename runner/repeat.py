@@ -23,6 +23,7 @@ from .host import host_between, host_counters
 from .loadgen import ClientStats, LoadConfig, RequestRecord
 from .loadpool import run_load_processes
 from .serverlog import LogWindow, jit_compiles
+from .slo import Slo
 from .store import RecordWriter
 from .summary import RepeatHeader, RepeatSummary, Witnesses, summarize_repeat, utc_now
 from .witness import between, scrape
@@ -36,7 +37,7 @@ class Repeat:
 
 def measure_repeat(cfg: LoadConfig, requests: list[BenchRequest], offsets: list[float], writer: RecordWriter,
                    header: RepeatHeader, *, desc: str, phase: str = "measure", processes: int = 1,
-                   slo_ms: dict[str, float] | None = None, server_log: Path | None = None,
+                   slo_ms: dict[str, float] | None = None, slo: Slo | None = None, server_log: Path | None = None,
                    meter: EnergyMeter | None = None) -> Repeat:
     """Send ``requests`` at ``offsets`` to ``cfg.base_url`` (every finished record to
     ``writer``, as it finishes) and summarize them under ``header``, with the load's start
@@ -62,4 +63,4 @@ def measure_repeat(cfg: LoadConfig, requests: list[BenchRequest], offsets: list[
                           energy=meter.reading() if meter is not None else None)
     header = header.model_copy(update={"started_at": started, "finished_at": utc_now()})
     return Repeat(records, summarize_repeat(records, header, witnesses=witnesses, digest=writer.digest(),
-                                            slo_ms=slo_ms, loop_lag_ms=stats.loop_lag_ms))
+                                            slo_ms=slo_ms, slo=slo, loop_lag_ms=stats.loop_lag_ms))

@@ -32,6 +32,7 @@ from .catalogue import LATENCIES, STATS
 from .energy import EnergyReading
 from .loadgen import RequestRecord
 from .metrics import summarize
+from .slo import Slo, SloResult
 
 STATUSES = ("ok", "degraded", "failed", "interrupted")
 DEGRADED_FAILED_SHARE = 0.01  # more failed requests than this share makes a repeat degraded
@@ -97,6 +98,7 @@ class _Summary(RepeatHeader, Witnesses):
     total_token_throughput: float | None = None  # tok/s
     request_goodput: float | None = None  # req/s meeting every SLO of goodput_slo_ms
     goodput_slo_ms: dict[str, float] | None = None
+    slo: SloResult | None = None  # the repeat against benchmark.slo's objectives (`slo`)
     itl_first_tenth_ms: float | None = None  # median ITL over the first tenth of each request's gaps
     itl_last_tenth_ms: float | None = None  # ... and over the last tenth
 
@@ -153,12 +155,12 @@ def repeat_status(completed: int, failed: int, timed_out: int, first_error: str)
 def summarize_repeat(records: Sequence[RequestRecord], header: RepeatHeader, *,
                      witnesses: Witnesses | None = None, digest: RecordsDigest | None = None,
                      slo_ms: dict[str, float] | None = None, loop_lag_ms: Sequence[float] | None = None,
-                     status: str | None = None, error: str = "") -> RepeatSummary:
+                     slo: Slo | None = None, status: str | None = None, error: str = "") -> RepeatSummary:
     """The summary of a repeat from its request records (measured ones count) and what the
     caller knows about it. ``status`` and ``error`` override the status the records give
     (`repeat_status`): a repeat the server died in, or one interrupted, says so whatever
     its records say."""
-    metrics = summarize(records, slo_ms, loop_lag_ms)
+    metrics = summarize(records, slo_ms, loop_lag_ms, slo)
     if witnesses is not None and witnesses.energy is not None:  # per output token and completed request
         energy = witnesses.energy.per_work(metrics["total_output_tokens"] or 0, metrics["completed"])
         witnesses = witnesses.model_copy(update={"energy": energy})
