@@ -2,7 +2,8 @@
 
 * `collect_results`: an attnbench results tree (runner/store.py layout) -> a `Collected`
   with one row per (suite, run, repeat): its summary's metrics (its energy reading's too,
-  where valid), serve settings and provenance. Only summaries are read: a tree whose per-request records were archived
+  where valid), serve settings and provenance; ``knee`` marks the probes of a knee search
+  (analysis/knee.py reads those runs). Only summaries are read: a tree whose per-request records were archived
   away (as the ones committed under docs/ are) draws the same figures.
 * `collect_vllm_bench`: JSON written by ``vllm bench serve --save-result`` -> the same
   frame (its percentiles computed from its per-request lists where it saved them), so
@@ -176,7 +177,8 @@ def collect_results(root: str | Path) -> Collected:
                 raise CollectError(f"{summary_path}: {e}") from None
             key = {"suite": suite, "run": run, "repeat": repeat}
             metrics = {k: getattr(summary, k) for k in METRIC_FIELDS if getattr(summary, k) is not None}
-            runs.append({**key, "status": status, **_serve_settings(recipe),
+            runs.append({**key, "status": status, "knee": bool((recipe.get("benchmark") or {}).get("knee")),
+                         **_serve_settings(recipe),
                          **_provenance_columns(prov, recipe), **metrics,
                          "jit_compiles": len(summary.jit_compiles or []), "session": summary.session or "",
                          **{f"host_{k}": v for k, v in (summary.client_host or {}).items()},  # HOST_COLUMNS

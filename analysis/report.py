@@ -15,8 +15,9 @@ from attnbench.kernels.schema import COMPARATORS
 from attnbench.runner.catalogue import ITL, REPORTED, TOKENS_PER_JOULE
 from attnbench.runner.recipe import ENGINE_LABELS
 
-from . import fig9, figures
+from . import fig9, figures, knee
 from .collect import Collected, CollectError, collect_results, collect_vllm_bench, load_microbench
+from .knee import collect_knees
 from .normalize import CONVENTION, aggregate, metric_columns, normalize, repeat_range, split_experiments
 
 DEFAULT_BASELINES = ("FLEX_ATTENTION", "v0-default", "v0-style")
@@ -37,10 +38,14 @@ class Analysis:
     normalized: dict[str, tuple[str, pd.DataFrame]] = field(default_factory=dict)  # suite -> (baseline, frame)
     serving_figures: dict[str, list[Path]] = field(default_factory=dict)  # suite -> files
     micro: list[MicroResult] = field(default_factory=list)
+    knees: pd.DataFrame = field(default_factory=pd.DataFrame)  # one row per knee run (analysis/knee.py)
+    knee_probes: pd.DataFrame = field(default_factory=pd.DataFrame)
+    knee_figures: dict[str, list[Path]] = field(default_factory=dict)  # suite -> files
 
     @property
     def figures(self) -> list[Path]:
-        return [p for ps in self.serving_figures.values() for p in ps] + [p for m in self.micro for p in m.figures]
+        return [p for ps in (*self.serving_figures.values(), *self.knee_figures.values()) for p in ps] + \
+            [p for m in self.micro for p in m.figures]
 
 
 def pick_baseline(agg: pd.DataFrame, suite: str, requested: str | None) -> str | None:
@@ -67,8 +72,19 @@ def analyze(results: list[Path], out_dir: Path, *, microbench: list[Path] = (), 
         raise CollectError("nothing to analyze: give a results directory, --microbench CSV or --vllm-bench JSON")
     out = Analysis(out_dir)
     parts = [collect_results(r) for r in results] + [collect_vllm_bench(p) for p in vllm_bench]
+    knee_runs, knee_probes = zip(*(collect_knees(r) for r in results)) if results else ((), ())
+    out.knees = pd.concat(knee_runs, ignore_index=True) if knee_runs else pd.DataFrame()
+    out.knee_probes = pd.concat(knee_probes, ignore_index=True) if knee_probes else pd.DataFrame()
+    for suite in dict.fromkeys(out.knees.get("suite", [])):
+        runs, probes = out.knees[out.knees["suite"] == suite], out.knee_probes[out.knee_probes["suite"] == suite]
+        out.knee_figures[suite] = knee.figure_curves(runs, probes, out_dir, suite) + \
+            knee.figure_backends(runs, out_dir, suite)
     if parts:
         data = Collected.concat(parts)
+        searched = data.runs.get("knee", pd.Series(False, index=data.runs.index)).fillna(False).astype(bool)
+        data = Collected(data.runs[~searched], data.sources)  # knee probes: their own section
+        parts = parts if not data.runs.empty else []
+    if parts:
         out.agg = split_experiments(aggregate(data, keep_degraded))
         if baseline and baseline not in set(out.agg["run"]):
             raise CollectError(f"baseline run {baseline!r} not found; runs are {sorted(set(out.agg['run']))}")
@@ -350,6 +366,10 @@ def write_report(analysis: Analysis, path: Path, notes: tuple[str, ...] = ()) ->
                           _fmt_table(norm[["gpu", "run"] + metric_columns(norm)], ratio=True), ""]
                 lines += noise_lines(norm, base)
             lines += _figure_links(analysis.serving_figures.get(suite, []), path)
+    for suite in dict.fromkeys(analysis.knees.get("suite", [])):
+        lines += [f"## {suite}: the SLO knee", "", f"{figures.footnote(analysis.knees[analysis.knees['suite'] == suite])}",
+                  "", *knee.table_lines(analysis.knees[analysis.knees["suite"] == suite])]
+        lines += _figure_links(analysis.knee_figures.get(suite, []), path)
     for micro in analysis.micro:
         mb = micro.frame
         ok = mb[mb["status"] == "ok"]

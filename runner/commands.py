@@ -414,9 +414,15 @@ def recipes_show(suite_file, only, models):
         click.echo(f"server: {plan.shell_line(None if recipe.serve.port else 'PORT')}")
         if not recipe.serve.port:
             click.echo("port:   PORT is a free port picked when the server starts (serve.port fixes one)")
-        click.echo(f"load:   {b.num_prompts} prompts ({b.dataset.kind}), rate {b.request_rate} req/s "
-                   f"({b.arrival}), max concurrency {b.max_concurrency}, ignore_eos {b.ignore_eos}, "
-                   f"{b.warmup_requests} warm-up, {b.repeats} repeats, seed {b.seed}")
+        if b.knee is None:
+            click.echo(f"load:   {b.num_prompts} prompts ({b.dataset.kind}), rate {b.request_rate} req/s "
+                       f"({b.arrival}), max concurrency {b.max_concurrency}, ignore_eos {b.ignore_eos}, "
+                       f"{b.warmup_requests} warm-up, {b.repeats} repeats, seed {b.seed}")
+        else:
+            click.echo(f"load:   knee search: up to {b.knee.max_probes} probes of {b.num_prompts} prompts "
+                       f"({b.dataset.kind}), a burst then {b.arrival} arrivals at the rates the search picks, to "
+                       f"within {b.knee.tolerance:.0%}; max concurrency {b.max_concurrency}, ignore_eos "
+                       f"{b.ignore_eos}, {b.warmup_requests} warm-up before each probe, seed {b.seed}")
         if b.slo is not None:
             click.echo(f"slo:    {', '.join(str(o) for o in b.slo.objectives)}; attainment target "
                        f"{b.slo.attainment_target:.0%} of requests")

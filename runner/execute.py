@@ -5,6 +5,8 @@ Consecutive runs whose model and serve settings are equal (the points of a matri
 benchmark settings, e.g. the Fig. 9 output lengths) share one server: its start-up (about
 100 s on a GPU: weights, torch.compile, CUDA-graph capture) is paid once. Each run still
 does its own warm-up; its provenance names the run whose folder holds the server log.
+A knee run (``benchmark.knee``) measures the probes of its search instead of repeats, each
+after its own warm-up, on one server start (`run_knee`, runner/knee.py).
 
 Failure rules: a server that does not start marks that run's pending repeats failed (with
 the log tail) and the suite goes on; a server that dies mid-repeat marks that repeat and
@@ -17,6 +19,8 @@ and exits. Every request record is on disk the moment it finishes.
 
 from __future__ import annotations
 
+import json
+import math
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,6 +32,7 @@ from . import provenance
 from .catalogue import ITL, OUTPUT_THROUGHPUT, REQUEST_THROUGHPUT, TOTAL_TOKEN_THROUGHPUT, TTFT
 from .datasets import DatasetError, build_requests
 from .energy import EnergyMeter, server_gpus
+from .knee import KNEE_FILE, KneeResult, Probe, next_rate
 from .loadgen import LoadConfig, arrival_offsets
 from .loadpool import resolve_processes
 from .models import ensure_model
@@ -56,12 +61,13 @@ class RepeatOutcome:
 
 
 def repeat_header(suite: Suite, recipe: Recipe, repeat: int, session: str = "", **more) -> RepeatHeader:
-    """What a suite's repeat measures: its run, the model and the load of its recipe."""
+    """What a suite's repeat measures: its run, the model and the load of its recipe
+    (``more`` adds to it or overrides it: a knee probe's own ``request_rate``)."""
     b = recipe.benchmark
-    return RepeatHeader(suite=suite.name, run=recipe.name, repeat=repeat, session=session,
-                        model_id=recipe.model.name, tokenizer_id=recipe.model.tokenizer_path,
-                        num_prompts=b.num_prompts, request_rate=b.request_rate, burstiness=b.burstiness,
-                        max_concurrency=b.max_concurrency, recipe_hash=recipe.digest(), **more)
+    fields = dict(suite=suite.name, run=recipe.name, repeat=repeat, session=session, model_id=recipe.model.name,
+                  tokenizer_id=recipe.model.tokenizer_path, num_prompts=b.num_prompts, request_rate=b.request_rate,
+                  burstiness=b.burstiness, max_concurrency=b.max_concurrency, recipe_hash=recipe.digest())
+    return RepeatHeader(**{**fields, **more})
 
 
 def _unmeasured(store: ResultsStore, header: RepeatHeader, status: str, error: str) -> RepeatOutcome:
@@ -102,101 +108,188 @@ class SharedServer:
 HEALTH_WAIT_S = 10.0  # how long a server between repeats may take to answer /health
 
 
+class Serving:
+    """One run's server up and its load built (`open`): measures its repeats one by one,
+    each after the run's warm-up or its own (`warm_up`). ``with`` it to close its meter."""
+
+    def __init__(self, suite: Suite, recipe: Recipe, store: ResultsStore, console: Console, session: str,
+                 server: ServerProcess, requests: list, prov: dict, prov_file: str):
+        self.suite, self.recipe, self.store, self.console, self.session = suite, recipe, store, console, session
+        self.server, self.requests, self.prov, self.prov_file = server, requests, prov, prov_file
+        b, s = recipe.benchmark, recipe.serve
+        self.cfg = LoadConfig(server.plan.base_url, recipe.model.name, b.ignore_eos, b.max_concurrency,
+                              b.request_timeout_s, b.idle_timeout_s, per_chunk_usage=b.per_chunk_usage)
+        self.processes = resolve_processes(b.client_processes, len(requests), b.max_concurrency)
+        self.meter = EnergyMeter.open(s.gpu_vendor, server_gpus(s.gpu_vendor, s.tensor_parallel_size, s.env))
+        if self.meter.reader is None:
+            console.print(f"[{'dim' if s.gpu_vendor == 'none' else 'yellow'}]{recipe.name}: {self.meter.why}; "
+                          "every other metric as usual[/]")
+
+    @classmethod
+    def open(cls, suite: Suite, recipe: Recipe, store: ResultsStore, console: Console, servers: SharedServer,
+             session: str) -> "Serving | str":
+        """The run served from ``servers`` (maybe a neighbouring run's server; the caller
+        closes it), its provenance written; or one line saying why it cannot be."""
+        b = recipe.benchmark
+        try:
+            ensure_model(recipe.model.path, recipe.model.build)
+            requests = build_requests(b.dataset, b.num_prompts, recipe.model.tokenizer_path, b.seed)
+        except DatasetError as e:
+            console.print(f"[red]{recipe.name}: {e}[/]")
+            return str(e)
+        try:
+            server = servers.acquire(recipe, store.server_log(recipe.name), console)
+        except ServerError as e:
+            console.print(f"[red]{recipe.name}: server failed to start[/]\n{e}")
+            return str(e)
+        version, log_text = server.version(), server.log_text()
+        mismatch = engine_mismatch(recipe.serve.engine, version, log_text)
+        if mismatch:
+            console.print(f"[red]{recipe.name}: {mismatch}[/]")
+            return mismatch
+        prov = provenance.collect(recipe, suite_source=suite.source, server_version=version,
+                                  image=recipe.serve.image, argv=server.plan.argv)
+        prov["server_log"] = str(server.log_path.relative_to(store.suite_dir)) \
+            if server.log_path.is_relative_to(store.suite_dir) else str(server.log_path)
+        prov["cuda_graphs"] = cuda_graph_modes(log_text)
+        prov_file = store.write_run_meta(recipe.name, recipe.model_dump(mode="json"), prov, session)
+        return cls(suite, recipe, store, console, session, server, requests, prov, prov_file)
+
+    def __enter__(self) -> "Serving":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.meter.close()
+
+    def header(self, repeat: int, **more) -> RepeatHeader:
+        return repeat_header(self.suite, self.recipe, repeat, self.session, **more)
+
+    def warm_up(self) -> None:
+        """``warmup_requests`` at once, not measured (warmup.jsonl); the kernels the server
+        compiled meanwhile go into the provenance."""
+        b = self.recipe.benchmark
+        if not b.warmup_requests:
+            return
+        warm = build_requests(b.warmup_dataset(), b.warmup_requests, self.recipe.model.tokenizer_path, b.seed + 1)
+        with self.store.warmup_writer(self.recipe.name) as w:
+            warmup = measure_repeat(self.cfg, warm, [0.0] * len(warm), w, self.header(0),
+                                    desc=f"{self.recipe.name} warm-up", phase="warmup", server_log=self.server.log_path)
+        self.prov["jit_compiles_in_warmup"] = warmup.summary.jit_compiles
+        atomic_write_json(self.store.run_dir(self.recipe.name) / self.prov_file, self.prov)
+
+    def unwell(self, repeat: int) -> str:
+        """Why the server cannot take repeat ``repeat`` (printed), "" when it can."""
+        why = server_unwell(self.server)
+        if why:
+            self.console.print(f"[red]{self.recipe.name} r{repeat}: {why}[/]")
+        return why
+
+    def measure(self, repeat: int, rate: float | None = None) -> RepeatOutcome:
+        """Repeat ``repeat`` at the recipe's request rate (or ``rate``, req/s), its summary
+        written; what needs a second look said on the console."""
+        name, b = self.recipe.name, self.recipe.benchmark
+        rate = b.request_rate if rate is None else rate
+        offsets = arrival_offsets(len(self.requests), rate, b.arrival, b.burstiness, b.seed)
+        header = self.header(repeat, provenance_file=self.prov_file, request_rate=rate)
+        with self.store.requests_writer(name, repeat) as writer:
+            try:
+                measured = measure_repeat(self.cfg, self.requests, offsets, writer, header, desc=f"{name} r{repeat}",
+                                          processes=self.processes, slo_ms=b.goodput_slo_ms, slo=b.slo,
+                                          server_log=self.server.log_path, meter=self.meter)
+            except KeyboardInterrupt:
+                summary = summarize_repeat(read_records(writer.path), header, digest=writer.digest(),
+                                           slo_ms=b.goodput_slo_ms, slo=b.slo, status="interrupted",
+                                           error="interrupted (Ctrl-C)")
+                self.store.write_summary(name, repeat, summary)
+                raise
+        summary = self._verdict(repeat, measured.summary)
+        self.store.write_summary(name, repeat, summary)
+        return RepeatOutcome.of(summary)
+
+    def _verdict(self, repeat: int, summary: RepeatSummary) -> RepeatSummary:
+        """The summary as the server's fate has it (failed if it died meanwhile), with a
+        console line for whatever needs a second look."""
+        name, server, print_ = self.recipe.name, self.server, self.console.print
+        if not server.alive() or (summary.failed > 0 and server.exits_within(2.0)):
+            summary = summary.model_copy(update={"status": "failed", "error": (
+                f"vLLM server exited during the repeat (code {server.proc.returncode}); "
+                f"last log lines:\n{log_tail(server.log_path, 15)}")})
+            print_(f"[red]{name} r{repeat}: server died[/]")
+        elif summary.status == "degraded":
+            print_(f"[red]{name} r{repeat}: degraded, left out of the means and measured again by "
+                   f"--resume: {summary.error}[/]")
+        elif summary.failed:
+            print_(f"[yellow]warning: {name} r{repeat}: {summary.failed} of {summary.failed + summary.completed} "
+                   f"requests failed (metrics cover the {summary.completed} that completed); first error: "
+                   f"{summary.first_error}[/]")
+        if summary.jit_compiles:
+            print_(f"[yellow]warning: {name} r{repeat}: the server compiled kernels during the measurement "
+                   f"(a latency spike): {summary.jit_compiles[0]}[/]")
+        if self.meter.reader is not None and summary.energy is not None and not summary.energy.valid:
+            print_(f"[yellow]warning: {name} r{repeat}: its energy is not valid (the other metrics are): "
+                   f"{summary.energy.note}[/]")
+        return summary
+
+
 def run_recipe(suite: Suite, recipe: Recipe, store: ResultsStore, repeats: list[int],
                console: Console, servers: SharedServer, session: str = "") -> list[RepeatOutcome]:
-    """Serve one recipe from ``servers`` (maybe a neighbouring run's server; the caller
-    closes it) and measure the given repeats; returns one outcome per repeat. ``session``
-    (the invocation's start time) is written into every summary."""
-    b = recipe.benchmark
-    log = store.server_log(recipe.name)
-
-    def header(repeat: int, **more) -> RepeatHeader:
-        return repeat_header(suite, recipe, repeat, session, **more)
-
-    try:
-        ensure_model(recipe.model.path, recipe.model.build)
-        requests = build_requests(b.dataset, b.num_prompts, recipe.model.tokenizer_path, b.seed)
-    except DatasetError as e:
-        console.print(f"[red]{recipe.name}: {e}[/]")
-        return [_unmeasured(store, header(r), "failed", str(e)) for r in repeats]
-    offsets = arrival_offsets(len(requests), b.request_rate, b.arrival, b.burstiness, b.seed)
-
-    try:
-        server = servers.acquire(recipe, log, console)
-    except ServerError as e:
-        console.print(f"[red]{recipe.name}: server failed to start[/]\n{e}")
-        return [_unmeasured(store, header(r), "failed", str(e)) for r in repeats]
-    version, log_text = server.version(), server.log_text()
-    mismatch = engine_mismatch(recipe.serve.engine, version, log_text)
-    if mismatch:
-        console.print(f"[red]{recipe.name}: {mismatch}[/]")
-        return [_unmeasured(store, header(r), "failed", mismatch) for r in repeats]
-    cfg = LoadConfig(server.plan.base_url, recipe.model.name, b.ignore_eos, b.max_concurrency,
-                     b.request_timeout_s, b.idle_timeout_s, per_chunk_usage=b.per_chunk_usage)
-    prov = provenance.collect(recipe, suite_source=suite.source, server_version=version,
-                              image=recipe.serve.image, argv=server.plan.argv)
-    prov["server_log"] = str(server.log_path.relative_to(store.suite_dir)) \
-        if server.log_path.is_relative_to(store.suite_dir) else str(server.log_path)
-    prov["cuda_graphs"] = cuda_graph_modes(log_text)
-    prov_file = store.write_run_meta(recipe.name, recipe.model_dump(mode="json"), prov, session)
-    if b.warmup_requests:
-        warm = build_requests(b.warmup_dataset(), b.warmup_requests, recipe.model.tokenizer_path, b.seed + 1)
-        with store.warmup_writer(recipe.name) as w:
-            warmup = measure_repeat(cfg, warm, [0.0] * len(warm), w, header(0), desc=f"{recipe.name} warm-up",
-                                    phase="warmup", server_log=server.log_path)
-        prov["jit_compiles_in_warmup"] = warmup.summary.jit_compiles
-        atomic_write_json(store.run_dir(recipe.name) / prov_file, prov)
-    processes = resolve_processes(b.client_processes, len(requests), b.max_concurrency)
-    s = recipe.serve
-    meter = EnergyMeter.open(s.gpu_vendor, server_gpus(s.gpu_vendor, s.tensor_parallel_size, s.env))
-    if meter.reader is None:
-        console.print(f"[{'dim' if s.gpu_vendor == 'none' else 'yellow'}]{recipe.name}: {meter.why}; "
-                      "every other metric as usual[/]")
-    try:
+    """Serve one recipe, warm up once and measure the given repeats; returns one outcome
+    per repeat. ``session`` (the invocation's start time) is written into every summary."""
+    serving = Serving.open(suite, recipe, store, console, servers, session)
+    if isinstance(serving, str):
+        return [_unmeasured(store, repeat_header(suite, recipe, r, session), "failed", serving) for r in repeats]
+    with serving:
+        serving.warm_up()
         outcomes: list[RepeatOutcome] = []
         for i, repeat in enumerate(repeats):
-            unwell = server_unwell(server)
+            unwell = serving.unwell(repeat)
             if unwell:
-                console.print(f"[red]{recipe.name} r{repeat}: {unwell}[/]")
-                outcomes += [_unmeasured(store, header(r), "failed", unwell) for r in repeats[i:]]
+                outcomes += [_unmeasured(store, serving.header(r), "failed", unwell) for r in repeats[i:]]
                 break
-            with store.requests_writer(recipe.name, repeat) as writer:
-                try:
-                    measured = measure_repeat(cfg, requests, offsets, writer, header(repeat, provenance_file=prov_file),
-                                              desc=f"{recipe.name} r{repeat}", processes=processes,
-                                              slo_ms=b.goodput_slo_ms, slo=b.slo, server_log=server.log_path,
-                                              meter=meter)
-                except KeyboardInterrupt:
-                    summary = summarize_repeat(read_records(writer.path), header(repeat, provenance_file=prov_file),
-                                               digest=writer.digest(), slo_ms=b.goodput_slo_ms, slo=b.slo,
-                                               status="interrupted", error="interrupted (Ctrl-C)")
-                    store.write_summary(recipe.name, repeat, summary)
-                    raise
-            summary = measured.summary
-            lost_requests = summary.failed > 0
-            if not server.alive() or (lost_requests and server.exits_within(2.0)):
-                summary = summary.model_copy(update={"status": "failed", "error": (
-                    f"vLLM server exited during the repeat (code {server.proc.returncode}); "
-                    f"last log lines:\n{log_tail(server.log_path, 15)}")})
-                console.print(f"[red]{recipe.name} r{repeat}: server died[/]")
-            elif summary.status == "degraded":
-                console.print(f"[red]{recipe.name} r{repeat}: degraded, left out of the means and measured again by "
-                              f"--resume: {summary.error}[/]")
-            elif summary.failed:
-                console.print(f"[yellow]warning: {recipe.name} r{repeat}: {summary.failed} of "
-                              f"{summary.failed + summary.completed} requests failed (metrics cover the "
-                              f"{summary.completed} that completed); first error: {summary.first_error}[/]")
-            if summary.jit_compiles:
-                console.print(f"[yellow]warning: {recipe.name} r{repeat}: the server compiled kernels during "
-                              f"the measurement (a latency spike): {summary.jit_compiles[0]}[/]")
-            if meter.reader is not None and summary.energy is not None and not summary.energy.valid:
-                console.print(f"[yellow]warning: {recipe.name} r{repeat}: its energy is not valid (the other "
-                              f"metrics are): {summary.energy.note}[/]")
-            store.write_summary(recipe.name, repeat, summary)
-            outcomes.append(RepeatOutcome.of(summary))
+            outcomes.append(serving.measure(repeat))
         return outcomes
+
+
+def run_knee(suite: Suite, recipe: Recipe, store: ResultsStore, console: Console, servers: SharedServer,
+             session: str = "", resume: bool = False) -> list[RepeatOutcome]:
+    """Search a knee run's rates (runner/knee.py) on one server start, each probe a
+    repeat after its own warm-up; ``resume`` keeps a probe already measured at the rate
+    the search asks for, of this very recipe (its SLO included). Writes the run's
+    knee.json; returns one outcome per probe."""
+    b = recipe.benchmark
+    serving: Serving | str | None = None
+    probes: list[Probe] = []
+    outcomes: list[RepeatOutcome] = []
+    try:
+        while (rate := next_rate(probes, b.knee)) is not None:
+            repeat = len(probes) + 1
+            kept, _ = store.kept(recipe.name, repeat) if resume else (None, "")
+            if kept is not None and kept.request_rate == rate and kept.recipe_hash == recipe.digest():
+                outcome = RepeatOutcome.of(kept, "kept (resume)")
+            else:
+                if serving is None:
+                    serving = Serving.open(suite, recipe, store, console, servers, session)
+                if isinstance(serving, str) or serving.unwell(repeat):
+                    why = serving if isinstance(serving, str) else server_unwell(serving.server)
+                    outcome = _unmeasured(store, repeat_header(suite, recipe, repeat, session, request_rate=rate),
+                                          "failed", why)
+                else:
+                    serving.warm_up()
+                    outcome = serving.measure(repeat, rate)
+            outcomes.append(outcome)
+            probes.append(Probe.of(outcome.summary))
+            p = probes[-1]
+            console.print(f"{recipe.name} r{repeat}: {'burst' if math.isinf(rate) else f'{rate:.3g} req/s'}: "
+                          f"SLO attainment {p.attainment or 0:.1%} ({'holds' if p.holds else 'does not hold'})")
     finally:
-        meter.close()
+        if isinstance(serving, Serving):
+            serving.__exit__()
+    for stale in range(len(probes) + 1, b.knee.max_probes + 1):  # probes of an earlier, longer search
+        store.clear_repeat(recipe.name, stale)
+    result = KneeResult.of(recipe.name, probes, b.knee, [str(o) for o in b.slo.objectives], b.slo.attainment_target)
+    atomic_write_json(store.run_dir(recipe.name) / KNEE_FILE, json.loads(result.model_dump_json()))  # inf: "Infinity"
+    console.print(f"[bold]{recipe.name}[/]: {result.verdict}")
+    return outcomes
 
 
 def server_unwell(server: ServerProcess) -> str:
@@ -234,6 +327,9 @@ def run_suite(suite: Suite, out_root: str | Path, *, only: list[str] | None = No
             try:
                 if overwrite:
                     store.clear_run(recipe.name, keep=LOCK_FILE)
+                if recipe.benchmark.knee is not None:
+                    outcomes += run_knee(suite, recipe, store, console, servers, session, resume)
+                    continue
                 todo = []
                 for r in range(1, (repeats or recipe.benchmark.repeats) + 1):
                     kept, why_not = store.kept(recipe.name, r) if resume else (None, "")

@@ -28,6 +28,7 @@ from attnbench.validation import read_yaml, validation_lines
 from .models import ARCHS
 from .names import check_name, slug
 from .secrets import redact_recipe
+from .knee import KneeSettings
 from .slo import Slo
 
 GRAPH_MODES = ("eager", "piecewise", "full", "full_decode_only", "full_and_piecewise")  # server.graph_mode_args
@@ -259,6 +260,9 @@ class BenchmarkSettings(_Strict):
     ``goodput_slo_ms`` bounds per request (ms) for ``request_goodput``, as ``vllm bench serve
     --goodput``; ``slo`` objectives at a percentile (``{objectives: ["p90 ttft <= 500 ms",
     "p90 tpot <= 50 ms"], target: 0.9}``), each repeat's attainment reported (runner/slo.py).
+    ``knee`` (``{max_probes: 8, tolerance: 0.05}``) makes the run a search for the highest
+    rate at which the SLO holds (runner/knee.py): its repeats are the search's probes, at
+    rates the search picks (``request_rate`` and ``repeats`` do not apply).
     """
 
     dataset: DatasetSpec = DatasetSpec()
@@ -278,6 +282,13 @@ class BenchmarkSettings(_Strict):
     client_processes: Annotated[int, Field(ge=1, le=64)] | Literal["auto"] = "auto"
     goodput_slo_ms: dict[Literal["ttft", "tpot", "e2el"], float] = {}
     slo: Slo | None = None
+    knee: KneeSettings | None = None
+
+    @model_validator(mode="after")
+    def _knee_needs_an_slo(self):
+        if self.knee is not None and self.slo is None:
+            raise ValueError("knee: a knee search needs benchmark.slo (the objectives it must meet)")
+        return self
 
     def warmup_dataset(self) -> DatasetSpec:
         """The warm-up requests' prompts: the run's, with ``warmup_output_len`` if set."""

@@ -151,6 +151,13 @@ class ResultsStore:
             else:
                 entry.unlink()  # a file, or a link itself (never what it points to)
 
+    def clear_repeat(self, run: str, repeat: int) -> None:
+        """Delete repeat ``repeat`` of a run (a knee search's probe that a shorter search
+        no longer uses), under the run's lock held by the caller."""
+        folder = self.repeat_dir(run, repeat)
+        if folder.is_dir() and not folder.is_symlink():
+            shutil.rmtree(inside(self.run_dir(run), folder))
+
     def repeat_dir(self, run: str, repeat: int) -> Path:
         return self.run_dir(run) / f"{REPEAT_PREFIX}{repeat}"
 

@@ -22,8 +22,11 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+import yaml
+
+from .knee import KNEE_FILE, PROBES_AT_MOST
 from .recipe import Recipe, Suite
-from .store import ResultsStore, atomic_write_json
+from .store import RECIPE_FILE, ResultsStore, atomic_write_json
 
 PLAN_FILE = "tasks.json"
 LOCK_FILE = ".lock"
@@ -126,12 +129,32 @@ def is_locked(run_dir: Path) -> bool:
         os.close(fd)
 
 
+def _knee_probes(store: ResultsStore, run: str) -> int | None:
+    """A knee run's probe count once its search has ended (knee.json), 0 before; None for
+    a run that is not a knee search (runner/knee.py)."""
+    run_dir = store.run_dir(run)
+    try:
+        return len(json.loads((run_dir / KNEE_FILE).read_text())["probes"])
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    try:
+        recipe = Recipe.model_validate(yaml.safe_load((run_dir / RECIPE_FILE).read_text()))
+    except (OSError, ValueError, yaml.YAMLError):
+        return None
+    return 0 if recipe.benchmark.knee is not None else None
+
+
 def run_state(store: ResultsStore, run: str, repeats: int) -> str:
-    """done (every repeat kept: ok, and its request file the one summarized) | running
-    (locked) | failed (a repeat failed, was interrupted or degraded) | partial (some
-    repeats done) | missing (nothing measured)."""
+    """done (every repeat kept: ok, and its request file the one summarized; for a knee
+    search, every probe of its knee.json) | running (locked) | failed (a repeat failed, was
+    interrupted or degraded) | partial (some repeats done, or a search not ended) | missing
+    (nothing measured)."""
     if is_locked(store.run_dir(run)):
         return "running"
+    probes = _knee_probes(store, run)
+    if probes == 0:  # a search that has not ended
+        return "partial" if any(store.summary(run, r) for r in range(1, PROBES_AT_MOST + 1)) else "missing"
+    repeats = probes or repeats
     states = [store.kept(run, r) for r in range(1, repeats + 1)]
     done = sum(kept is not None for kept, _ in states)
     if done == repeats:

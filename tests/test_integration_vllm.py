@@ -279,3 +279,63 @@ def test_a_hung_server_is_found_within_the_idle_timeout_and_by_its_health(tmp_pa
     records = read_records(tmp_path / "results" / "it" / "h" / "r1" / "requests.jsonl")
     assert len(records) == 8 and {r.status for r in records} >= {"ok", "timeout"}
     assert server_pids(model_dir) == []
+
+
+def test_a_knee_search_probes_one_server_and_resumes(tmp_path, model_dir):
+    """A knee run on a real server: the burst, then the rates the search picks from what
+    each probe measured (each a repeat after its own warm-up, one server start), the path
+    in knee.json and a report section with its figures. --resume keeps every probe of the
+    same recipe; a changed SLO measures again, and probes of the longer search go."""
+    from attnbench.analysis.report import analyze, write_report
+    from attnbench.runner.knee import KneeResult, KneeSettings, Probe, next_rate
+
+    def knee_suite(slo: str) -> Path:
+        return suite_file(tmp_path, model_dir, [{"name": "knee", "benchmark": {
+            "num_prompts": 6, "slo": {"objectives": [slo]}, "knee": {"max_probes": 4}}}])
+
+    impossible = knee_suite("p90 ttft <= 0.001 ms")  # holds at no rate: the search goes down to C/4
+    outcomes = run_suite(load_suite(impossible), tmp_path / "results")
+    run_dir = tmp_path / "results" / "it" / "knee"
+    result = KneeResult.model_validate_json((run_dir / "knee.json").read_text())
+    rates = [p.rate for p in result.probes]
+    capacity = result.probes[0].request_throughput
+    assert [o.status for o in outcomes] == ["ok"] * 4 and capacity > 0
+    assert rates == [float("inf"), capacity, capacity / 2, capacity / 4]
+    for k, probe in enumerate(result.probes, start=1):  # each rate is the search's answer to the ones before
+        assert probe.rate == next_rate(result.probes[:k - 1], KneeSettings(max_probes=4))
+        summary = json.loads((run_dir / f"r{k}" / "summary.json").read_text())
+        assert summary["request_rate"] == probe.rate and summary["slo"]["attainment"] == probe.attainment == 0.0
+        assert Probe.of(execute.RepeatSummary.model_validate(summary)) == probe
+    assert not result.converged and result.knee_rate is None
+    assert result.verdict == f"the SLO held at no rate down to {capacity / 4:.3g} req/s in 4 probes: the knee is lower"
+    assert (run_dir / "warmup.jsonl").exists()
+    log = (run_dir / "server.log").read_text()
+    assert sum(line.startswith("$ ") for line in log.splitlines()) == 1  # one server start
+
+    analysis = analyze([tmp_path / "results"], tmp_path / "figures")
+    assert analysis.agg is None and list(analysis.knees["run"]) == ["knee"]
+    assert [p.name for p in analysis.knee_figures["it"] if p.suffix == ".png"] == ["it-knee.png", "it-knee-backends.png"]
+    report = write_report(analysis, tmp_path / "report.md").read_text()
+    assert "## it: the SLO knee" in report and "- SLO: p90 ttft <= 0.001 ms, met by 90% of requests" in report
+    assert f"- `knee`: {result.verdict}." in report
+
+    from attnbench.runner.store import ResultsStore
+    from attnbench.runner.tasks import run_state
+
+    store = ResultsStore(tmp_path / "results", "it")
+    assert run_state(store, "knee", 3) == "done"  # every probe of knee.json, whatever `repeats` says
+    (run_dir / "knee.json").rename(run_dir / "knee.json.bak")
+    assert run_state(store, "knee", 3) == "partial"  # probes, but the search did not end
+    (run_dir / "knee.json.bak").rename(run_dir / "knee.json")
+
+    again = run_suite(load_suite(impossible), tmp_path / "results", resume=True)
+    assert [o.note for o in again] == ["kept (resume)"] * 4
+    assert (run_dir / "server.log").read_text() == log  # nothing measured, no server started
+
+    lax = knee_suite("p90 ttft <= 600000 ms")  # holds even at the burst: one probe, measured anew
+    third = run_suite(load_suite(lax), tmp_path / "results", resume=True)
+    assert [(o.repeat, o.status, o.note) for o in third] == [(1, "ok", "")]
+    result = KneeResult.model_validate_json((run_dir / "knee.json").read_text())
+    assert len(result.probes) == 1 and result.converged and result.verdict.startswith("the SLO holds even at a burst")
+    assert sorted(p.name for p in run_dir.glob("r[0-9]*")) == ["r1"]  # the longer search's probes are gone
+    assert server_pids(model_dir) == []
