@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pandas as pd
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from attnbench.kernels.schema import MICROBENCH_FIELDS, MICROBENCH_REQUIRED, VLLM_BACKEND_NAME
 from attnbench.kernels.variants import AUTO
@@ -122,13 +122,21 @@ def _energy_columns(energy: EnergyReading | None) -> dict:
     return columns
 
 
-def _read_summary(path: Path) -> RepeatSummary:
+def read_record(path: Path, model: type[BaseModel], what: str) -> BaseModel:
+    """A JSON file the runner wrote, as its typed record (``what`` names it in errors)."""
     try:
-        return RepeatSummary.model_validate(json.loads(path.read_text()))
+        return model.model_validate(json.loads(path.read_text()))
     except json.JSONDecodeError as e:
         raise CollectError(f"{path}: not JSON ({e})") from None
     except ValidationError as e:
-        raise CollectError(f"{path}: not an attnbench summary: " + "; ".join(validation_lines(e))) from None
+        raise CollectError(f"{path}: not an attnbench {what}: " + "; ".join(validation_lines(e))) from None
+
+
+def run_meta(run_dir: Path) -> tuple[dict, dict]:
+    """A run folder's resolved recipe and provenance ({} for either that is not there)."""
+    recipe = read_yaml(run_dir / RECIPE_FILE, "run recipe", CollectError) if (run_dir / RECIPE_FILE).exists() else {}
+    prov = json.loads((run_dir / PROVENANCE_FILE).read_text()) if (run_dir / PROVENANCE_FILE).exists() else {}
+    return recipe, prov
 
 
 def _suite_dirs(root: Path) -> list[Path]:
@@ -158,14 +166,11 @@ def collect_results(root: str | Path) -> Collected:
             summary_path = rep_dir / SUMMARY_FILE
             if not summary_path.exists():
                 continue
-            summary = _read_summary(summary_path)
+            summary = read_record(summary_path, RepeatSummary, "summary")
             if (summary.run or run) != run:
                 raise CollectError(f"{summary_path}: says run {summary.run!r} but lies under {run!r}: "
                                    "mixed-up results directory")
-            run_dir = rep_dir.parent
-            recipe = read_yaml(run_dir / RECIPE_FILE, "run recipe", CollectError) \
-                if (run_dir / RECIPE_FILE).exists() else {}
-            prov = json.loads((run_dir / PROVENANCE_FILE).read_text()) if (run_dir / PROVENANCE_FILE).exists() else {}
+            recipe, prov = run_meta(rep_dir.parent)
             status = summary.status
             problem = records_problem(rep_dir, summary) if summary.measured else ""
             if problem:  # the records on disk are not what was summarized: not a measurement to show

@@ -13,29 +13,16 @@ the runs' knee.json files.
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
-from pydantic import ValidationError
 
 from attnbench.runner.knee import KNEE_FILE, KneeResult
-from attnbench.runner.store import PROVENANCE_FILE, RECIPE_FILE
-from attnbench.validation import read_yaml, validation_lines
 
-from .collect import CollectError, _provenance_columns, _serve_settings, _suite_dirs
+from .collect import _provenance_columns, _serve_settings, _suite_dirs, read_record, run_meta
 from .plotting import OKABE_ITO, add_footnote, footnote, plt, save_figure, skip
-
-
-def _read(path: Path) -> KneeResult:
-    try:
-        return KneeResult.model_validate(json.loads(path.read_text()))
-    except json.JSONDecodeError as e:
-        raise CollectError(f"{path}: not JSON ({e})") from None
-    except ValidationError as e:
-        raise CollectError(f"{path}: not an attnbench knee.json: " + "; ".join(validation_lines(e))) from None
 
 
 def collect_knees(root: str | Path) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -45,10 +32,8 @@ def collect_knees(root: str | Path) -> tuple[pd.DataFrame, pd.DataFrame]:
     runs, probes = [], []
     for suite_dir in _suite_dirs(root) if root.is_dir() else []:
         for path in sorted(suite_dir.glob(f"*/{KNEE_FILE}")):
-            result, run_dir = _read(path), path.parent
-            recipe = read_yaml(run_dir / RECIPE_FILE, "run recipe", CollectError) \
-                if (run_dir / RECIPE_FILE).exists() else {}
-            prov = json.loads((run_dir / PROVENANCE_FILE).read_text()) if (run_dir / PROVENANCE_FILE).exists() else {}
+            result = read_record(path, KneeResult, "knee.json")
+            recipe, prov = run_meta(path.parent)
             key = {"suite": suite_dir.name, "run": result.run}
             burst = result.probes[0] if result.probes else None
             at_knee = next((p for p in result.probes if p.rate == result.knee_rate), None)

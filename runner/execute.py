@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 import math
 import time
+from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -257,10 +258,10 @@ def run_knee(suite: Suite, recipe: Recipe, store: ResultsStore, console: Console
     the search asks for, of this very recipe (its SLO included). Writes the run's
     knee.json; returns one outcome per probe."""
     b = recipe.benchmark
-    serving: Serving | str | None = None
+    serving: Serving | str | None = None  # opened at the first probe to measure (none, if all are kept)
     probes: list[Probe] = []
     outcomes: list[RepeatOutcome] = []
-    try:
+    with ExitStack() as open_serving:
         while (rate := next_rate(probes, b.knee)) is not None:
             repeat = len(probes) + 1
             kept, _ = store.kept(recipe.name, repeat) if resume else (None, "")
@@ -269,8 +270,10 @@ def run_knee(suite: Suite, recipe: Recipe, store: ResultsStore, console: Console
             else:
                 if serving is None:
                     serving = Serving.open(suite, recipe, store, console, servers, session)
-                if isinstance(serving, str) or serving.unwell(repeat):
-                    why = serving if isinstance(serving, str) else server_unwell(serving.server)
+                    if isinstance(serving, Serving):
+                        open_serving.enter_context(serving)
+                why = serving if isinstance(serving, str) else serving.unwell(repeat)
+                if why:
                     outcome = _unmeasured(store, repeat_header(suite, recipe, repeat, session, request_rate=rate),
                                           "failed", why)
                 else:
@@ -281,9 +284,6 @@ def run_knee(suite: Suite, recipe: Recipe, store: ResultsStore, console: Console
             p = probes[-1]
             console.print(f"{recipe.name} r{repeat}: {'burst' if math.isinf(rate) else f'{rate:.3g} req/s'}: "
                           f"SLO attainment {p.attainment or 0:.1%} ({'holds' if p.holds else 'does not hold'})")
-    finally:
-        if isinstance(serving, Serving):
-            serving.__exit__()
     for stale in range(len(probes) + 1, b.knee.max_probes + 1):  # probes of an earlier, longer search
         store.clear_repeat(recipe.name, stale)
     result = KneeResult.of(recipe.name, probes, b.knee, [str(o) for o in b.slo.objectives], b.slo.attainment_target)

@@ -263,7 +263,6 @@ def test_arrival_schedules(arrival):
 def test_arrival_schedule_equals_vllm_bench_serve(monkeypatch, rate, burstiness, arrival):
     """vLLM's own request generator (the installed vLLM's `vllm bench serve`), seeded as its
     main seeds it, sleeps exactly our gaps: both clients send on one schedule."""
-    import numpy as np
     from vllm.benchmarks import serve
 
     now = [1000.0]
