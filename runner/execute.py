@@ -120,7 +120,6 @@ class Serving:
         b, s = recipe.benchmark, recipe.serve
         self.cfg = LoadConfig(server.plan.base_url, recipe.model.name, b.ignore_eos, b.max_concurrency,
                               b.request_timeout_s, b.idle_timeout_s, per_chunk_usage=b.per_chunk_usage)
-        self.processes = resolve_processes(b.client_processes, len(requests), b.max_concurrency)
         self.meter = EnergyMeter.open(s.gpu_vendor, server_gpus(s.gpu_vendor, s.tensor_parallel_size, s.env))
         if self.meter.reader is None:
             console.print(f"[{'dim' if s.gpu_vendor == 'none' else 'yellow'}]{recipe.name}: {self.meter.why}; "
@@ -185,17 +184,28 @@ class Serving:
             self.console.print(f"[red]{self.recipe.name} r{repeat}: {why}[/]")
         return why
 
-    def measure(self, repeat: int, rate: float | None = None) -> RepeatOutcome:
-        """Repeat ``repeat`` at the recipe's request rate (or ``rate``, req/s), its summary
-        written; what needs a second look said on the console."""
+    def load(self, count: int) -> list:
+        """The first ``count`` requests of the run's dataset (more than ``num_prompts`` for a
+        knee probe at a high rate: built again, longer; raises DatasetError)."""
+        if count > len(self.requests):
+            b = self.recipe.benchmark
+            self.requests = build_requests(b.dataset, count, self.recipe.model.tokenizer_path, b.seed)
+        return self.requests[:count]
+
+    def measure(self, repeat: int, rate: float | None = None, requests: list | None = None) -> RepeatOutcome:
+        """Repeat ``repeat`` at the recipe's request rate (or ``rate``, req/s) with its
+        requests (or ``requests``), its summary written; what needs a second look said on
+        the console."""
         name, b = self.recipe.name, self.recipe.benchmark
         rate = b.request_rate if rate is None else rate
-        offsets = arrival_offsets(len(self.requests), rate, b.arrival, b.burstiness, b.seed)
-        header = self.header(repeat, provenance_file=self.prov_file, request_rate=rate)
+        requests = self.requests if requests is None else requests
+        offsets = arrival_offsets(len(requests), rate, b.arrival, b.burstiness, b.seed)
+        header = self.header(repeat, provenance_file=self.prov_file, request_rate=rate, num_prompts=len(requests))
+        processes = resolve_processes(b.client_processes, len(requests), b.max_concurrency)
         with self.store.requests_writer(name, repeat) as writer:
             try:
-                measured = measure_repeat(self.cfg, self.requests, offsets, writer, header, desc=f"{name} r{repeat}",
-                                          processes=self.processes, slo_ms=b.goodput_slo_ms, slo=b.slo,
+                measured = measure_repeat(self.cfg, requests, offsets, writer, header, desc=f"{name} r{repeat}",
+                                          processes=processes, slo_ms=b.goodput_slo_ms, slo=b.slo,
                                           server_log=self.server.log_path, meter=self.meter)
             except KeyboardInterrupt:
                 summary = summarize_repeat(read_records(writer.path), header, digest=writer.digest(),
@@ -263,9 +273,10 @@ def run_knee(suite: Suite, recipe: Recipe, store: ResultsStore, console: Console
     outcomes: list[RepeatOutcome] = []
     with ExitStack() as open_serving:
         while (rate := next_rate(probes, b.knee)) is not None:
-            repeat = len(probes) + 1
+            repeat, count = len(probes) + 1, b.knee.requests_at(rate, b.num_prompts)
             kept, _ = store.kept(recipe.name, repeat) if resume else (None, "")
-            if kept is not None and kept.request_rate == rate and kept.recipe_hash == recipe.digest():
+            if kept is not None and (kept.request_rate, kept.num_prompts, kept.recipe_hash) == (
+                    rate, count, recipe.digest()):
                 outcome = RepeatOutcome.of(kept, "kept (resume)")
             else:
                 if serving is None:
@@ -273,16 +284,20 @@ def run_knee(suite: Suite, recipe: Recipe, store: ResultsStore, console: Console
                     if isinstance(serving, Serving):
                         open_serving.enter_context(serving)
                 why = serving if isinstance(serving, str) else serving.unwell(repeat)
+                try:
+                    requests = [] if why else serving.load(count)
+                except DatasetError as e:
+                    why = f"{count} requests for {rate:.3g} req/s x {b.knee.probe_s:g} s: {e}"
                 if why:
-                    outcome = _unmeasured(store, repeat_header(suite, recipe, repeat, session, request_rate=rate),
-                                          "failed", why)
+                    outcome = _unmeasured(store, repeat_header(suite, recipe, repeat, session, request_rate=rate,
+                                                               num_prompts=count), "failed", why)
                 else:
                     serving.warm_up()
-                    outcome = serving.measure(repeat, rate)
+                    outcome = serving.measure(repeat, rate, requests)
             outcomes.append(outcome)
             probes.append(Probe.of(outcome.summary))
             p = probes[-1]
-            console.print(f"{recipe.name} r{repeat}: {'burst' if math.isinf(rate) else f'{rate:.3g} req/s'}: "
+            console.print(f"{recipe.name} r{repeat}: {'burst' if math.isinf(rate) else f'{rate:.3g} req/s'} ({count} requests): "
                           f"SLO attainment {p.attainment or 0:.1%} ({'holds' if p.holds else 'does not hold'})")
     for stale in range(len(probes) + 1, b.knee.max_probes + 1):  # probes of an earlier, longer search
         store.clear_repeat(recipe.name, stale)

@@ -9,7 +9,12 @@ measured:
    (completed requests / s). If the SLO holds even then, the knee is at or above C;
    a degraded probe (requests failed or timed out) does not hold;
 2. arrivals at C (``benchmark.arrival``, Poisson by default), then C/2, C/4, ... until one
-   holds: the highest rate that held (lo) and the lowest that did not (hi) bracket the knee;
+   holds: the highest rate that held (lo) and the lowest that did not (hi) bracket the knee.
+   A rated probe sends at least ``probe_s`` seconds of arrivals (`KneeSettings.requests_at`):
+   ``num_prompts`` alone would be a transient at high rates (500 requests at 50 req/s
+   arrive in 10 s, fewer than a full batch of the server takes in), and an overloaded
+   server would pass an SLO it cannot keep; a minute of arrivals above capacity builds a
+   queue that no latency objective survives;
 3. the geometric middle of the bracket until hi <= lo x (1 + ``tolerance``).
 
 The knee is lo, the highest measured rate at which the SLO held: within ``tolerance``
@@ -44,6 +49,12 @@ class KneeSettings(BaseModel):
 
     max_probes: int = Field(8, ge=2, le=PROBES_AT_MOST)
     tolerance: float = Field(0.05, gt=0, le=0.5)  # stop when hi <= lo x (1 + tolerance)
+    probe_s: float = Field(60.0, gt=0, le=3600)  # seconds of arrivals a rated probe sends at least
+
+    def requests_at(self, rate: float, num_prompts: int) -> int:
+        """How many requests the probe at ``rate`` (req/s; inf: the burst) sends: the
+        benchmark's ``num_prompts``, or more where they would arrive in under ``probe_s``."""
+        return num_prompts if math.isinf(rate) else max(num_prompts, math.ceil(rate * self.probe_s))
 
 
 class Probe(BaseModel):
@@ -54,6 +65,7 @@ class Probe(BaseModel):
     repeat: int  # r<k> of the run
     rate: float  # offered request rate (req/s); inf: the burst
     status: str
+    requests: int | None = None  # requests sent (completed + failed)
     attainment: float | None = None  # share of requests within every objective
     holds: bool = False  # attainment reached the target in a repeat that is ok (not degraded)
     request_throughput: float | None = None  # completed requests / s
@@ -66,7 +78,7 @@ class Probe(BaseModel):
         slo, energy = summary.slo, summary.energy
         measured = summary.completed + summary.failed
         valid = energy is not None and energy.valid and energy.joules_per_output_token
-        return cls(repeat=summary.repeat or 0, rate=summary.request_rate, status=summary.status,
+        return cls(repeat=summary.repeat or 0, rate=summary.request_rate, status=summary.status, requests=measured,
                    attainment=slo.attainment if slo else None, holds=bool(slo and slo.holds and summary.measured),
                    request_throughput=summary.request_throughput,
                    goodput=slo.attainment * measured / summary.duration if slo and summary.duration else None,
@@ -114,6 +126,7 @@ class KneeResult(BaseModel):
     tolerance: float
     max_probes: int
     probes: list[Probe]
+    capacity: float | None = None  # req/s: completed requests / s at the burst
     knee_rate: float | None  # req/s: the highest measured rate at which the SLO held
     upper_rate: float | None  # the lowest measured rate at which it did not
     converged: bool  # upper_rate <= knee_rate x (1 + tolerance), or the SLO held at the burst
@@ -137,7 +150,12 @@ class KneeResult(BaseModel):
         else:
             converged, verdict = False, (f"between {lo:.3g} and {hi:.3g} req/s after {len(probes)} probes (not within "
                                          f"{settings.tolerance:.0%}: raise benchmark.knee.max_probes)" if hi
-                                         else f"the SLO held up to {lo:.3g} req/s, above the burst's capacity")
+                                         else f"the SLO held up to {lo:.3g} req/s and failed at no rate above it")
+        capacity = probes[0].request_throughput if probes else None
+        if lo is not None and capacity and lo > capacity * (1 + settings.tolerance) and not probes[0].holds:
+            converged = False  # a transient: what the probe sent fit in the server's batch and queue
+            verdict += (f"; but that is above the {capacity:.3g} req/s the server completes at a burst, a rate "
+                        "it cannot sustain: longer probes (benchmark.knee.probe_s) will find the knee lower")
         return cls(run=run, slo=slo, target=target, tolerance=settings.tolerance, max_probes=settings.max_probes,
-                   probes=list(probes), knee_rate=lo if not (probes and probes[0].holds) else None,
+                   probes=list(probes), capacity=capacity, knee_rate=lo if not (probes and probes[0].holds) else None,
                    upper_rate=hi, converged=converged, verdict=verdict)

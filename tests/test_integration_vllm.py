@@ -291,7 +291,7 @@ def test_a_knee_search_probes_one_server_and_resumes(tmp_path, model_dir):
 
     def knee_suite(slo: str) -> Path:
         return suite_file(tmp_path, model_dir, [{"name": "knee", "benchmark": {
-            "num_prompts": 6, "slo": {"objectives": [slo]}, "knee": {"max_probes": 4}}}])
+            "num_prompts": 6, "slo": {"objectives": [slo]}, "knee": {"max_probes": 4, "probe_s": 1.5}}}])
 
     impossible = knee_suite("p90 ttft <= 0.001 ms")  # holds at no rate: the search goes down to C/4
     outcomes = run_suite(load_suite(impossible), tmp_path / "results")
@@ -302,9 +302,11 @@ def test_a_knee_search_probes_one_server_and_resumes(tmp_path, model_dir):
     assert [o.status for o in outcomes] == ["ok"] * 4 and capacity > 0
     assert rates == [float("inf"), capacity, capacity / 2, capacity / 4]
     for k, probe in enumerate(result.probes, start=1):  # each rate is the search's answer to the ones before
-        assert probe.rate == next_rate(result.probes[:k - 1], KneeSettings(max_probes=4))
+        settings = KneeSettings(max_probes=4, probe_s=1.5)  # at least 1.5 s of arrivals: more than 6 at C
+        assert probe.rate == next_rate(result.probes[:k - 1], settings)
         summary = json.loads((run_dir / f"r{k}" / "summary.json").read_text())
         assert summary["request_rate"] == probe.rate and summary["slo"]["attainment"] == probe.attainment == 0.0
+        assert summary["num_prompts"] == probe.requests == settings.requests_at(probe.rate, 6)
         assert Probe.of(execute.RepeatSummary.model_validate(summary)) == probe
     assert not result.converged and result.knee_rate is None
     assert result.verdict == f"the SLO held at no rate down to {capacity / 4:.3g} req/s in 4 probes: the knee is lower"

@@ -97,6 +97,34 @@ def test_a_noisy_server_that_held_above_a_failing_rate_is_kept_in_the_path():
     assert next_rate(probes, KneeSettings()) == pytest.approx(math.sqrt(32))
 
 
+@pytest.mark.parametrize("rate, num_prompts, probe_s, expected", [
+    (math.inf, 500, 60.0, 500),  # the burst: every request at once, however many
+    (5.0, 500, 60.0, 500),  # 500 requests arrive over 100 s: more than a minute already
+    (46.5, 500, 60.0, 2790),  # 500 would arrive in 11 s, a transient the server's batch absorbs
+    (0.3, 4, 10.0, 4),
+    (2.01, 4, 10.0, 21),
+])
+def test_a_rated_probe_sends_at_least_probe_s_of_arrivals(rate, num_prompts, probe_s, expected):
+    assert KneeSettings(probe_s=probe_s).requests_at(rate, num_prompts) == expected
+
+
+def test_a_knee_above_the_bursts_capacity_is_not_reported_as_found():
+    """What 500 requests per probe measured on the H100 (FLASH_ATTN, 2026-11-27): capacity
+    25.3 req/s at the burst, yet the SLO 'held' at 46.5 req/s, 11 s of arrivals that the
+    server's batch took in. Such a knee is a transient, and the verdict says so."""
+    rates = [(math.inf, 0.036, 25.34), (25.34, 1.0, 18.4), (50.67, 0.664, 22.9), (35.83, 1.0, 21.0),
+             (42.61, 0.972, 21.9), (46.47, 0.978, 22.7), (48.52, 0.792, 22.8)]
+    probes = [Probe(repeat=k, rate=r, status="ok", attainment=a, holds=a >= 0.9 and math.isfinite(r),
+                    request_throughput=x) for k, (r, a, x) in enumerate(rates, start=1)]
+    result = KneeResult.of("knee-flash", probes, KneeSettings(), ["p90 ttft <= 500 ms"], 0.9)
+    assert result.capacity == 25.34 and result.knee_rate == 46.47 and not result.converged
+    assert result.verdict == ("knee 46.5 req/s: the SLO holds there and not at 48.5 req/s (7 probes); but that is "
+                              "above the 25.3 req/s the server completes at a burst, a rate it cannot sustain: "
+                              "longer probes (benchmark.knee.probe_s) will find the knee lower")
+    at_capacity = search(lambda r: 1.0 if r <= 26.0 else 0.0, 25.0)  # the burst's capacity held: a knee
+    assert at_capacity.converged and at_capacity.knee_rate == at_capacity.capacity == 25.0
+
+
 def test_the_search_path_survives_json():
     result = search(lambda r: 1.0 if r <= 3.3 else 0.2, 9.0)
     again = KneeResult.model_validate_json(result.model_dump_json())
