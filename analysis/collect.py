@@ -23,7 +23,7 @@ from pydantic import BaseModel, ValidationError
 
 from attnbench.kernels.schema import MICROBENCH_FIELDS, MICROBENCH_REQUIRED, VLLM_BACKEND_NAME
 from attnbench.kernels.variants import AUTO
-from attnbench.runner.catalogue import ITL, SLO_ATTAINMENT, TOKENS_PER_JOULE, TTFT
+from attnbench.runner.catalogue import ITL, PREFIX_CACHE_HIT, SLO_ATTAINMENT, TOKENS_PER_JOULE, TTFT
 from attnbench.runner.energy import EnergyReading
 from attnbench.runner.host import COUNTERS as HOST_COUNTERS
 from attnbench.runner.metrics import latency_stats
@@ -191,6 +191,10 @@ def collect_results(root: str | Path) -> Collected:
                          **({SLO_ATTAINMENT.name: 100 * summary.slo.attainment, "slo_holds": summary.slo.holds,
                              "slo": f"{', '.join(summary.slo.objectives)} (target {summary.slo.target:.0%})"}
                             if summary.slo else {}),
+                         **({PREFIX_CACHE_HIT.name: 100 * summary.prefix_cache_hit_rate}
+                            if summary.prefix_cache_hit_rate is not None else {}),
+                         **{f"ttft_turn_{turn}_ms": t["median_ttft_ms"] for turn, t in (summary.ttft_by_turn or {}).items()},
+                         "load_timing": summary.load_timing or "",
                          "error": problem or summary.error, "first_error": summary.first_error,
                          "source": str(rep_dir)})
     if not runs:

@@ -45,7 +45,7 @@ def aggregate(data: Collected, keep_degraded: bool = False) -> pd.DataFrame:
         row = dict(zip(KEYS, key))
         first = g.iloc[0]
         for col in ("workload", "model", "weights", "vllm_version", "date", "vendor", "engine", "attention_backend",
-                    "graph_mode", "cuda_graphs", "max_num_seqs", "chunked_prefill", "output_len", "slo"):
+                    "graph_mode", "cuda_graphs", "max_num_seqs", "chunked_prefill", "output_len", "slo", "load_timing"):
             row[col] = first.get(col)
         row["repeats"] = len(g)
         every = data.runs[(data.runs["suite"] == key[1]) & (data.runs["run"] == key[2])]
@@ -73,6 +73,9 @@ def aggregate(data: Collected, keep_degraded: bool = False) -> pd.DataFrame:
             for bound, stat in (("lo", "p20"), ("hi", "p80")):
                 column = metric.key(stat)
                 row[f"{name}_{bound}"] = g[column].mean() if column in g else np.nan
+        for column in sorted((c for c in g if c.startswith("ttft_turn_") and g[c].notna().any()),
+                             key=lambda c: int(c.split("_")[2])):  # a multi-turn load's median TTFT per turn
+            row[column] = g[column].mean()
         for tenth in ("itl_first_tenth", "itl_last_tenth"):
             column = f"{tenth}_ms"
             row[tenth] = g[column].mean() if column in g else np.nan

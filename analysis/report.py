@@ -249,6 +249,27 @@ ENERGY_HEADINGS = {"run": "run", "energy_repeats": "repeats", TOKENS_PER_JOULE.n
                    "idle_power_w": "idle W", "counter_vs_samples": "counter vs samples (worst)"}
 
 
+def _turn_table(s: pd.DataFrame) -> list[str]:
+    """A multi-turn load's median TTFT (ms) per user turn, per run (means over repeats):
+    each later turn sends the history before it, which a prefix cache serves."""
+    turns = [c for c in s if c.startswith("ttft_turn_") and s[c].notna().any()]
+    if not turns:
+        return []
+    t = s[["run", *turns]][s[turns].notna().any(axis=1)]
+    cells = {c: [format_value(v) for v in t[c]] for c in t.columns}
+    headings = {c: f"turn {c.split('_')[2]}" for c in turns}
+    return ["Median TTFT (ms) by turn of the multi-turn runs (turn k sends turns 1..k-1 and their answers "
+            "before it):", "", pd.DataFrame(cells).rename(columns=headings).to_markdown(index=False,
+                                                                                       disable_numparse=True), ""]
+
+
+def _timing_lines(s: pd.DataFrame) -> list[str]:
+    """How each run's load was timed (runner/workload.py), where not every run's is a schedule."""
+    if "load_timing" not in s or not any(str(v).startswith(("trace", "closed")) for v in s["load_timing"]):
+        return []
+    return [f"- `{r.run}`: {r.load_timing}." for r in s.itertuples() if r.load_timing] + [""]
+
+
 def _energy_table(s: pd.DataFrame) -> list[str]:
     """The GPUs' energy per run, where measured (`runner.energy`; means over valid repeats)."""
     if TOKENS_PER_JOULE.name not in s or s[TOKENS_PER_JOULE.name].isna().all():
@@ -356,6 +377,8 @@ def write_report(analysis: Analysis, path: Path, notes: tuple[str, ...] = ()) ->
                 + metric_columns(s) + ["failed"]
             lines += [_fmt_table(s[[c for c in cols if c in s]]), ""]
             lines += _slo_lines(s)
+            lines += _timing_lines(s)
+            lines += _turn_table(s)
             lines += _energy_table(s)
             lines += _warnings(s)
             if s["output_len"].nunique() > 1:

@@ -5,7 +5,8 @@ it counts and which direction is better.
 table headings and axes from here. Key names follow ``vllm bench serve --save-result``:
 a throughput is its own key (``output_throughput``); a latency has one key per statistic
 (``mean_ttft_ms``, ``median_ttft_ms``, ``p99_ttft_ms``, ...). Tokens per joule comes from
-a summary's ``energy`` reading, where it is valid; SLO attainment from its ``slo``.
+a summary's ``energy`` reading, where it is valid; SLO attainment from its ``slo``; the
+prefix-cache hit rate from the server's own counters.
 """
 
 from __future__ import annotations
@@ -83,7 +84,11 @@ TOKENS_PER_JOULE = Metric("output_tokens_per_joule", "run", "tok/J", "output", "
 SLO_ATTAINMENT = Metric("slo_attainment_pct", "run", "%", "SLO", "SLO attainment", "higher",
                         "measured requests that completed within every objective of benchmark.slo (runner/slo.py), %")
 
+PREFIX_CACHE_HIT = Metric("prefix_cache_hit_pct", "run", "%", "prefix hit", "prefix-cache hit rate", "higher",
+                          "prompt tokens the server found in its prefix cache over those it looked up (vLLM's "
+                          "prefix_cache_hits / prefix_cache_queries over the repeat), %")
+
 THROUGHPUTS = (REQUEST_THROUGHPUT, OUTPUT_THROUGHPUT, TOTAL_TOKEN_THROUGHPUT)
 LATENCIES = (TTFT, TPOT, E2EL, ITL, ITL_PER_TOKEN)  # every latency a summary holds
-REPORTED = (*THROUGHPUTS, TTFT, TPOT, E2EL, ITL, SLO_ATTAINMENT, TOKENS_PER_JOULE)  # the report's tables, figures
-METRICS = {m.name: m for m in (*THROUGHPUTS, *LATENCIES, SLO_ATTAINMENT, TOKENS_PER_JOULE)}
+REPORTED = (*THROUGHPUTS, TTFT, TPOT, E2EL, ITL, SLO_ATTAINMENT, PREFIX_CACHE_HIT, TOKENS_PER_JOULE)  # the report's tables, figures
+METRICS = {m.name: m for m in (*THROUGHPUTS, *LATENCIES, SLO_ATTAINMENT, PREFIX_CACHE_HIT, TOKENS_PER_JOULE)}

@@ -1,4 +1,6 @@
-"""Prompts for the load generator: ShareGPT, a synthetic ShareGPT-shaped set, random.
+"""Prompts for the load generator: ShareGPT (first turns, or whole conversations for a
+multi-turn load), a synthetic ShareGPT-shaped set, random, shared prefixes, and the
+prompts of a replayed trace (runner/traces.py reads the file).
 
 Token counts come from the model's ``tokenizer.json`` through the `tokenizers` library
 (no transformers, no torch). Every loader is seeded and returns `BenchRequest`s.
@@ -15,6 +17,7 @@ from pathlib import Path
 from tokenizers import Tokenizer
 
 from .recipe import DatasetSpec
+from .traces import TraceError, TraceRow, read_trace
 
 # vLLM's ShareGPT filter (benchmarks/datasets: sample_sharegpt_requests)
 MIN_TOKENS, MAX_PROMPT, MAX_TOTAL = 4, 1024, 2048
@@ -57,7 +60,19 @@ class LocalTokenizer:
 
     def text_of_length(self, n: int, rng: random.Random) -> str:
         """Random text of about ``n`` tokens (decoded random ids; re-encoding may differ by a few)."""
-        ids = [rng.choice(self._plain_ids) for _ in range(n)]
+        return self.decode(self.random_ids(n, rng))
+
+    def random_ids(self, n: int, rng: random.Random) -> list[int]:
+        """``n`` random ids of plain (not special) tokens."""
+        return [rng.choice(self._plain_ids) for _ in range(n)]
+
+    def text_ids(self, n: int, rng: random.Random) -> list[int]:
+        """The ids of random text of ``n`` tokens as the tokenizer splits it (random ids do
+        not re-encode to themselves; these do, so pieces of them joined keep their length
+        up to a token or two where they meet)."""
+        return self._tok.encode(self.text_of_exact_length(n, rng), add_special_tokens=False).ids
+
+    def decode(self, ids: list[int]) -> str:
         return self._tok.decode(ids)
 
     def text_of_exact_length(self, n: int, rng: random.Random) -> str:
@@ -177,20 +192,131 @@ def random_fixed(num_prompts: int, tokenizer: LocalTokenizer, seed: int, input_l
     return out
 
 
-def check_dataset(spec: DatasetSpec) -> None:
+def shared_prefix(num_prompts: int, tokenizer: LocalTokenizer, seed: int, num_prefixes: int, prefix_len: int,
+                  suffix_len: int, output_len: int) -> list[BenchRequest]:
+    """``num_prompts`` requests over ``num_prefixes`` random prefixes of ``prefix_len``
+    tokens, dealt in turn (request i has prefix i mod ``num_prefixes``), each with its own
+    random suffix of ``suffix_len`` tokens, then shuffled with ``seed``: a prefix cache
+    serves every request but the first of each group from the cache, up to its suffix."""
+    rng = random.Random(seed)
+    prefixes = [tokenizer.text_ids(prefix_len, rng) for _ in range(num_prefixes)]
+    out = []
+    for i in range(num_prompts):
+        text = tokenizer.decode(prefixes[i % num_prefixes] + tokenizer.text_ids(suffix_len, rng))
+        out.append(BenchRequest(text, tokenizer.count(text), output_len))
+    rng.shuffle(out)
+    return out
+
+
+def trace_requests(rows: list[TraceRow], tokenizer: LocalTokenizer, seed: int, block_size: int) -> list[BenchRequest]:
+    """The prompts of a trace's rows: block k of a row is the first tokens of its
+    ``hash_ids[k]``'s block (``block_size`` random tokens drawn once per id with ``seed``),
+    as many as the row's ``input_length`` leaves for it; tokens past its blocks are the
+    row's own. Equal leading ids give equal leading text, so shared prefixes stay shared."""
+    blocks: dict[int, list[int]] = {}
+    own = random.Random(seed)
+    out = []
+    for row in rows:
+        ids: list[int] = []
+        for h in row.hash_ids:
+            if len(ids) >= row.input_len:
+                break
+            if h not in blocks:
+                blocks[h] = tokenizer.text_ids(block_size, random.Random(f"{seed}:{h}"))
+            ids += blocks[h][:row.input_len - len(ids)]
+        if len(ids) < row.input_len:
+            ids += tokenizer.text_ids(row.input_len - len(ids), own)
+        text = tokenizer.decode(ids)
+        out.append(BenchRequest(text, tokenizer.count(text), row.output_len))
+    return out
+
+
+@dataclass(frozen=True)
+class Conversation:
+    """The user turns of one multi-turn conversation: each turn's text, its tokens and the
+    answer's length (the conversation's own assistant turn; ``output_len`` if fixed)."""
+
+    index: int
+    turns: tuple[BenchRequest, ...]
+
+
+def read_conversations(path: str | Path) -> list[list[tuple[str, str]]]:
+    """Every ShareGPT conversation as its (user, assistant) turn pairs, in file order: the
+    alternating human/gpt turns from the first (a conversation that starts or goes on
+    otherwise is cut there); `DatasetError` as `read_sharegpt` raises it."""
+    read_sharegpt(path)  # the file's own checks, one line each
+    out = []
+    for c in json.loads(Path(path).read_text()):
+        turns = c.get("conversations", []) if isinstance(c, dict) else []
+        pairs = []
+        for user, answer in zip(turns[::2], turns[1::2]):
+            if not (isinstance(user, dict) and isinstance(answer, dict) and user.get("from") == "human"
+                    and answer.get("from") == "gpt"):
+                break
+            pairs.append((str(user.get("value", "")), str(answer.get("value", ""))))
+        out.append(pairs)
+    return out
+
+
+def multiturn_conversations(spec: DatasetSpec, count: int, tokenizer: LocalTokenizer, seed: int) -> list[Conversation]:
+    """``count`` conversations of at least two turns from ``spec.path``, in a seeded random
+    order: at most ``spec.max_turns`` turns each, cut before the first turn whose history
+    (every earlier turn and answer) plus itself and its answer would pass
+    ``spec.max_total_len`` tokens; a turn shorter than 1 token, or an answer shorter than
+    `MIN_TOKENS`, ends the conversation too."""
+    conversations = [c for c in read_conversations(spec.path) if len(c) >= 2]
+    random.Random(seed).shuffle(conversations)
+    out: list[Conversation] = []
+    for pairs in conversations:
+        turns, context = [], 0
+        for user, answer in pairs[:spec.max_turns]:
+            u_len = tokenizer.count(user)
+            o_len = spec.output_len or tokenizer.count(answer)
+            if u_len < 1 or o_len < MIN_TOKENS or context + u_len + o_len > spec.max_total_len:
+                break
+            turns.append(BenchRequest(user, u_len, o_len))
+            context += u_len + o_len
+        if len(turns) >= 2:
+            out.append(Conversation(len(out), tuple(turns)))
+        if len(out) == count:
+            return out
+    raise DatasetError(f"{spec.path}: only {len(out)} conversations have two or more turns within "
+                       f"max_total_len {spec.max_total_len}, {count} requested (num_prompts)")
+
+
+def check_dataset(spec: DatasetSpec, num_prompts: int | None = None) -> None:
     """What can be checked before a server starts: a ShareGPT file exists, is JSON and
-    holds conversations (`DatasetError` otherwise). Token counts need the tokenizer."""
-    if spec.kind == "sharegpt":
+    holds conversations, a trace's lines (``num_prompts`` of them) are well formed
+    (`DatasetError` otherwise). Token counts need the tokenizer."""
+    if spec.kind in ("sharegpt", "multiturn"):
         read_sharegpt(spec.path)
+    elif spec.kind == "trace":
+        trace_rows(spec, num_prompts or 1)
+
+
+def trace_rows(spec: DatasetSpec, count: int) -> list[TraceRow]:
+    """`traces.read_trace`, its errors as `DatasetError`."""
+    try:
+        return read_trace(spec.path, count)
+    except TraceError as e:
+        raise DatasetError(str(e)) from None
 
 
 def build_requests(spec: DatasetSpec, num_prompts: int, tokenizer_dir: str | Path, seed: int) -> list[BenchRequest]:
-    """The requests of one repeat, as a recipe's dataset describes them."""
+    """The requests of one repeat, as a recipe's dataset describes them (of a multi-turn
+    set: each conversation's first turn; `multiturn_conversations` has the whole)."""
     tok = LocalTokenizer(tokenizer_dir)
     if spec.kind == "sharegpt":
         return load_sharegpt(spec.path, num_prompts, tok, seed, spec.output_len)
     if spec.kind == "synthetic":
         return synthetic_sharegpt(num_prompts, tok, seed, SyntheticShape.of(spec), spec.output_len)
+    if spec.kind == "shared_prefix":
+        return shared_prefix(num_prompts, tok, seed, spec.num_prefixes, spec.prefix_len, spec.input_len,
+                             spec.output_len)
+    if spec.kind == "trace":
+        return trace_requests(trace_rows(spec, num_prompts), tok, seed, spec.block_size)
+    if spec.kind == "multiturn":  # each conversation's first turn (a warm-up's requests)
+        return [c.turns[0] for c in multiturn_conversations(spec, num_prompts, tok, seed)]
     return random_fixed(num_prompts, tok, seed, spec.input_len, spec.output_len)
 
 

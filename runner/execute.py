@@ -34,7 +34,7 @@ from .catalogue import ITL, OUTPUT_THROUGHPUT, REQUEST_THROUGHPUT, TOTAL_TOKEN_T
 from .datasets import DatasetError, build_requests
 from .energy import EnergyMeter, server_gpus
 from .knee import KNEE_FILE, KneeResult, Probe, next_rate
-from .loadgen import LoadConfig, arrival_offsets
+from .loadgen import LoadConfig
 from .loadpool import resolve_processes
 from .models import ensure_model
 from .recipe import Recipe, Suite
@@ -44,6 +44,7 @@ from .serverlog import cuda_graph_modes, engine_mismatch
 from .store import ResultsStore, atomic_write_json, read_records
 from .summary import RepeatHeader, RepeatSummary, summarize_repeat, unmeasured_repeat, utc_now
 from .tasks import LOCK_FILE, RunLock, launch_key
+from .workload import Workload
 
 
 @dataclass
@@ -114,9 +115,9 @@ class Serving:
     each after the run's warm-up or its own (`warm_up`). ``with`` it to close its meter."""
 
     def __init__(self, suite: Suite, recipe: Recipe, store: ResultsStore, console: Console, session: str,
-                 server: ServerProcess, requests: list, prov: dict, prov_file: str):
+                 server: ServerProcess, workload: Workload, prov: dict, prov_file: str):
         self.suite, self.recipe, self.store, self.console, self.session = suite, recipe, store, console, session
-        self.server, self.requests, self.prov, self.prov_file = server, requests, prov, prov_file
+        self.server, self.workload, self.prov, self.prov_file = server, workload, prov, prov_file
         b, s = recipe.benchmark, recipe.serve
         self.cfg = LoadConfig(server.plan.base_url, recipe.model.name, b.ignore_eos, b.max_concurrency,
                               b.request_timeout_s, b.idle_timeout_s, per_chunk_usage=b.per_chunk_usage)
@@ -133,7 +134,7 @@ class Serving:
         b = recipe.benchmark
         try:
             ensure_model(recipe.model.path, recipe.model.build)
-            requests = build_requests(b.dataset, b.num_prompts, recipe.model.tokenizer_path, b.seed)
+            workload = Workload.of(b, recipe.model.tokenizer_path)
         except DatasetError as e:
             console.print(f"[red]{recipe.name}: {e}[/]")
             return str(e)
@@ -152,8 +153,9 @@ class Serving:
         prov["server_log"] = str(server.log_path.relative_to(store.suite_dir)) \
             if server.log_path.is_relative_to(store.suite_dir) else str(server.log_path)
         prov["cuda_graphs"] = cuda_graph_modes(log_text)
+        prov["load_timing"] = workload.timing(b, b.request_rate)  # a knee's probes: each in its summary
         prov_file = store.write_run_meta(recipe.name, recipe.model_dump(mode="json"), prov, session)
-        return cls(suite, recipe, store, console, session, server, requests, prov, prov_file)
+        return cls(suite, recipe, store, console, session, server, workload, prov, prov_file)
 
     def __enter__(self) -> "Serving":
         return self
@@ -184,27 +186,29 @@ class Serving:
             self.console.print(f"[red]{self.recipe.name} r{repeat}: {why}[/]")
         return why
 
-    def load(self, count: int) -> list:
-        """The first ``count`` requests of the run's dataset (more than ``num_prompts`` for a
-        knee probe at a high rate: built again, longer; raises DatasetError)."""
-        if count > len(self.requests):
-            b = self.recipe.benchmark
-            self.requests = build_requests(b.dataset, count, self.recipe.model.tokenizer_path, b.seed)
-        return self.requests[:count]
+    def load(self, count: int) -> Workload:
+        """The run's load with ``count`` requests (more than ``num_prompts`` for a knee probe
+        at a high rate: built again, longer; raises DatasetError)."""
+        if count <= len(self.workload.requests):  # a knee's load: on the schedule's clock
+            return Workload(self.workload.requests[:count])
+        self.workload = Workload.of(self.recipe.benchmark, self.recipe.model.tokenizer_path, count)
+        return self.workload
 
-    def measure(self, repeat: int, rate: float | None = None, requests: list | None = None) -> RepeatOutcome:
+    def measure(self, repeat: int, rate: float | None = None, workload: Workload | None = None) -> RepeatOutcome:
         """Repeat ``repeat`` at the recipe's request rate (or ``rate``, req/s) with its
-        requests (or ``requests``), its summary written; what needs a second look said on
-        the console."""
+        load (or ``workload``), its summary written; what needs a second look said on the
+        console."""
         name, b = self.recipe.name, self.recipe.benchmark
         rate = b.request_rate if rate is None else rate
-        requests = self.requests if requests is None else requests
-        offsets = arrival_offsets(len(requests), rate, b.arrival, b.burstiness, b.seed)
-        header = self.header(repeat, provenance_file=self.prov_file, request_rate=rate, num_prompts=len(requests))
-        processes = resolve_processes(b.client_processes, len(requests), b.max_concurrency)
+        workload = self.workload if workload is None else workload
+        requests = workload.requests
+        header = self.header(repeat, provenance_file=self.prov_file, request_rate=rate, num_prompts=len(requests),
+                             load_timing=workload.timing(b, rate))
+        processes = resolve_processes(b.client_processes, workload.size, b.max_concurrency)
         with self.store.requests_writer(name, repeat) as writer:
             try:
-                measured = measure_repeat(self.cfg, requests, offsets, writer, header, desc=f"{name} r{repeat}",
+                measured = measure_repeat(self.cfg, requests, workload.offsets(b, rate), writer, header,
+                                          desc=f"{name} r{repeat}", conversations=workload.conversations,
                                           processes=processes, slo_ms=b.goodput_slo_ms, slo=b.slo,
                                           server_log=self.server.log_path, meter=self.meter)
             except KeyboardInterrupt:
@@ -285,7 +289,7 @@ def run_knee(suite: Suite, recipe: Recipe, store: ResultsStore, console: Console
                         open_serving.enter_context(serving)
                 why = serving if isinstance(serving, str) else serving.unwell(repeat)
                 try:
-                    requests = [] if why else serving.load(count)
+                    workload = None if why else serving.load(count)
                 except DatasetError as e:
                     why = f"{count} requests for {rate:.3g} req/s x {b.knee.probe_s:g} s: {e}"
                 if why:
@@ -293,7 +297,7 @@ def run_knee(suite: Suite, recipe: Recipe, store: ResultsStore, console: Console
                                                                num_prompts=count), "failed", why)
                 else:
                     serving.warm_up()
-                    outcome = serving.measure(repeat, rate, requests)
+                    outcome = serving.measure(repeat, rate, workload)
             outcomes.append(outcome)
             probes.append(Probe.of(outcome.summary))
             p = probes[-1]

@@ -53,7 +53,7 @@ class ClientStats:
     loop_lag_ms: list[float] = field(default_factory=list)
 
 
-async def _watch_loop(stats: ClientStats) -> None:
+async def watch_loop(stats: ClientStats) -> None:
     clock = time.perf_counter
     while True:
         due = clock() + LOOP_WATCH_PERIOD_S
@@ -82,6 +82,9 @@ class RequestRecord:
     end_s         when the stream finished (or failed)
     prompt_tokens / completion_tokens   the server's final usage
     request_id    the ``X-Request-Id`` it was sent with (`LoadConfig.request_id_prefix`)
+    conversation, turn
+                  of a multi-turn load (runner/multiturn.py): which conversation, and which
+                  of its user turns (1, 2, ...); None otherwise
     """
 
     index: int
@@ -102,6 +105,8 @@ class RequestRecord:
     http_status: int | None = None
     error: str = ""
     request_id: str = ""
+    conversation: int | None = None
+    turn: int | None = None
 
     def to_json(self) -> str:
         """One JSON line; orjson serializes the dataclass directly (~20x faster than
@@ -253,10 +258,12 @@ class IdleWatch:
                 "flight (benchmark.idle_timeout_s); the load was stopped")
 
 
-async def _stream_one(session: aiohttp.ClientSession, cfg: LoadConfig, req: BenchRequest,
-                      rec: RequestRecord, t0: float, idle: IdleWatch | None = None) -> None:
+async def stream_one(session: aiohttp.ClientSession, cfg: LoadConfig, req: BenchRequest,
+                     rec: RequestRecord, t0: float, idle: IdleWatch | None = None,
+                     text: list[str] | None = None) -> None:
     """Send one request and fill ``rec`` from its SSE stream (errors are recorded, not
-    raised); every read tells ``idle`` that the server is alive."""
+    raised); every read tells ``idle`` that the server is alive; ``text`` gets the text of
+    every chunk (the answer, for a conversation's history)."""
     clock = time.perf_counter
     rec.sent_s = clock() - t0
     seen_tokens = 0
@@ -288,6 +295,8 @@ async def _stream_one(session: aiohttp.ClientSession, cfg: LoadConfig, req: Benc
                     chunk = _loads(payload)
                     usage = chunk.get("usage")
                     if chunk.get("choices"):
+                        if text is not None:
+                            text.append(chunk["choices"][0].get("text") or "")
                         rec.coalesced += not first_in_read
                         first_in_read = False
                         rec.chunk_s.append(now)
@@ -420,7 +429,7 @@ async def run_load(cfg: LoadConfig, requests: list[BenchRequest], offsets: Itera
             if gate is not None:
                 await gate.acquire()  # FIFO: requests released together are sent in order
             try:
-                await _stream_one(session, cfg, req, rec, t0, idle)
+                await stream_one(session, cfg, req, rec, t0, idle)
             finally:
                 if gate is not None:
                     gate.release()
@@ -455,8 +464,8 @@ async def run_load(cfg: LoadConfig, requests: list[BenchRequest], offsets: Itera
                     await asyncio.sleep(0)  # it can start now: let it send before the next one
 
         releaser = asyncio.create_task(dispatch())
-        watch = asyncio.create_task(_watch_loop(stats)) if stats is not None else None
-        watchdog = asyncio.create_task(_watch_idle(idle, lambda: [t for t in tasks if not t.done()], releaser))
+        watch = asyncio.create_task(watch_loop(stats)) if stats is not None else None
+        watchdog = asyncio.create_task(watch_idle(idle, lambda: [t for t in tasks if not t.done()], releaser))
         try:
             await releaser
             await asyncio.gather(*tasks)
@@ -478,7 +487,8 @@ async def run_load(cfg: LoadConfig, requests: list[BenchRequest], offsets: Itera
     return records
 
 
-async def _watch_idle(idle: IdleWatch, in_flight: Callable[[], list[asyncio.Task]], releaser: asyncio.Task) -> None:
+async def watch_idle(idle: IdleWatch, in_flight: Callable[[], list[asyncio.Task]],
+                     releaser: asyncio.Task | None = None) -> None:
     """Stop the load when the server has been silent for ``idle.limit_s`` with requests in
     flight (`IdleWatch`): the releaser and every request in flight are cancelled, and the
     requests record the timeout. A load with nothing in flight (between Poisson arrivals)
@@ -491,6 +501,6 @@ async def _watch_idle(idle: IdleWatch, in_flight: Callable[[], list[asyncio.Task
             idle.heard()
         elif idle.silent_s() > idle.limit_s:
             idle.expired = True
-            for t in (releaser, *flying):
+            for t in ([releaser] if releaser is not None else []) + flying:
                 t.cancel()
             return

@@ -28,6 +28,9 @@ Per run:
                           busy client delays every chunk it has not read yet
   client_coalesced_chunks share of chunks that arrived in the same socket read as the chunk
                           before them (they share one arrival time)
+  ttft_by_turn            of a multi-turn load: per user turn (1, 2, ...), its completed
+                          requests and their mean, median and p90 TTFT (ms); a later turn
+                          carries the history before it, which a prefix cache holds
 Token counts are the server's ``usage`` (prompt_tokens, completion_tokens) when present.
 Summary keys follow ``vllm bench serve --save-result`` (``mean_ttft_ms``, ``p99_itl_ms``, ...).
 """
@@ -106,6 +109,20 @@ def itl_tenths(per: list[dict]) -> tuple[float | None, float | None]:
             float(np.median(last_all)) if len(last_all) else None)
 
 
+def ttft_by_turn(ok: Sequence[RequestRecord], per: Sequence[dict]) -> dict[str, dict]:
+    """{turn: {"completed", "mean_ttft_ms", "median_ttft_ms", "p90_ttft_ms"}} over the
+    successful requests ``ok`` (``per``: their `request_latencies`), turns as strings (JSON keys)."""
+    by_turn: dict[int, list[float]] = {}
+    for r, p in zip(ok, per):
+        by_turn.setdefault(r.turn, []).append(p["ttft"])
+    out = {}
+    for turn in sorted(t for t in by_turn if t is not None):
+        v = np.asarray(by_turn[turn])
+        out[str(turn)] = {"completed": int(v.size), "mean_ttft_ms": float(v.mean()),
+                          "median_ttft_ms": float(np.median(v)), "p90_ttft_ms": float(np.percentile(v, 90))}
+    return out
+
+
 def summarize(records: Iterable[RequestRecord], slo_ms: dict[str, float] | None = None,
               loop_lag_ms: Sequence[float] | None = None, slo: Slo | None = None) -> dict:
     """The metrics of one repeat (measured requests only), under their summary.json keys;
@@ -149,6 +166,8 @@ def summarize(records: Iterable[RequestRecord], slo_ms: dict[str, float] | None 
     chunks = sum(len(r.chunk_s) for r in ok)
     summary["client_coalesced_chunks"] = sum(r.coalesced for r in ok) / chunks if chunks else 0.0
     summary["max_chunk_tokens"] = max((max(r.chunk_tokens) for r in ok if r.chunk_tokens), default=0)
+    if any(r.turn is not None for r in recs):
+        summary["ttft_by_turn"] = ttft_by_turn(ok, per)
     summary["errors"] = sorted({r.error for r in recs if r.status != "ok"})[:20]
     summary["first_error"] = first_error(recs)
     return summary

@@ -37,7 +37,7 @@ class PreflightError(RuntimeError):
 def check_datasets(suite: Suite, runs: list[Recipe]) -> None:
     for recipe in runs:
         try:
-            check_dataset(recipe.benchmark.dataset)
+            check_dataset(recipe.benchmark.dataset, recipe.benchmark.num_prompts)
         except DatasetError as e:
             raise PreflightError(f"{suite.source}: run {recipe.name!r}: benchmark.dataset.path: {e}") from None
 

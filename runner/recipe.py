@@ -211,16 +211,30 @@ class ServeSettings(_Strict):
 
 
 class DatasetSpec(_Strict):
-    """Where prompts come from.
+    """Where prompts come from, and for some kinds how they are timed.
 
-    sharegpt:  ``path`` to ShareGPT JSON (vLLM's filtering: >= 2 turns, prompt >= 4 and
-               output >= 4 tokens, prompt <= 1024, prompt + output <= 2048)
-    synthetic: ShareGPT-shaped lengths drawn from log-normal distributions (see
-               `datasets.SyntheticShape`), random text of those lengths
-    random:    fixed ``input_len`` / ``output_len`` for every request
+    sharegpt:      ``path`` to ShareGPT JSON (vLLM's filtering: >= 2 turns, prompt >= 4 and
+                   output >= 4 tokens, prompt <= 1024, prompt + output <= 2048)
+    synthetic:     ShareGPT-shaped lengths drawn from log-normal distributions (see
+                   `datasets.SyntheticShape`), random text of those lengths
+    random:        fixed ``input_len`` / ``output_len`` for every request
+    shared_prefix: ``num_prefixes`` random prefixes of ``prefix_len`` tokens, each request one
+                   of them (in turn) plus its own suffix of ``input_len`` tokens, ``output_len``
+                   out, in a seeded random order (`vllm bench serve`'s prefix_repetition)
+    multiturn:     whole ShareGPT conversations from ``path``, each user turn sent when the
+                   answer to the one before has arrived (and ``think_time_s`` passed), with
+                   the history (earlier turns and the server's answers) before it; at most
+                   ``conversations`` at a time and ``max_turns`` turns each; a conversation
+                   ends before a turn whose history would pass ``max_total_len`` tokens
+                   (runner/multiturn.py). ``num_prompts`` counts conversations.
+    trace:         a JSONL file at ``path``, one request per line (the Mooncake format:
+                   ``timestamp`` ms, ``input_length``, ``output_length``, optional
+                   ``hash_ids``: the request's blocks of ``block_size`` tokens, one id per
+                   block, equal ids equal text), sent at its timestamps divided by
+                   ``speedup`` (runner/trace.py). ``num_prompts`` counts lines from the top.
     """
 
-    kind: Literal["sharegpt", "synthetic", "random"] = "synthetic"
+    kind: Literal["sharegpt", "synthetic", "random", "shared_prefix", "multiturn", "trace"] = "synthetic"
     path: str | None = None
     input_len: int | None = Field(None, ge=1)
     output_len: int | None = Field(None, ge=1)
@@ -231,14 +245,35 @@ class DatasetSpec(_Strict):
     output_sigma: float = Field(0.9, ge=0)
     max_prompt_len: int = Field(1024, ge=4)
     max_total_len: int = Field(2048, ge=8)
+    # shared_prefix
+    num_prefixes: int = Field(4, ge=1)
+    prefix_len: int | None = Field(None, ge=1)
+    # multiturn
+    conversations: int = Field(8, ge=1)  # conversations in flight at a time
+    think_time_s: float = Field(0.0, ge=0)  # from an answer's end to the next turn (s)
+    max_turns: int = Field(8, ge=1)  # user turns per conversation at most
+    # trace
+    speedup: float = Field(1.0, gt=0)  # replay the timestamps this many times faster
+    block_size: int = Field(512, ge=1)  # tokens per hash id (Mooncake's 512)
 
     @model_validator(mode="after")
     def _needs(self):
-        if self.kind == "sharegpt" and not self.path:
-            raise ValueError("kind 'sharegpt' needs 'path' (the ShareGPT JSON file)")
+        if self.kind in ("sharegpt", "multiturn", "trace") and not self.path:
+            what = "the JSONL trace" if self.kind == "trace" else "the ShareGPT JSON file"
+            raise ValueError(f"kind '{self.kind}' needs 'path' ({what})")
         if self.kind == "random" and (self.input_len is None or self.output_len is None):
             raise ValueError("kind 'random' needs 'input_len' and 'output_len'")
+        if self.kind == "shared_prefix" and (self.prefix_len is None or self.input_len is None
+                                             or self.output_len is None):
+            raise ValueError("kind 'shared_prefix' needs 'prefix_len' (the shared prefix's tokens), 'input_len' "
+                             "(each request's own suffix) and 'output_len'")
         return self
+
+    @property
+    def timed_by_itself(self) -> bool:
+        """Its own clock sends the requests (a trace's timestamps, a conversation's answers):
+        ``request_rate``, ``arrival`` and a knee search do not apply."""
+        return self.kind in ("multiturn", "trace")
 
 
 class BenchmarkSettings(_Strict):
@@ -288,13 +323,22 @@ class BenchmarkSettings(_Strict):
     def _knee_needs_an_slo(self):
         if self.knee is not None and self.slo is None:
             raise ValueError("knee: a knee search needs benchmark.slo (the objectives it must meet)")
+        if self.dataset.timed_by_itself and (self.knee is not None or math.isfinite(self.request_rate)):
+            field = "knee" if self.knee is not None else "request_rate"
+            raise ValueError(f"{field}: dataset kind '{self.dataset.kind}' times its requests itself "
+                             f"({'its timestamps / speedup' if self.dataset.kind == 'trace' else 'each turn after the answer before'}); "
+                             f"leave {field} out")
         return self
 
     def warmup_dataset(self) -> DatasetSpec:
-        """The warm-up requests' prompts: the run's, with ``warmup_output_len`` if set."""
+        """The warm-up requests' prompts: the run's, with ``warmup_output_len`` if set (a
+        warm-up draws them with another seed, so a prefix cache holds none of the measured
+        prompts); for a multi-turn load, synthetic prompts (its conversations' first turns
+        would be in the cache when the measured conversations begin)."""
+        spec = DatasetSpec(output_len=self.dataset.output_len) if self.dataset.kind == "multiturn" else self.dataset
         if self.warmup_output_len is None:
-            return self.dataset
-        return self.dataset.model_copy(update={"output_len": self.warmup_output_len})
+            return spec
+        return spec.model_copy(update={"output_len": self.warmup_output_len})
 
 
 class Recipe(_Strict):

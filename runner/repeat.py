@@ -20,8 +20,9 @@ from tqdm import tqdm
 from .datasets import BenchRequest
 from .energy import EnergyMeter
 from .host import host_between, host_counters
-from .loadgen import ClientStats, LoadConfig, RequestRecord
+from .loadgen import ClientStats, LoadConfig, RequestRecord, run_async
 from .loadpool import run_load_processes
+from .multiturn import ConversationLoad, run_conversations
 from .serverlog import LogWindow, jit_compiles
 from .slo import Slo
 from .store import RecordWriter
@@ -38,21 +39,30 @@ class Repeat:
 def measure_repeat(cfg: LoadConfig, requests: list[BenchRequest], offsets: list[float], writer: RecordWriter,
                    header: RepeatHeader, *, desc: str, phase: str = "measure", processes: int = 1,
                    slo_ms: dict[str, float] | None = None, slo: Slo | None = None, server_log: Path | None = None,
-                   meter: EnergyMeter | None = None) -> Repeat:
+                   meter: EnergyMeter | None = None, conversations: ConversationLoad | None = None) -> Repeat:
     """Send ``requests`` at ``offsets`` to ``cfg.base_url`` (every finished record to
     ``writer``, as it finishes) and summarize them under ``header``, with the load's start
     and end times (and ``meter``'s reading of the GPUs' energy over the load, its idle
-    power sampled first). Ctrl-C propagates after the writer has every record measured so far."""
+    power sampled first). ``conversations`` replaces ``requests`` and ``offsets`` with a
+    multi-turn load (runner/multiturn.py, in this process). Ctrl-C propagates after the
+    writer has every record measured so far."""
     window = LogWindow(server_log) if server_log is not None else None
     before = scrape(cfg.base_url)
     host_before = host_counters()
     stats = ClientStats()
     started = utc_now()
-    bar = tqdm(total=len(requests), desc=desc, unit="req", leave=False, dynamic_ncols=True)
+    bar = tqdm(total=conversations.turns if conversations else len(requests), desc=desc, unit="req", leave=False,
+               dynamic_ncols=True)
     try:
         with meter if meter is not None else nullcontext():
-            records = run_load_processes(cfg, requests, offsets, writer, processes, phase=phase,
-                                         on_done=lambda _: bar.update(1), stats=stats)
+            if conversations is not None:
+                processes = 1
+                records = run_async(run_conversations(
+                    cfg, conversations.conversations, writer, concurrent=conversations.concurrent,
+                    think_time_s=conversations.think_time_s, phase=phase, on_done=lambda _: bar.update(1), stats=stats))
+            else:
+                records = run_load_processes(cfg, requests, offsets, writer, processes, phase=phase,
+                                             on_done=lambda _: bar.update(1), stats=stats)
     finally:
         bar.close()
     after = scrape(cfg.base_url) if before is not None else None

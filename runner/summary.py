@@ -33,6 +33,7 @@ from .energy import EnergyReading
 from .loadgen import RequestRecord
 from .metrics import summarize
 from .slo import Slo, SloResult
+from .witness import prefix_cache_hit_rate
 
 STATUSES = ("ok", "degraded", "failed", "interrupted")
 DEGRADED_FAILED_SHARE = 0.01  # more failed requests than this share makes a repeat degraded
@@ -53,6 +54,7 @@ class RepeatHeader(BaseModel):
     burstiness: float | None = None
     max_concurrency: int | None = None
     recipe_hash: str | None = None
+    load_timing: str | None = None  # how the requests were timed, one line (runner/workload.py)
     provenance_file: str | None = None
     started_at: str | None = None  # UTC ISO times of the repeat's load
     finished_at: str | None = None
@@ -101,6 +103,8 @@ class _Summary(RepeatHeader, Witnesses):
     slo: SloResult | None = None  # the repeat against benchmark.slo's objectives (`slo`)
     itl_first_tenth_ms: float | None = None  # median ITL over the first tenth of each request's gaps
     itl_last_tenth_ms: float | None = None  # ... and over the last tenth
+    ttft_by_turn: dict[str, dict[str, float]] | None = None  # of a multi-turn load (`metrics.ttft_by_turn`)
+    prefix_cache_hit_rate: float | None = None  # prompt tokens found in the server's prefix cache, 0-1 (`witness`)
 
     # the request file (None: a summary older than the digest, or nothing was written)
     records: int | None = None
@@ -161,6 +165,9 @@ def summarize_repeat(records: Sequence[RequestRecord], header: RepeatHeader, *,
     (`repeat_status`): a repeat the server died in, or one interrupted, says so whatever
     its records say."""
     metrics = summarize(records, slo_ms, loop_lag_ms, slo)
+    hit_rate = prefix_cache_hit_rate(witnesses.server_metrics) if witnesses is not None else None
+    if hit_rate is not None:
+        metrics["prefix_cache_hit_rate"] = hit_rate
     if witnesses is not None and witnesses.energy is not None:  # per output token and completed request
         energy = witnesses.energy.per_work(metrics["total_output_tokens"] or 0, metrics["completed"])
         witnesses = witnesses.model_copy(update={"energy": energy})

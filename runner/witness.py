@@ -36,6 +36,8 @@ COUNTERS = {
     "prompt_tokens": "vllm:prompt_tokens",
     "generation_tokens": "vllm:generation_tokens",
     "preemptions": "vllm:num_preemptions",
+    "prefix_cache_queries": "vllm:prefix_cache_queries",  # prompt tokens looked up in the prefix cache
+    "prefix_cache_hits": "vllm:prefix_cache_hits",  # ... and found there
 }
 
 
@@ -122,3 +124,14 @@ def between(before: Snapshot, after: Snapshot) -> dict:
     for name, value in after.counters.items():
         out[name] = value - before.counters.get(name, 0.0)
     return out
+
+
+def prefix_cache_hit_rate(server_metrics: dict | None) -> float | None:
+    """The share of the repeat's prompt tokens the server found in its prefix cache
+    (``prefix_cache_hits`` / ``prefix_cache_queries`` between the scrapes, vLLM V1's
+    counters in tokens), 0 to 1; None where the server counts no lookups (no /metrics,
+    prefix caching off, or a server that does not count them)."""
+    queries = (server_metrics or {}).get("prefix_cache_queries")
+    if not queries:
+        return None
+    return server_metrics.get("prefix_cache_hits", 0.0) / queries

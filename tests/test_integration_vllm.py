@@ -341,3 +341,61 @@ def test_a_knee_search_probes_one_server_and_resumes(tmp_path, model_dir):
     assert len(result.probes) == 1 and result.converged and result.verdict.startswith("the SLO holds even at a burst")
     assert sorted(p.name for p in run_dir.glob("r[0-9]*")) == ["r1"]  # the longer search's probes are gone
     assert server_pids(model_dir) == []
+
+
+def test_shared_prefix_multiturn_and_trace_loads_on_a_server_with_prefix_caching(tmp_path, model_dir):
+    """Three workloads on one real server with prefix caching on: prompts sharing prefixes
+    hit the cache (vLLM's own counters), conversations send their history turn by turn (TTFT
+    by turn, history from the cache), a trace is sent on its own clock; each summary and the
+    provenance say how the load was timed, and the report gives the hit rate and turns."""
+    from attnbench.analysis.report import analyze, write_report
+
+    sharegpt = tmp_path / "conversations.json"
+    words = ["alpha", "beta", "gamma", "delta", "omega", "sigma"]
+    rng = __import__("random").Random(0)
+    sharegpt.write_text(json.dumps([{"conversations": [
+        {"from": "human" if k % 2 == 0 else "gpt", "value": " ".join(rng.choice(words) for _ in range(120))}
+        for k in range(6)]} for _ in range(6)]))
+    trace = tmp_path / "trace.jsonl"
+    stamps = [0, 200, 400, 1200, 1300, 2500]
+    trace.write_text("".join(json.dumps({"timestamp": t, "input_length": 300, "output_length": 6,
+                                         "hash_ids": [0, 1 + i % 2]}) + "\n" for i, t in enumerate(stamps)))
+    suite = suite_file(tmp_path, model_dir, [
+        {"name": "prefix", "benchmark": {"dataset": {"kind": "shared_prefix", "num_prefixes": 2, "prefix_len": 128,
+                                                      "input_len": 16, "output_len": 8}, "num_prompts": 12}},
+        {"name": "chat", "benchmark": {"dataset": {"kind": "multiturn", "path": str(sharegpt), "conversations": 2,
+                                                    "max_turns": 3, "output_len": 8, "think_time_s": 0.1},
+                                        "num_prompts": 3}},
+        {"name": "trace", "benchmark": {"dataset": {"kind": "trace", "path": str(trace), "block_size": 128},
+                                         "num_prompts": 6}},
+    ], repeats=1)
+    data = yaml.safe_load(suite.read_text())
+    data["defaults"]["serve"]["enable_prefix_caching"] = True
+    suite.write_text(yaml.safe_dump(data, sort_keys=False))
+    outcomes = run_suite(load_suite(suite), tmp_path / "results")
+    assert [(o.run, o.status) for o in outcomes] == [("prefix", "ok"), ("chat", "ok"), ("trace", "ok")]
+    summaries = {o.run: o.summary for o in outcomes}
+    # 12 prompts over 2 prefixes of 128 tokens: all but 2 find theirs (whole blocks of 16 tokens) in the cache
+    assert summaries["prefix"].prefix_cache_hit_rate > 0.5
+    assert summaries["prefix"].load_timing == "schedule: all 12 requests at once"
+    chat = summaries["chat"]
+    assert chat.completed == 9 and set(chat.ttft_by_turn) == {"1", "2", "3"}
+    assert chat.prefix_cache_hit_rate > 0.2  # turns 2 and 3 find their history's full blocks cached
+    assert chat.load_timing.startswith("closed loop: 3 conversations (9 turns), 2 at a time")
+    records = read_records(tmp_path / "results" / "it" / "chat" / "r1" / "requests.jsonl")
+    for r in records:
+        if r.turn > 1:
+            before = next(x for x in records if x.conversation == r.conversation and x.turn == r.turn - 1)
+            assert r.sent_s >= before.end_s + 0.1 - 1e-3 and r.prompt_tokens > before.prompt_tokens + 8
+    trace_summary = summaries["trace"]
+    assert trace_summary.load_timing == f"trace: the timestamps of {trace}, 1x as fast"
+    sent = sorted(r.sent_s for r in read_records(tmp_path / "results" / "it" / "trace" / "r1" / "requests.jsonl"))
+    assert [round(s - sent[0], 1) for s in sent] == [0.0, 0.2, 0.4, 1.2, 1.3, 2.5]
+    assert trace_summary.prefix_cache_hit_rate > 0.3  # the shared blocks (vLLM's CPU blocks: 128 tokens)
+    prov = json.loads((tmp_path / "results" / "it" / "trace" / "provenance.json").read_text())
+    assert prov["load_timing"] == trace_summary.load_timing
+
+    report = write_report(analyze([tmp_path / "results"], tmp_path / "figures"), tmp_path / "report.md").read_text()
+    assert "prefix hit %" in report and "Median TTFT (ms) by turn" in report and "| turn 3 " in report
+    assert f"- `chat`: {chat.load_timing}." in report
+    assert server_pids(model_dir) == []

@@ -90,12 +90,12 @@ def test_event_loop_lag_is_seen():
     """A blocking call inside the client's loop shows up as lag."""
     import time
 
-    from attnbench.runner.loadgen import _watch_loop
+    from attnbench.runner.loadgen import watch_loop
 
     stats = ClientStats()
 
     async def main():
-        watch = asyncio.create_task(_watch_loop(stats))
+        watch = asyncio.create_task(watch_loop(stats))
         await asyncio.sleep(0.03)
         time.sleep(0.05)  # the loop can run nothing else meanwhile
         await asyncio.sleep(0.02)
