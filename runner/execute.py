@@ -202,8 +202,15 @@ class Serving:
         rate = b.request_rate if rate is None else rate
         workload = self.workload if workload is None else workload
         requests = workload.requests
+        cache = {}
+        if self.recipe.serve.enable_prefix_caching:  # each repeat from an empty cache: no earlier prompt in it
+            why = self.server.reset_prefix_cache()
+            cache["prefix_cache_reset"] = not why
+            if why:
+                self.console.print(f"[yellow]warning: {name} r{repeat}: prefix cache not emptied ({why}); what "
+                                   "earlier repeats and the warm-up sent may be found in it[/]")
         header = self.header(repeat, provenance_file=self.prov_file, request_rate=rate, num_prompts=len(requests),
-                             load_timing=workload.timing(b, rate))
+                             load_timing=workload.timing(b, rate), **cache)
         processes = resolve_processes(b.client_processes, workload.size, b.max_concurrency)
         with self.store.requests_writer(name, repeat) as writer:
             try:

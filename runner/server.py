@@ -135,9 +135,13 @@ def graph_mode_args(mode: str | None) -> list[str]:
 def server_env(recipe: Recipe) -> dict[str, str]:
     """The server's environment: the recipe's ``serve.env``, attnbench's kernel step for the
     CUSTOM backend (``kernel_variant`` as ATTNBENCH_VARIANT), and for ``engine: v0`` the
-    switches of vLLM's V0 engine (VLLM_USE_V1=0, the backend in VLLM_ATTENTION_BACKEND)."""
+    switches of vLLM's V0 engine (VLLM_USE_V1=0, the backend in VLLM_ATTENTION_BACKEND).
+    With prefix caching on, VLLM_SERVER_DEV_MODE=1 opens POST /reset_prefix_cache, so that
+    every repeat starts from an empty cache (`ServerProcess.reset_prefix_cache`)."""
     s = recipe.serve
     env = dict(s.env)
+    if s.enable_prefix_caching and s.engine != "v0":
+        env.setdefault("VLLM_SERVER_DEV_MODE", "1")
     if s.kernel_variant is not None:
         env[VARIANT_ENV] = s.kernel_variant
     if s.engine == "v0":
@@ -284,6 +288,31 @@ class ServerProcess:
                 return json.loads(r.read()).get("version")
         except Exception:  # noqa: BLE001 - provenance only
             return None
+
+    def reset_prefix_cache(self, attempts: int = 10) -> str:
+        """Empty the server's prefix cache (POST /reset_prefix_cache, which vLLM opens in its
+        dev mode); vLLM refuses while blocks are held, so a refusal is retried for up to
+        ``attempts`` half-seconds. "" when it was emptied, else why not (one line)."""
+        why = ""
+        for _ in range(attempts):
+            request = urllib.request.Request(self.plan.base_url + "/reset_prefix_cache", method="POST")
+            try:
+                with urllib.request.urlopen(request, timeout=10) as r:
+                    body = r.read()
+            except urllib.error.HTTPError as e:
+                return (f"POST /reset_prefix_cache: HTTP {e.code} (vLLM opens it with VLLM_SERVER_DEV_MODE=1)"
+                        if e.code == 404 else f"POST /reset_prefix_cache: HTTP {e.code}")
+            except (urllib.error.URLError, OSError) as e:
+                return f"POST /reset_prefix_cache: {e}"
+            try:
+                ok = json.loads(body).get("success", True) if body.strip() else True
+            except ValueError:
+                ok = True  # older vLLM answered 200 with no JSON
+            if ok:
+                return ""
+            why = "the server refused (blocks still held)"
+            time.sleep(0.5)
+        return f"POST /reset_prefix_cache: {why}"
 
     def _group_alive(self, pgid: int) -> bool:
         try:

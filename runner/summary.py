@@ -55,6 +55,7 @@ class RepeatHeader(BaseModel):
     max_concurrency: int | None = None
     recipe_hash: str | None = None
     load_timing: str | None = None  # how the requests were timed, one line (runner/workload.py)
+    prefix_cache_reset: bool | None = None  # with prefix caching on: the cache was emptied before the repeat
     provenance_file: str | None = None
     started_at: str | None = None  # UTC ISO times of the repeat's load
     finished_at: str | None = None

@@ -109,7 +109,7 @@ def test_runner_checks_the_engine_before_measuring(tmp_path, monkeypatch, versio
     path = suite(tmp_path, {"engine": "v0", "gpu_vendor": "none"},
                  benchmark={"dataset": {"kind": "random", "input_len": 8, "output_len": 4}, "num_prompts": 2,
                             "warmup_requests": 0, "repeats": 1})
-    monkeypatch.setattr(execute, "build_requests", lambda *a: [BenchRequest("hi", 1, 4)] * 2)
+    monkeypatch.setattr(execute.Workload, "of", classmethod(lambda cls, *a: cls([BenchRequest("hi", 1, 4)] * 2)))
     monkeypatch.setattr(execute, "ensure_model", lambda *a: None)
     (outcome,) = run_suite(load_suite(path), tmp_path / "results")
     assert outcome.status == "failed"
