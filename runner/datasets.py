@@ -264,6 +264,8 @@ def multiturn_conversations(spec: DatasetSpec, count: int, tokenizer: LocalToken
     (every earlier turn and answer) plus itself and its answer would pass
     ``spec.max_total_len`` tokens; a turn shorter than 1 token, or an answer shorter than
     `MIN_TOKENS`, ends the conversation too."""
+    if spec.path is None:
+        return synthetic_conversations(spec, count, tokenizer, seed)
     conversations = [c for c in read_conversations(spec.path) if len(c) >= 2]
     random.Random(seed).shuffle(conversations)
     out: list[Conversation] = []
@@ -284,11 +286,34 @@ def multiturn_conversations(spec: DatasetSpec, count: int, tokenizer: LocalToken
                        f"max_total_len {spec.max_total_len}, {count} requested (num_prompts)")
 
 
+def synthetic_conversations(spec: DatasetSpec, count: int, tokenizer: LocalTokenizer, seed: int) -> list[Conversation]:
+    """``count`` conversations of 2 to ``spec.max_turns`` turns (uniform), each turn's and
+    answer's lengths drawn as the synthetic kind draws a prompt's and an output's (with
+    ``output_len`` fixing the answers), random text; the turns stop before one that would
+    take the history past ``spec.max_total_len`` tokens (and there are always two)."""
+    rng, shape = random.Random(seed), SyntheticShape.of(spec)
+    out = []
+    for index in range(count):
+        turns, context, wanted = [], 0, rng.randint(2, max(2, spec.max_turns))
+        while len(turns) < wanted:
+            p_len, o_len = shape.draw(rng)
+            o_len = spec.output_len or o_len
+            if context + p_len + o_len > spec.max_total_len:
+                if len(turns) >= 2:
+                    break
+                p_len, o_len = MIN_TOKENS, spec.output_len or MIN_TOKENS  # two short turns still fit
+            text = tokenizer.text_of_exact_length(p_len, rng)
+            turns.append(BenchRequest(text, tokenizer.count(text), o_len))
+            context += turns[-1].prompt_len + o_len
+        out.append(Conversation(index, tuple(turns)))
+    return out
+
+
 def check_dataset(spec: DatasetSpec, num_prompts: int | None = None) -> None:
     """What can be checked before a server starts: a ShareGPT file exists, is JSON and
     holds conversations, a trace's lines (``num_prompts`` of them) are well formed
     (`DatasetError` otherwise). Token counts need the tokenizer."""
-    if spec.kind in ("sharegpt", "multiturn"):
+    if spec.kind == "sharegpt" or (spec.kind == "multiturn" and spec.path):
         read_sharegpt(spec.path)
     elif spec.kind == "trace":
         trace_rows(spec, num_prompts or 1)

@@ -226,7 +226,9 @@ class DatasetSpec(_Strict):
                    the history (earlier turns and the server's answers) before it; at most
                    ``conversations`` at a time and ``max_turns`` turns each; a conversation
                    ends before a turn whose history would pass ``max_total_len`` tokens
-                   (runner/multiturn.py). ``num_prompts`` counts conversations.
+                   (runner/multiturn.py). ``num_prompts`` counts conversations. Without
+                   ``path``: synthetic conversations of 2 to ``max_turns`` turns, each turn
+                   and answer of the synthetic kind's lengths.
     trace:         a JSONL file at ``path``, one request per line (the Mooncake format:
                    ``timestamp`` ms, ``input_length``, ``output_length``, optional
                    ``hash_ids``: the request's blocks of ``block_size`` tokens, one id per
@@ -258,7 +260,7 @@ class DatasetSpec(_Strict):
 
     @model_validator(mode="after")
     def _needs(self):
-        if self.kind in ("sharegpt", "multiturn", "trace") and not self.path:
+        if self.kind in ("sharegpt", "trace") and not self.path:
             what = "the JSONL trace" if self.kind == "trace" else "the ShareGPT JSON file"
             raise ValueError(f"kind '{self.kind}' needs 'path' ({what})")
         if self.kind == "random" and (self.input_len is None or self.output_len is None):

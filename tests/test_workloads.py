@@ -42,7 +42,6 @@ BASE = {"name": "t", "defaults": {"model": {"path": "/m", "served_name": "m"}}}
 
 @pytest.mark.parametrize("benchmark, words", [
     ({"dataset": {"kind": "shared_prefix", "input_len": 8, "output_len": 8}}, ["'shared_prefix' needs 'prefix_len'"]),
-    ({"dataset": {"kind": "multiturn"}}, ["kind 'multiturn' needs 'path'"]),
     ({"dataset": {"kind": "trace"}}, ["kind 'trace' needs 'path' (the JSONL trace)"]),
     ({"dataset": {"kind": "trace", "path": "t.jsonl", "speedup": 0}}, ["speedup", "greater than 0"]),
     ({"dataset": {"kind": "multiturn", "path": "s.json", "think_time_s": -1}}, ["think_time_s"]),
@@ -176,6 +175,23 @@ def test_conversations_keep_two_or_more_turns_within_the_limits(tmp_path, tok):
         multiturn_conversations(spec, 2, tok, 0)
     fixed = multiturn_conversations(spec.model_copy(update={"max_turns": 3, "output_len": 5}), 1, tok, 0)
     assert [t.output_len for t in fixed[0].turns] == [5, 5, 5]
+
+
+@pytest.mark.parametrize("max_turns, max_total_len, output_len", [(2, 2048, None), (6, 2048, None), (8, 600, 32)])
+def test_synthetic_conversations_without_a_file(tok, max_turns, max_total_len, output_len):
+    spec = DatasetSpec(kind="multiturn", max_turns=max_turns, max_total_len=max_total_len, output_len=output_len,
+                       prompt_median=60, output_median=40)
+    conversations = multiturn_conversations(spec, 30, tok, 3)
+    assert [c.index for c in conversations] == list(range(30))
+    lengths = [len(c.turns) for c in conversations]
+    assert min(lengths) >= 2 and max(lengths) <= max_turns
+    if max_turns > 2 and max_total_len >= 2048:
+        assert len(set(lengths)) > 1  # 2 to max_turns turns
+    for c in conversations:
+        assert sum(t.output_len + t.prompt_len for t in c.turns) <= max_total_len + 4
+        if output_len:
+            assert {t.output_len for t in c.turns} == {output_len}
+    assert multiturn_conversations(spec, 30, tok, 3) == conversations
 
 
 def conversation(index: int, *texts: str, out: int = 3) -> Conversation:
