@@ -90,9 +90,11 @@ def port_is_free(host: str, port: int) -> bool:
 
 
 def vllm_args(recipe: Recipe, host: str, port: int) -> list[str]:
-    """The `vllm serve` flags of a recipe (after applying its engine preset)."""
+    """The `vllm serve` arguments of a recipe (after applying its engine preset): the model
+    first, as the positional argument every vLLM's `vllm serve` takes (vLLM 0.10, the last
+    with the V0 engine, refuses it as ``--model``), then the flags."""
     m, s = recipe.model, recipe.serve
-    args = ["--model", m.path, "--served-model-name", m.name, "--host", host, "--port", str(port)]
+    args = [m.path, "--served-model-name", m.name, "--host", host, "--port", str(port)]
     if m.tokenizer:
         args += ["--tokenizer", m.tokenizer]
     if s.resolved("max_num_seqs") is not None:
@@ -180,7 +182,7 @@ def build_launch(recipe: Recipe, port: int | None = None, python: str | None = N
         argv += ["-e", key]
     inner = vllm_args(recipe, "0.0.0.0", port)
     if model_dir.exists():
-        inner[inner.index("--model") + 1] = str(model_dir.resolve())
+        inner[0] = str(model_dir.resolve())
     argv += ["--entrypoint", "python3", s.image, "-m", VLLM_SERVE_MODULE, "serve", *inner]
     return LaunchPlan(argv, env, s.host, port, container=container)
 

@@ -74,7 +74,7 @@ def suite_file(tmp_path: Path, model_dir: Path, runs: list[dict], **benchmark) -
 
 
 def server_pids(model_dir: Path) -> list[int]:
-    out = subprocess.run(["pgrep", "-f", "--", f"--model {model_dir}"], capture_output=True, text=True)
+    out = subprocess.run(["pgrep", "-f", "--", f"serve {model_dir} "], capture_output=True, text=True)
     return [int(p) for p in out.stdout.split()]
 
 

@@ -30,7 +30,7 @@ def test_process_argv_v0_style(tmp_path):
                                           "env": {"VLLM_USE_FLASHINFER_SAMPLER": "0"}}), port=8123)
     argv = plan.argv
     assert argv[:4] == [sys.executable, "-m", "attnbench.kernels.plugin.vllm_cli", "serve"]
-    expect = ["--model", "/models/m", "--served-model-name", "m", "--host", "127.0.0.1", "--port", "8123",
+    expect = ["/models/m", "--served-model-name", "m", "--host", "127.0.0.1", "--port", "8123",
               "--max-num-seqs", "256", "--no-enable-chunked-prefill", "--no-enable-prefix-caching",
               "--attention-backend", "TRITON_ATTN",
               "--compilation-config", '{"cudagraph_mode": "FULL_AND_PIECEWISE"}',
@@ -83,7 +83,7 @@ def test_docker_argv_nvidia(tmp_path):
     assert argv[entry + 1:entry + 6] == ["python3", "attnbench:cuda", "-m", "attnbench.kernels.plugin.vllm_cli", "serve"]
     inner = argv[entry + 6:]
     assert inner[inner.index("--host") + 1] == "0.0.0.0"
-    assert inner[inner.index("--model") + 1] == str(model.resolve())
+    assert inner[0] == str(model.resolve())
     assert plan.container and plan.container in argv
 
 

