@@ -9,6 +9,8 @@ import os
 import sys
 from pathlib import Path
 
+import pytest
+
 sys.path.insert(0, str(Path(__file__).parent))
 
 if os.environ.get("TRITON_INTERPRET") != "1":
@@ -35,3 +37,19 @@ def pytest_collection_modifyitems(config, items):
     if dropped:
         config.hook.pytest_deselected(items=dropped)
         items[:] = keep
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    """A tiny local model folder (config, random weights, a tokenizer), built once per module."""
+    from attnbench.runner.models import write_tiny_model
+
+    return write_tiny_model(tmp_path_factory.mktemp("models") / "tiny")
+
+
+@pytest.fixture(scope="module")
+def tok(tiny):
+    """The tiny model's tokenizer."""
+    from attnbench.runner.datasets import LocalTokenizer
+
+    return LocalTokenizer(tiny)

@@ -10,17 +10,7 @@ import pytest
 
 from attnbench.runner.datasets import (DatasetError, LocalTokenizer, SyntheticShape, load_sharegpt,
                                        random_fixed, synthetic_sharegpt)
-from attnbench.runner.models import ARCHS, write_dummy_model, write_tiny_model
-
-
-@pytest.fixture(scope="module")
-def tiny(tmp_path_factory):
-    return write_tiny_model(tmp_path_factory.mktemp("tiny"))
-
-
-@pytest.fixture(scope="module")
-def tok(tiny):
-    return LocalTokenizer(tiny)
+from attnbench.runner.models import ARCHS, write_dummy_model
 
 
 def test_tiny_model_folder(tiny):

@@ -36,13 +36,6 @@ def one_line_error(result, exit_code: int) -> str:
     return errors[0]
 
 
-@pytest.fixture(scope="module")
-def tiny(tmp_path_factory):
-    from attnbench.runner.models import write_tiny_model
-
-    return write_tiny_model(tmp_path_factory.mktemp("models") / "tiny")
-
-
 @pytest.mark.parametrize("content,expected", [
     (None, "ShareGPT file not found"),
     ("{not json", "not JSON"),

@@ -37,8 +37,9 @@ def attnbench(*args: str, env=None) -> subprocess.CompletedProcess:
 
 def test_demo_suite_as_a_job_array(slurm, tmp_path):
     out = tmp_path / "results"
+    only = ["--only", "v0-style", "--only", "v1"]  # two tasks, side by side on the two CPUs
     submitted = attnbench("submit", "slurm", "recipes/cpu-demo.yaml", "--out", str(out), "--cpus-per-task", "1",
-                          "--repeats", "2", "--now", env=slurm.env)
+                          "--repeats", "2", "--now", *only, env=slurm.env)
     assert submitted.returncode == 0, submitted.stderr + submitted.stdout
     assert "2 of 2 tasks to run" in submitted.stdout and "Submitted batch job" in submitted.stdout
     script = (out / "cpu-demo" / "slurm" / "submit.sbatch").read_text()
@@ -59,7 +60,8 @@ def test_demo_suite_as_a_job_array(slurm, tmp_path):
     # the shared tree is readable by the team (the umask's mode, not the temp file's 0600)
     assert (out / "cpu-demo" / "v1" / "r1" / "summary.json").stat().st_mode & 0o044 == 0o044
 
-    again = attnbench("submit", "slurm", "recipes/cpu-demo.yaml", "--out", str(out), "--repeats", "2", env=slurm.env)
+    again = attnbench("submit", "slurm", "recipes/cpu-demo.yaml", "--out", str(out), "--repeats", "2", *only,
+                      env=slurm.env)
     assert "all 2 tasks of cpu-demo are done" in again.stdout
     report = attnbench("report", str(out / "cpu-demo"))
     assert report.returncode == 0, report.stderr

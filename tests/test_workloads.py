@@ -13,26 +13,14 @@ from collections import Counter
 import pytest
 import yaml
 
-from attnbench.runner.datasets import (BenchRequest, Conversation, DatasetError, LocalTokenizer,
-                                       multiturn_conversations, shared_prefix, trace_requests)
+from attnbench.runner.datasets import (BenchRequest, Conversation, DatasetError, multiturn_conversations, shared_prefix, trace_requests)
 from attnbench.runner.loadgen import LoadConfig
-from attnbench.runner.models import write_tiny_model
 from attnbench.runner.multiturn import SEPARATOR, run_conversations
 from attnbench.runner.recipe import BenchmarkSettings, DatasetSpec, RecipeError, load_suite
 from attnbench.runner.summary import RepeatHeader, Witnesses, summarize_repeat
 from attnbench.runner.traces import TraceRow, read_trace
 from attnbench.runner.workload import Workload
 from test_loadgen import _with_server
-
-
-@pytest.fixture(scope="module")
-def tiny(tmp_path_factory):
-    return write_tiny_model(tmp_path_factory.mktemp("tiny"))
-
-
-@pytest.fixture(scope="module")
-def tok(tiny):
-    return LocalTokenizer(tiny)
 
 
 # --- recipes: one-line errors naming the field ---------------------------------------------

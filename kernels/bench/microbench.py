@@ -56,11 +56,15 @@ def measure_ceilings(device: torch.device, copy_gib: float = 2.0, matmul_n: int 
     long the GPU had rested. The copy rate does not move that way (3,016-3,019 GB/s).
     """
     n_elem = int(copy_gib * 2**30) // 2
+    copy_ms = copy_time_ms(n_elem, device)  # its buffers are freed before the matmul's are made
+    return Ceilings(2 * n_elem * 2 / (copy_ms * 1e-3), matmul_flops_s(device, matmul_n, settle_ms))
+
+
+def copy_time_ms(n_elem: int, device: torch.device) -> float:
+    """Median time (ms) of one device-to-device copy of ``n_elem`` bf16 values."""
     src = torch.randn(n_elem, dtype=torch.bfloat16, device=device)
     dst = torch.empty_like(src)
-    copy_ms = do_bench(lambda: dst.copy_(src), warmup=25, rep=200, return_mode="median")
-    del src, dst
-    return Ceilings(2 * n_elem * 2 / (copy_ms * 1e-3), matmul_flops_s(device, matmul_n, settle_ms))
+    return do_bench(lambda: dst.copy_(src), warmup=25, rep=200, return_mode="median")
 
 
 def matmul_flops_s(device: torch.device, n: int = 8192, warmup_ms: float = 1000.0, rep_ms: float = 200.0) -> float:
