@@ -168,7 +168,7 @@ def figure(table: pd.DataFrame, out_dir: Path, name: str, note: str) -> list[Pat
         graphs = "/".join(sorted(set(g["cuda_graphs"].dropna().astype(str)) - {""})) or "not recorded"
         y = g["e2el_ms"].to_numpy(float) / 1e3
         err = np.vstack([y - g["e2el_min_ms"].to_numpy(float) / 1e3, g["e2el_max_ms"].to_numpy(float) / 1e3 - y])
-        ax.errorbar(g["output_len"], y, yerr=np.nan_to_num(np.clip(err, 0, None)), marker="o", capsize=3,
+        ax.errorbar(g["output_len"], y, yerr=np.nan_to_num(np.clip(err, 0, None)).tolist(), marker="o", capsize=3,
                     label=f"{line} [graphs: {graphs}]", color=color)
         if pct is not None and line in pct.index:
             axes[0][1].plot(pct.columns, pct.loc[line].to_numpy(float), marker="o", color=color, label=line)

@@ -46,7 +46,8 @@ def _bar_panel(ax, df: pd.DataFrame, col: str, scale: float, ylabel: str):
     hi = df.get(f"{col}_hi", pd.Series(np.nan, index=df.index)).to_numpy(float) * scale
     err = np.vstack([np.clip(vals - lo, 0, None), np.clip(hi - vals, 0, None)])
     colors = [OKABE_ITO[i % len(OKABE_ITO)] for i in range(len(df))]
-    ax.bar(x, vals, color=colors, yerr=np.nan_to_num(err), capsize=4, edgecolor="black", linewidth=0.5)
+    # yerr as lists: matplotlib's check of an array's first row warns when a panel has one bar
+    ax.bar(x, vals, color=colors, yerr=np.nan_to_num(err).tolist(), capsize=4, edgecolor="black", linewidth=0.5)
     ax.set_xticks(x, [run_label(row) for _, row in df.iterrows()], rotation=30, ha="right",
                   rotation_mode="anchor", fontsize=8)
     ax.set_ylabel(ylabel)
