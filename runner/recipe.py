@@ -393,10 +393,17 @@ class Suite(BaseModel):
         return self.model_copy(update={"runs": runs})
 
     def with_sharegpt(self, path: str | Path) -> "Suite":
-        """Every run's prompts from the ShareGPT file at ``path`` (vLLM's filtering)."""
+        """The runs' prompts from the ShareGPT file at ``path``: first turns (vLLM's
+        filtering) where they were synthetic, random or another ShareGPT file, and the
+        file's conversations for multi-turn runs; shared prefixes and traces are not
+        ShareGPT's and stay as they are."""
         runs = []
         for r in self.runs:
-            dataset = r.benchmark.dataset.model_copy(update={"kind": "sharegpt", "path": str(path)})
+            dataset = r.benchmark.dataset
+            if dataset.kind in ("synthetic", "random", "sharegpt"):
+                dataset = dataset.model_copy(update={"kind": "sharegpt", "path": str(path)})
+            elif dataset.kind == "multiturn":
+                dataset = dataset.model_copy(update={"path": str(path)})
             runs.append(r.model_copy(update={"benchmark": r.benchmark.model_copy(update={"dataset": dataset})}))
         return self.model_copy(update={"runs": runs})
 

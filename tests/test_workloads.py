@@ -9,6 +9,7 @@ import asyncio
 import json
 import random
 from collections import Counter
+from pathlib import Path
 
 import pytest
 import yaml
@@ -266,3 +267,19 @@ def test_a_multiturn_workload_says_how_it_is_timed(tmp_path, tiny):
     poisson = BenchmarkSettings(request_rate=4, num_prompts=10, max_concurrency=3)
     assert Workload([BenchRequest("x", 1, 1)] * 10).timing(poisson, 4.0) == (
         "schedule: Poisson arrivals at 4 req/s (seed 0), at most 3 in flight")
+
+
+def test_a_sharegpt_file_for_the_suite_gives_conversations_and_leaves_prefixes_and_traces(tmp_path):
+    """`attnbench run --sharegpt FILE` (make bench-h100 SHAREGPT=...) over the workloads
+    suite: the multi-turn runs take the file's conversations; the shared-prefix runs keep
+    their own prompts."""
+    suite = load_suite(Path(__file__).resolve().parents[1] / "recipes" / "workloads.yaml").with_sharegpt(tmp_path / "s.json")
+    kinds = {r.name: (r.benchmark.dataset.kind, r.benchmark.dataset.path) for r in suite.runs}
+    assert kinds["chat-flash"] == ("multiturn", str(tmp_path / "s.json"))
+    assert kinds["prefix-on-flash"] == ("shared_prefix", None)
+    path = tmp_path / "suite.yaml"
+    path.write_text(yaml.safe_dump({**BASE, "runs": [
+        {"name": "trace", "benchmark": {"dataset": {"kind": "trace", "path": "t.jsonl"}}},
+        {"name": "plain", "benchmark": {"dataset": {"kind": "random", "input_len": 8, "output_len": 8}}}]}))
+    kinds = {r.name: r.benchmark.dataset.kind for r in load_suite(path).with_sharegpt(tmp_path / "s.json").runs}
+    assert kinds == {"trace": "trace", "plain": "sharegpt"}
