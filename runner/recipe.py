@@ -325,6 +325,11 @@ class BenchmarkSettings(_Strict):
     def _knee_needs_an_slo(self):
         if self.knee is not None and self.slo is None:
             raise ValueError("knee: a knee search needs benchmark.slo (the objectives it must meet)")
+        if self.dataset.kind == "multiturn" and self.client_processes not in ("auto", 1):
+            raise ValueError(f"client_processes: a multi-turn load runs in one client process (its turns wait "
+                             f"on each other's answers), got {self.client_processes}")
+        if self.dataset.kind == "multiturn" and self.max_concurrency is not None:
+            raise ValueError("max_concurrency: a multi-turn load has dataset.conversations at a time instead")
         if self.dataset.timed_by_itself and (self.knee is not None or math.isfinite(self.request_rate)):
             field = "knee" if self.knee is not None else "request_rate"
             raise ValueError(f"{field}: dataset kind '{self.dataset.kind}' times its requests itself "

@@ -63,9 +63,9 @@ class Workload:
             c = self.conversations
             return (f"closed loop: {len(c.conversations)} conversations ({c.turns} turns), {c.concurrent} at a time, "
                     f"each turn sent {c.think_time_s:g} s after the answer before it")
-        if self.trace_offsets is not None:
-            return f"trace: the timestamps of {spec.path}, {spec.speedup:g}x as fast"
         limit = f", at most {b.max_concurrency} in flight" if b.max_concurrency else ""
+        if self.trace_offsets is not None:
+            return f"trace: the timestamps of {spec.path}, {spec.speedup:g}x as fast{limit}"
         if math.isinf(rate):
             return f"schedule: all {len(self.requests)} requests at once{limit}"
         gaps = {"constant": "constant", "poisson": "Poisson", "gamma": f"gamma (burstiness {b.burstiness:g})"}

@@ -40,6 +40,9 @@ BASE = {"name": "t", "defaults": {"model": {"path": "/m", "served_name": "m"}}}
     ({"dataset": {"kind": "multiturn", "path": "s.json"}, "slo": {"objectives": ["p90 ttft <= 1000 ms"]}, "knee": {}},
      ["knee: dataset kind 'multiturn' times its requests itself"]),
     ({"dataset": {"kind": "sessions"}}, ["dataset.kind", "'shared_prefix', 'multiturn' or 'trace'"]),
+    ({"dataset": {"kind": "multiturn"}, "client_processes": 4},
+     ["client_processes: a multi-turn load runs in one client process", "got 4"]),
+    ({"dataset": {"kind": "multiturn"}, "max_concurrency": 4}, ["max_concurrency", "dataset.conversations"]),
 ])
 def test_bad_workloads_fail_in_one_line_naming_the_field(tmp_path, benchmark, words):
     path = tmp_path / "suite.yaml"
