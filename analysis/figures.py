@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from attnbench.runner.catalogue import ITL, TOKENS_PER_JOULE, TOTAL_TOKEN_THROUGHPUT, TPOT, TTFT
+from attnbench.runner.catalogue import ITL, PREFIX_CACHE_HIT, TOKENS_PER_JOULE, TOTAL_TOKEN_THROUGHPUT, TPOT, TTFT
 from attnbench.runner.recipe import ENGINE_LABELS
 
 from . import fig9
@@ -62,21 +62,23 @@ def measured(df: pd.DataFrame, metric) -> bool:
 def fig_serving_bars(agg: pd.DataFrame, out_dir: Path, suite: str) -> list[Path]:
     """Blog Fig. 8-10: total token throughput (tok/s), TTFT (s), ITL (ms) per configuration
     (TPOT instead of ITL where coalesced chunks dominate: `headline_itl`), and output
-    tokens per joule where the GPUs' energy was measured."""
+    tokens per joule where the GPUs' energy was measured, and the prefix-cache hit rate
+    where the server counted one (prefix caching on)."""
     name = f"{suite}-serving"
     df = agg[agg["suite"] == suite]
     panels = [(TOTAL_TOKEN_THROUGHPUT, 1.0, None), (TTFT, 1e-3, "s"), (headline_itl(df), 1.0, None)]
     needed = [m.name for m, _, _ in panels]  # (metric, scale, unit) each
     if df.empty or any(c not in df or df[c].isna().all() for c in needed):
         return skip(name, f"needs {needed} for suite {suite!r}")
-    if measured(df, TOKENS_PER_JOULE):
-        panels.append((TOKENS_PER_JOULE, 1.0, None))
-        needed.append(TOKENS_PER_JOULE.name)
+    extras = [m for m in (PREFIX_CACHE_HIT, TOKENS_PER_JOULE) if measured(df, m)]
+    panels += [(m, 1.0, None) for m in extras]
+    needed += [m.name for m in extras]
+    also = " and ".join({PREFIX_CACHE_HIT: "prefix-cache hits", TOKENS_PER_JOULE: "energy"}[m] for m in extras)
     for gpu, g in df.groupby("gpu", sort=False):
         fig, axes = plt.subplots(1, len(panels), figsize=(4.4 * len(panels) - 0.2, 4.2))
         for ax, (metric, scale, unit) in zip(axes, panels):
             _bar_panel(ax, g, metric.name, scale, metric.axis(unit))
-        fig.suptitle(f"{suite}: throughput, latency{' and energy' if len(panels) > 3 else ''} per configuration")
+        fig.suptitle(f"{suite}: throughput, latency{', ' + also if also else ''} per configuration")
         add_footnote(fig, f"{footnote(g)}\n{CONVENTION}")
         cols = ["gpu", "run", "repeats"] + [c for m in needed for c in (m, f"{m}_lo", f"{m}_hi") if c in g]
         return save_figure(fig, g[cols], out_dir, name)  # one GPU per suite run

@@ -402,5 +402,7 @@ def test_shared_prefix_multiturn_and_trace_loads_on_a_server_with_prefix_caching
 
     report = write_report(analyze([tmp_path / "results"], tmp_path / "figures"), tmp_path / "report.md").read_text()
     assert "prefix hit %" in report and "Median TTFT (ms) by turn" in report and "| turn 3 " in report
+    drawn = (tmp_path / "figures" / "it-prefix-serving.csv").read_text().splitlines()
+    assert "prefix_cache_hit_pct" in drawn[0].split(",")  # the serving figure's hit-rate panel
     assert f"- `chat`: {chat.load_timing}." in report
     assert server_pids(model_dir) == []
