@@ -89,6 +89,8 @@ async def run_conversations(cfg: LoadConfig, conversations: Sequence[Conversatio
             async with gate:
                 history, history_tokens, due = "", 0, time.perf_counter() - t0
                 for k, turn in enumerate(c.turns):
+                    if idle.expired:  # the load was stopped: nothing more is sent (the end records the rest)
+                        return
                     req = with_history(history, turn, history_tokens)
                     rec, answer = record(c, k, req, due), []
                     task = asyncio.current_task()

@@ -190,11 +190,11 @@ def conversation(index: int, *texts: str, out: int = 3) -> Conversation:
     return Conversation(index, tuple(BenchRequest(t, 4, out) for t in texts))
 
 
-def converse(conversations, **kw):
+def converse(conversations, idle_timeout_s: float = 60.0, **kw):
     records = []
 
     async def go(url):
-        cfg = LoadConfig(url, "m")
+        cfg = LoadConfig(url, "m", idle_timeout_s=idle_timeout_s)
         return await run_conversations(cfg, conversations, records.append, **kw)
 
     fake, returned = asyncio.run(_with_server(go))
@@ -239,6 +239,21 @@ def test_a_failed_turn_ends_its_conversation_and_the_rest_are_recorded_failed():
     summary = summarize_repeat(returned, RepeatHeader(run="mt"))
     assert summary.completed == 2 and summary.failed == 3 and summary.status == "degraded"
     assert set(summary.ttft_by_turn) == {"1", "2"} and summary.ttft_by_turn["1"]["completed"] == 1
+
+
+def test_a_hung_server_stops_the_conversations_and_every_turn_is_accounted_for():
+    """The server answers one token and goes silent: the read-idle timeout stops the load;
+    the turn in flight timed out, the turns never sent are failed, and the repeat is degraded."""
+    talks = [conversation(0, "hang#a", "ok#b"), conversation(1, "ok#c", "ok#d", "ok#e"), conversation(2, "ok#f", "ok#g")]
+    _, returned, sunk = converse(talks, idle_timeout_s=0.5, concurrent=2, think_time_s=2.0)
+    assert len(returned) == len(sunk) == 7
+    by_turn = {(r.conversation, r.turn): r for r in returned}
+    assert by_turn[(0, 1)].status == "timeout" and "read-idle timeout" in by_turn[(0, 1)].error
+    assert by_turn[(1, 1)].status == "ok"  # answered before the server went silent
+    assert all(r.status != "ok" and r.error.startswith("not sent") for k, r in by_turn.items()
+               if k not in ((0, 1), (1, 1)))
+    summary = summarize_repeat(returned, RepeatHeader(run="mt"))
+    assert summary.status == "degraded" and summary.timed_out == 1 and summary.completed == 1
 
 
 def test_ttft_by_turn_and_the_prefix_cache_hit_rate_in_the_summary():
