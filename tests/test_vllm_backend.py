@@ -38,6 +38,8 @@ def test_plugin_registers_the_custom_backend_through_vllms_loader():
 def test_backend_answers_what_the_kernels_support():
     b = vllm_backend.AttnbenchBackend
     assert [b.supports_head_size(h) for h in (64, 96, 128, 256, 80, 100, 512)] == [True] * 5 + [False] * 2
+    # KV pages as FLASH_ATTN takes them on Hopper, multiples of 16 (vLLM refuses others when it picks the backend)
+    assert [b.supports_block_size(n) for n in (16, 32, 48, 64, 128, 528, 8, 24)] == [True] * 6 + [False] * 2
     assert b.supports_kv_cache_dtype("auto") and b.supports_kv_cache_dtype("bfloat16")
     assert not b.supports_kv_cache_dtype("fp8") and not b.supports_dtype(torch.float32)
     assert b.supports_attn_type("decoder") and not b.supports_attn_type("encoder_only")
