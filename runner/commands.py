@@ -18,17 +18,18 @@ from .calibrate import calibrate, serve_stub
 from .datasets import DatasetError, LocalTokenizer, build_requests, to_sharegpt
 from .energy import EnergyMeter, server_gpus
 from .execute import run_suite
-from .loadgen import LoadConfig, arrival_offsets
+from .loadgen import LoadConfig
 from .loadpool import resolve_processes
 from .models import ensure_model, write_dummy_model, write_tiny_model
 from .preflight import PreflightError, check_accelerator, check_datasets, preflight
-from .recipe import DatasetSpec, RecipeError, load_suite
+from .recipe import BenchmarkSettings, DatasetSpec, RecipeError, load_suite
 from .repeat import measure_repeat
 from .server import ServerError, ServerProcess, build_launch
 from .slo import Slo, parse_objectives
 from .store import REQUESTS_FILE, SUMMARY_FILE, RecordWriter, ResultsStore, atomic_write_json
 from .summary import RepeatHeader
 from .tasks import parse_task, split_tasks, task_runs, write_plan
+from .workload import Workload
 
 
 class ProcessCount(click.ParamType):
@@ -202,21 +203,78 @@ def serve_cmd(suite_file, run_name, models, models_dir, port, log_path):
         click.echo("server stopped")
 
 
-def dataset_options(f):
-    """The prompt-set options shared by `load` and `dataset export`."""
+PROMPT_KINDS = ("synthetic", "sharegpt", "random")  # prompt sets a file of first turns can hold (`dataset export`)
+WORKLOAD_KINDS = (*PROMPT_KINDS, "shared_prefix", "multiturn", "trace")  # what `load` sends (docs/running.md)
+
+
+def dataset_options(kinds: tuple[str, ...]):
+    """The prompt-set options shared by `load` and `dataset export` (``--dataset`` one of ``kinds``)."""
+    def decorate(f):
+        for option in reversed([
+            click.option("--tokenizer", "tokenizer_dir", required=True,
+                         type=click.Path(file_okay=False, path_type=Path),
+                         help="Folder with the model's tokenizer.json (token counts, synthetic text)."),
+            click.option("--dataset", type=click.Choice(kinds), default="synthetic", show_default=True),
+            click.option("--dataset-path", help="ShareGPT JSON (sharegpt, multiturn) or JSONL trace (trace)."),
+            click.option("--input-len", type=int, help="random: prompt tokens; shared_prefix: each suffix's."),
+            click.option("--output-len", type=int, help="Fixed output tokens (random, shared_prefix: required)."),
+            click.option("--num-prompts", type=click.IntRange(min=1), default=200, show_default=True,
+                         help="Requests (multiturn: conversations; trace: lines from the top)."),
+            click.option("--seed", type=int, default=0, show_default=True),
+        ]):
+            f = option(f)
+        return f
+    return decorate
+
+
+def workload_options(f):
+    """`load`'s settings of the shared_prefix, multiturn and trace kinds (recipe fields of
+    the same names: docs/running.md, "Workloads"); unset ones keep the recipe defaults."""
     for option in reversed([
-        click.option("--tokenizer", "tokenizer_dir", required=True, type=click.Path(file_okay=False, path_type=Path),
-                     help="Folder with the model's tokenizer.json (token counts, synthetic text)."),
-        click.option("--dataset", type=click.Choice(["synthetic", "sharegpt", "random"]), default="synthetic",
-                     show_default=True),
-        click.option("--dataset-path", help="ShareGPT JSON (for --dataset sharegpt)."),
-        click.option("--input-len", type=int, help="random: prompt tokens."),
-        click.option("--output-len", type=int, help="Fixed output tokens (random: required)."),
-        click.option("--num-prompts", type=click.IntRange(min=1), default=200, show_default=True),
-        click.option("--seed", type=int, default=0, show_default=True),
+        click.option("--num-prefixes", type=int, help="shared_prefix: distinct prefixes."),
+        click.option("--prefix-len", type=int, help="shared_prefix: tokens of each prefix."),
+        click.option("--conversations", type=int, help="multiturn: conversations at a time."),
+        click.option("--think-time", "think_time_s", type=float, help="multiturn: s from an answer to the next turn."),
+        click.option("--max-turns", type=int, help="multiturn: user turns per conversation at most."),
+        click.option("--speedup", type=float, help="trace: replay the timestamps this many times faster."),
+        click.option("--block-size", type=int, help="trace: tokens per hash id."),
     ]):
         f = option(f)
     return f
+
+
+# a recipe field -> the `load` option that sets it, for errors in the options' names
+LOAD_OPTIONS = {"path": "--dataset-path", "input_len": "--input-len", "output_len": "--output-len",
+                "num_prefixes": "--num-prefixes", "prefix_len": "--prefix-len", "conversations": "--conversations",
+                "think_time_s": "--think-time", "max_turns": "--max-turns", "speedup": "--speedup",
+                "block_size": "--block-size", "request_rate": "--request-rate", "knee": "--knee",
+                "client_processes": "--client-processes", "max_concurrency": "--max-concurrency"}
+
+
+def _in_option_names(err: ValidationError) -> str:
+    """A validation error of the settings `load` builds, in its options' names, one line."""
+    lines = []
+    for line in validation_lines(err):
+        line = line.removeprefix("(top level): ").replace("dataset kind '", "--dataset '").replace("kind '", "--dataset '")
+        for field, option in LOAD_OPTIONS.items():
+            line = re.sub(rf"(^|\bdataset\.|')({field})(:|'|\b)", lambda m: option + (m[3] if m[3] == ":" else ""),
+                          line)
+            line = re.sub(rf"\bleave {field} out", f"leave {option} out", line)
+        lines.append(line)
+    return "; ".join(lines)
+
+
+def _workload_or_fail(tokenizer_dir: Path, dataset_fields: dict, **benchmark):
+    """The settings and load of an `attnbench load` (runner/workload.py), or a usage error
+    in the options' names."""
+    try:
+        spec = DatasetSpec(**{k: v for k, v in dataset_fields.items() if v is not None})
+        b = BenchmarkSettings(dataset=spec, **benchmark)
+        return b, Workload.of(b, tokenizer_dir)
+    except ValidationError as e:
+        raise click.UsageError(_in_option_names(e)) from None
+    except DatasetError as e:
+        raise click.UsageError(str(e)) from None
 
 
 def _requests_or_fail(dataset, dataset_path, input_len, output_len, num_prompts, tokenizer_dir, seed):
@@ -254,7 +312,8 @@ def _in_the_future(ctx, param, value: float | None) -> float | None:
 @click.command("load")
 @click.option("--url", required=True, help="Base URL of an OpenAI-compatible server, e.g. http://127.0.0.1:8000")
 @click.option("--model", required=True, help="Served model name.")
-@dataset_options
+@dataset_options(WORKLOAD_KINDS)
+@workload_options
 @click.option("--request-rate", type=click.FloatRange(min=0, min_open=True), default=float("inf"), show_default=True,
               help="requests/s (above 0); inf = all at once")
 @click.option("--arrival", type=click.Choice(["constant", "poisson", "gamma"]), default="poisson", show_default=True)
@@ -289,7 +348,8 @@ def _in_the_future(ctx, param, value: float | None) -> float | None:
                    "visible one.")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), required=True,
               help="Folder for requests.jsonl and summary.json.")
-def load_cmd(url, model, tokenizer_dir, dataset, dataset_path, input_len, output_len, num_prompts,
+def load_cmd(url, model, tokenizer_dir, dataset, dataset_path, input_len, output_len, num_prompts, num_prefixes,
+             prefix_len, conversations, think_time_s, max_turns, speedup, block_size,
              request_rate, arrival, burstiness, max_concurrency, ignore_eos, per_chunk_usage, client_processes,
              start_at, request_timeout_s, idle_timeout_s, slo_objectives, slo_target, energy_vendor, energy_gpus,
              seed, out_dir):
@@ -299,13 +359,18 @@ def load_cmd(url, model, tokenizer_dir, dataset, dataset_path, input_len, output
     refused) or the load was degraded (over 1% of requests failed, or one timed out), 130 on
     Ctrl-C (the records so far stay in requests.jsonl)."""
     slo = _slo_or_fail(slo_objectives, slo_target)
-    requests = _requests_or_fail(dataset, dataset_path, input_len, output_len, num_prompts, tokenizer_dir, seed)
+    fields = dict(kind=dataset, path=dataset_path, input_len=input_len, output_len=output_len,
+                  num_prefixes=num_prefixes, prefix_len=prefix_len, conversations=conversations,
+                  think_time_s=think_time_s, max_turns=max_turns, speedup=speedup, block_size=block_size)
+    b, workload = _workload_or_fail(tokenizer_dir, fields, num_prompts=num_prompts, request_rate=request_rate,
+                                    arrival=arrival, burstiness=burstiness, max_concurrency=max_concurrency,
+                                    client_processes=client_processes, seed=seed)
     cfg = LoadConfig(url.rstrip("/"), model, ignore_eos, max_concurrency, request_timeout_s, idle_timeout_s,
                      per_chunk_usage=per_chunk_usage, start_at=start_at)
-    offsets = arrival_offsets(len(requests), request_rate, arrival, burstiness, seed)
-    processes = resolve_processes(client_processes, len(requests), max_concurrency)
+    processes = resolve_processes(client_processes, workload.size, max_concurrency)
     header = RepeatHeader(base_url=cfg.base_url, model_id=model, num_prompts=num_prompts, request_rate=request_rate,
-                          burstiness=burstiness, max_concurrency=max_concurrency)
+                          burstiness=burstiness, max_concurrency=max_concurrency,
+                          load_timing=workload.timing(b, request_rate))
     out_dir.mkdir(parents=True, exist_ok=True)
     meter = None
     if energy_vendor != "none":
@@ -314,8 +379,9 @@ def load_cmd(url, model, tokenizer_dir, dataset, dataset_path, input_len, output
             click.echo(f"warning: {meter.why}; every other metric as usual", err=True)
     with RecordWriter(out_dir / REQUESTS_FILE) as writer:
         try:
-            measured = measure_repeat(cfg, requests, offsets, writer, header, desc="load", processes=processes,
-                                      slo=slo, meter=meter)
+            measured = measure_repeat(cfg, workload.requests, workload.offsets(b, request_rate), writer, header,
+                                      desc="load", processes=processes, slo=slo, meter=meter,
+                                      conversations=workload.conversations)
         except KeyboardInterrupt:
             click.echo(f"interrupted; records so far in {writer.path}", err=True)
             sys.exit(130)
@@ -341,7 +407,7 @@ def load_cmd(url, model, tokenizer_dir, dataset, dataset_path, input_len, output
         click.echo(f"error: degraded load: {summary.error}", err=True)
         sys.exit(1)
     if summary.failed:
-        click.echo(f"warning: {summary.failed} of {num_prompts} requests failed (the metrics cover the "
+        click.echo(f"warning: {summary.failed} of {workload.size} requests failed (the metrics cover the "
                    f"{summary.completed} that completed); first error: {summary.first_error}", err=True)
 
 
@@ -456,7 +522,7 @@ def dataset_group():
 
 
 @dataset_group.command("export")
-@dataset_options
+@dataset_options(PROMPT_KINDS)
 @click.argument("out_file", type=click.Path(dir_okay=False, path_type=Path))
 def dataset_export(tokenizer_dir, dataset, dataset_path, input_len, output_len, num_prompts, seed, out_file):
     """Write NUM_PROMPTS prompts as ShareGPT JSON, every one passing vLLM's ShareGPT filter,

@@ -301,3 +301,39 @@ def test_a_sharegpt_file_for_the_suite_gives_conversations_and_leaves_prefixes_a
         {"name": "plain", "benchmark": {"dataset": {"kind": "random", "input_len": 8, "output_len": 8}}}]}))
     kinds = {r.name: r.benchmark.dataset.kind for r in load_suite(path).with_sharegpt(tmp_path / "s.json").runs}
     assert kinds == {"trace": "trace", "plain": "sharegpt"}
+
+
+def test_attnbench_load_sends_each_workload_to_a_running_server(tmp_path, tiny):
+    """`attnbench load --dataset shared_prefix | multiturn | trace` against a streaming stub:
+    each summary says how its load was timed; the conversations' turns are numbered."""
+    from click.testing import CliRunner
+
+    from attnbench.cli import main
+    from attnbench.runner.calibrate import StubServer
+    from attnbench.runner.store import read_records
+
+    trace = write_trace(tmp_path / "t.jsonl", [{"timestamp": t, "input_length": 20, "output_length": 4, "hash_ids": [1]}
+                                               for t in (0, 100, 300)])
+    cases = {
+        "prefix": (["--dataset", "shared_prefix", "--num-prefixes", "2", "--prefix-len", "16", "--input-len", "4",
+                    "--output-len", "4", "--num-prompts", "6", "--request-rate", "50"],
+                   "schedule: Poisson arrivals at 50 req/s (seed 0)", 6),
+        "chat": (["--dataset", "multiturn", "--num-prompts", "3", "--conversations", "2", "--max-turns", "3",
+                  "--output-len", "4", "--think-time", "0.01"], "closed loop: 3 conversations (", None),
+        "trace": (["--dataset", "trace", "--dataset-path", trace, "--num-prompts", "3", "--speedup", "2"],
+                  f"trace: the timestamps of {trace}, 2x as fast", 3),
+    }
+    with StubServer() as url:
+        for name, (args, timing, count) in cases.items():
+            out = tmp_path / name
+            result = CliRunner().invoke(main, ["load", "--url", url, "--model", "m", "--tokenizer", str(tiny),
+                                               "--out", str(out), *args])
+            assert result.exit_code == 0, result.output
+            summary = json.loads((out / "summary.json").read_text())
+            assert summary["status"] == "ok" and summary["load_timing"].startswith(timing)
+            records = read_records(out / "requests.jsonl")
+            assert count is None or len(records) == count
+    chat = read_records(tmp_path / "chat" / "requests.jsonl")
+    assert {r.conversation for r in chat} == {0, 1, 2} and max(r.turn for r in chat) >= 2
+    sent = sorted(r.sent_s for r in read_records(tmp_path / "trace" / "requests.jsonl"))
+    assert [round(s - sent[0], 2) for s in sent] == [0.0, 0.05, 0.15]
