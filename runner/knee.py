@@ -31,30 +31,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict
 
-if TYPE_CHECKING:  # summaries import the recipe, which imports `KneeSettings`
-    from .summary import RepeatSummary
+from .recipe import KneeSettings
+from .summary import RepeatSummary
 
 KNEE_FILE = "knee.json"
-PROBES_AT_MOST = 32
-
-
-class KneeSettings(BaseModel):
-    """``benchmark.knee``: how far the search may go and how close it must come."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    max_probes: int = Field(8, ge=2, le=PROBES_AT_MOST)
-    tolerance: float = Field(0.05, gt=0, le=0.5)  # stop when hi <= lo x (1 + tolerance)
-    probe_s: float = Field(60.0, gt=0, le=3600)  # seconds of arrivals a rated probe sends at least
-
-    def requests_at(self, rate: float, num_prompts: int) -> int:
-        """How many requests the probe at ``rate`` (req/s; inf: the burst) sends: the
-        benchmark's ``num_prompts``, or more where they would arrive in under ``probe_s``."""
-        return num_prompts if math.isinf(rate) else max(num_prompts, math.ceil(rate * self.probe_s))
 
 
 class Probe(BaseModel):

@@ -19,16 +19,14 @@ import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
-
 from attnbench.kernels.schema import VARIANT_ENV, VLLM_BACKEND_NAME
 from attnbench.kernels.variants import CHOICES as KERNEL_VARIANTS
 from attnbench.validation import read_yaml, validation_lines
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from .models import ARCHS
 from .names import check_name, slug
 from .secrets import redact_recipe
-from .knee import KneeSettings
 from .slo import Slo
 
 GRAPH_MODES = ("eager", "piecewise", "full", "full_decode_only", "full_and_piecewise")  # server.graph_mode_args
@@ -276,6 +274,22 @@ class DatasetSpec(_Strict):
         """Its own clock sends the requests (a trace's timestamps, a conversation's answers):
         ``request_rate``, ``arrival`` and a knee search do not apply."""
         return self.kind in ("multiturn", "trace")
+
+
+PROBES_AT_MOST = 32  # knee probes a search may take
+
+
+class KneeSettings(_Strict):
+    """``benchmark.knee``: how far the search may go and how close it must come (runner/knee.py)."""
+
+    max_probes: int = Field(8, ge=2, le=PROBES_AT_MOST)
+    tolerance: float = Field(0.05, gt=0, le=0.5)  # stop when hi <= lo x (1 + tolerance)
+    probe_s: float = Field(60.0, gt=0, le=3600)  # seconds of arrivals a rated probe sends at least
+
+    def requests_at(self, rate: float, num_prompts: int) -> int:
+        """How many requests the probe at ``rate`` (req/s; inf: the burst) sends: the
+        benchmark's ``num_prompts``, or more where they would arrive in under ``probe_s``."""
+        return num_prompts if math.isinf(rate) else max(num_prompts, math.ceil(rate * self.probe_s))
 
 
 class BenchmarkSettings(_Strict):

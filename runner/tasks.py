@@ -24,8 +24,8 @@ from pathlib import Path
 
 import yaml
 
-from .knee import KNEE_FILE, PROBES_AT_MOST
-from .recipe import Recipe, Suite
+from .knee import KNEE_FILE
+from .recipe import PROBES_AT_MOST, Recipe, Suite
 from .store import RECIPE_FILE, ResultsStore, atomic_write_json
 
 PLAN_FILE = "tasks.json"
