@@ -68,7 +68,7 @@ def test_load_options_name_what_is_missing(tiny, tmp_path):
     result = invoke("load", "--url", "http://127.0.0.1:9", "--model", "m", "--tokenizer", str(tiny),
                     "--dataset", "sharegpt", "--out", str(tmp_path / "o"))
     line = one_line_error(result, 2)
-    assert "--dataset: kind 'sharegpt' needs --dataset-path" in line
+    assert "--dataset 'sharegpt' needs --dataset-path (the ShareGPT JSON file)" in line
     assert "pydantic" not in result.output and "http" not in line
 
 
