@@ -247,7 +247,7 @@ def workload_options(f):
 LOAD_OPTIONS = {"path": "--dataset-path", "input_len": "--input-len", "output_len": "--output-len",
                 "num_prefixes": "--num-prefixes", "prefix_len": "--prefix-len", "conversations": "--conversations",
                 "think_time_s": "--think-time", "max_turns": "--max-turns", "speedup": "--speedup",
-                "block_size": "--block-size", "request_rate": "--request-rate", "knee": "--knee",
+                "block_size": "--block-size", "request_rate": "--request-rate",
                 "client_processes": "--client-processes", "max_concurrency": "--max-concurrency"}
 
 
@@ -278,15 +278,11 @@ def _workload_or_fail(tokenizer_dir: Path, dataset_fields: dict, **benchmark):
 
 
 def _requests_or_fail(dataset, dataset_path, input_len, output_len, num_prompts, tokenizer_dir, seed):
-    options = {"path": "--dataset-path", "input_len": "--input-len", "output_len": "--output-len"}
     try:
         spec = DatasetSpec(kind=dataset, path=dataset_path, input_len=input_len, output_len=output_len)
         return build_requests(spec, num_prompts, tokenizer_dir, seed)
     except ValidationError as e:  # what the options lack, in the options' names
-        lines = validation_lines(e, prefix="--dataset ")
-        for field, option in options.items():
-            lines = [line.replace(f"'{field}'", option) for line in lines]
-        raise click.UsageError("; ".join(lines)) from None
+        raise click.UsageError(_in_option_names(e)) from None
     except DatasetError as e:
         raise click.UsageError(str(e)) from None
 

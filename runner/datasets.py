@@ -98,6 +98,12 @@ class LocalTokenizer:
 def read_sharegpt(path: str | Path) -> list[tuple[str, str]]:
     """(prompt, completion) of every conversation with at least two turns, in file order;
     a `DatasetError` in one line for a file that is missing, not JSON or holds none."""
+    return [(c[0]["value"], c[1]["value"]) for c in _sharegpt_conversations(path)]
+
+
+def _sharegpt_conversations(path: str | Path) -> list[list]:
+    """The ``conversations`` list of every entry with at least two turns, in file order (the
+    file parsed once); `DatasetError` as `read_sharegpt` says it."""
     path = Path(path)
     try:
         data = json.loads(path.read_text())
@@ -110,12 +116,11 @@ def read_sharegpt(path: str | Path) -> list[tuple[str, str]]:
         raise DatasetError(f"{path}: not JSON ({e}); expected a ShareGPT JSON list of conversations") from None
     if not isinstance(data, list):
         raise DatasetError(f"{path}: expected a JSON list of conversations, got a JSON {type(data).__name__}")
-    pairs = [(c["conversations"][0]["value"], c["conversations"][1]["value"])
-             for c in data if isinstance(c, dict) and len(c.get("conversations", [])) >= 2]
-    if not pairs:
+    conversations = [c["conversations"] for c in data if isinstance(c, dict) and len(c.get("conversations", [])) >= 2]
+    if not conversations:
         raise DatasetError(f"{path}: no conversation with at least two turns "
                            '(entries like {"conversations": [{"from": "human", "value": ...}, {"from": "gpt", ...}]})')
-    return pairs
+    return conversations
 
 
 def load_sharegpt(path: str | Path, num_prompts: int, tokenizer: LocalTokenizer, seed: int,
@@ -244,10 +249,8 @@ def read_conversations(path: str | Path) -> list[list[tuple[str, str]]]:
     """Every ShareGPT conversation as its (user, assistant) turn pairs, in file order: the
     alternating human/gpt turns from the first (a conversation that starts or goes on
     otherwise is cut there); `DatasetError` as `read_sharegpt` raises it."""
-    read_sharegpt(path)  # the file's own checks, one line each
     out = []
-    for c in json.loads(Path(path).read_text()):
-        turns = c.get("conversations", []) if isinstance(c, dict) else []
+    for turns in _sharegpt_conversations(path):
         pairs = []
         for user, answer in zip(turns[::2], turns[1::2]):
             if not (isinstance(user, dict) and isinstance(answer, dict) and user.get("from") == "human"
