@@ -306,16 +306,21 @@ def run_knee(suite: Suite, recipe: Recipe, store: ResultsStore, console: Console
                     serving.warm_up()
                     outcome = serving.measure(repeat, rate, workload)
             outcomes.append(outcome)
-            probes.append(Probe.of(outcome.summary))
+            probes.append(Probe.of(outcome.summary, b.knee.keep_up))
             p = probes[-1]
             console.print(f"{recipe.name} r{repeat}: {'burst' if math.isinf(rate) else f'{rate:.3g} req/s'} ({count} requests): "
-                          f"SLO attainment {p.attainment or 0:.1%} ({'holds' if p.holds else 'does not hold'})")
+                          f"SLO attainment {p.attainment or 0:.1%}{_kept_up(p)} ({'holds' if p.holds else 'does not hold'})")
     for stale in range(len(probes) + 1, b.knee.max_probes + 1):  # probes of an earlier, longer search
         store.clear_repeat(recipe.name, stale)
     result = KneeResult.of(recipe.name, probes, b.knee, [str(o) for o in b.slo.objectives], b.slo.attainment_target)
     atomic_write_json(store.run_dir(recipe.name) / KNEE_FILE, json.loads(result.model_dump_json()))  # inf: "Infinity"
     console.print(f"[bold]{recipe.name}[/]: {result.verdict}")
     return outcomes
+
+
+def _kept_up(p: Probe) -> str:
+    """", kept up 98%": what the probe's line says of `metrics.keep_up`, where it was judged."""
+    return "" if p.keep_up is None else f", kept up {p.keep_up:.0%}"
 
 
 def server_unwell(server: ServerProcess) -> str:

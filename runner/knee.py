@@ -5,21 +5,27 @@ all on one server start, each a full measured repeat after its own warm-up (``r<
 the run is probe k). The search (`next_rate`) is deterministic given what the probes
 measured:
 
-1. a burst (every request at once): the heaviest load, and the server's capacity C
-   (completed requests / s). If the SLO holds even then, the knee is at or above C;
-   a degraded probe (requests failed or timed out) does not hold;
+1. a burst (every request at once): the heaviest load, and its throughput C (completed
+   requests / s). If the SLO holds even then, the knee is at or above C; a degraded probe
+   (requests failed or timed out) does not hold. C is where the search starts, not a bound:
+   a burst spends its first seconds on prefill and its last on a draining batch, so a server
+   may sustain more than C in steady arrivals (FLASH_ATTN on the H100: C = 25 req/s, knee 34);
 2. arrivals at C (``benchmark.arrival``, Poisson by default), then C/2, C/4, ... until one
-   holds: the highest rate that held (lo) and the lowest that did not (hi) bracket the knee.
-   A rated probe sends at least ``probe_s`` seconds of arrivals (`KneeSettings.requests_at`):
-   ``num_prompts`` alone would be a transient at high rates (500 requests at 50 req/s
-   arrive in 10 s, fewer than a full batch of the server takes in), and an overloaded
-   server would pass an SLO it cannot keep; a minute of arrivals above capacity builds a
-   queue that no latency objective survives;
+   holds, or 2C, 4C, ... until one does not: the highest rate that held (lo) and the lowest
+   that did not (hi) bracket the knee;
 3. the geometric middle of the bracket until hi <= lo x (1 + ``tolerance``).
 
+A rated probe holds only where the server kept up with it: its attainment reached the target
+and it completed at least ``keep_up`` (0.9) of the requests that arrived in the second half of
+its arrivals in that half (`metrics.keep_up`). A server that falls behind builds a queue; a
+probe too short for the queue to show would pass an SLO the server cannot keep. So a rated
+probe also sends at least ``probe_s`` seconds of arrivals (`KneeSettings.requests_at`):
+``num_prompts`` alone would be a transient at high rates (500 requests at 46 req/s arrive in
+11 s and fit in the running batch; FLASH_ATTN on the H100 "held" that rate).
+
 The knee is lo, the highest measured rate at which the SLO held: within ``tolerance``
-below the true knee. A knee between C/4 and C is found in at most 8 probes at the default
-5% (burst, C, C/2, C/4, then four halvings of a bracket of 2x); the search stops at
+below the true knee. A knee between C/4 and 2C is found in at most 8 probes at the default
+5% (burst, C, C/2 or 2C, C/4, then four halvings of a bracket of 2x); the search stops at
 ``max_probes`` and says when it did not converge. A probe that failed (no request
 completed, the server died) ends the search. A rate that held above one that did not (a
 noisy server) is kept in the path, and the bracket is the lowest failing rate and the
@@ -50,19 +56,24 @@ class Probe(BaseModel):
     status: str
     requests: int | None = None  # requests sent (completed + failed)
     attainment: float | None = None  # share of requests within every objective
-    holds: bool = False  # attainment reached the target in a repeat that is ok (not degraded)
+    keep_up: float | None = None  # completions per arrival over the second half of the arrivals
+    holds: bool = False  # attainment reached the target in a repeat that is ok and kept up
     request_throughput: float | None = None  # completed requests / s
     goodput: float | None = None  # requests within every objective / s
     output_throughput: float | None = None
     output_tokens_per_joule: float | None = None  # where the GPUs' energy reading is valid
 
     @classmethod
-    def of(cls, summary: RepeatSummary) -> "Probe":
+    def of(cls, summary: RepeatSummary, keep_up: float) -> "Probe":
+        """The probe its repeat's summary measured; ``keep_up``: the least `metrics.keep_up`
+        at which a rated probe holds (`KneeSettings.keep_up`)."""
         slo, energy = summary.slo, summary.energy
+        kept_up = summary.keep_up is None or summary.keep_up >= keep_up
         measured = summary.completed + summary.failed
         valid = energy is not None and energy.valid and energy.joules_per_output_token
         return cls(repeat=summary.repeat or 0, rate=summary.request_rate, status=summary.status, requests=measured,
-                   attainment=slo.attainment if slo else None, holds=bool(slo and slo.holds and summary.measured),
+                   attainment=slo.attainment if slo else None, keep_up=summary.keep_up,
+                   holds=bool(slo and slo.holds and summary.measured and kept_up),
                    request_throughput=summary.request_throughput,
                    goodput=slo.attainment * measured / summary.duration if slo and summary.duration else None,
                    output_throughput=summary.output_throughput,
@@ -109,7 +120,7 @@ class KneeResult(BaseModel):
     tolerance: float
     max_probes: int
     probes: list[Probe]
-    capacity: float | None = None  # req/s: completed requests / s at the burst
+    burst_throughput: float | None = None  # req/s: completed requests / s at the burst, C
     knee_rate: float | None  # req/s: the highest measured rate at which the SLO held
     upper_rate: float | None  # the lowest measured rate at which it did not
     converged: bool  # upper_rate <= knee_rate x (1 + tolerance), or the SLO held at the burst
@@ -120,7 +131,7 @@ class KneeResult(BaseModel):
         lo, hi = bracket(probes)
         failed = next((p for p in probes if p.status == "failed"), None)
         if probes and probes[0].holds:
-            converged, verdict = True, (f"the SLO holds even at a burst: the knee is at or above the capacity, "
+            converged, verdict = True, (f"the SLO holds even at a burst: the knee is at or above the burst's throughput, "
                                         f"{probes[0].request_throughput:.3g} req/s")
         elif failed is not None:
             converged, verdict = False, f"probe r{failed.repeat} measured nothing ({failed.status}): no knee"
@@ -134,11 +145,11 @@ class KneeResult(BaseModel):
             converged, verdict = False, (f"between {lo:.3g} and {hi:.3g} req/s after {len(probes)} probes (not within "
                                          f"{settings.tolerance:.0%}: raise benchmark.knee.max_probes)" if hi
                                          else f"the SLO held up to {lo:.3g} req/s and failed at no rate above it")
-        capacity = probes[0].request_throughput if probes else None
-        if lo is not None and capacity and lo > capacity * (1 + settings.tolerance) and not probes[0].holds:
-            converged = False  # a transient: what the probe sent fit in the server's batch and queue
-            verdict += (f"; but that is above the {capacity:.3g} req/s the server completes at a burst, a rate "
-                        "it cannot sustain: longer probes (benchmark.knee.probe_s) will find the knee lower")
+        for p in probes:  # met the SLO while a queue grew: says why such a rate did not hold
+            if p.keep_up is not None and p.keep_up < settings.keep_up and (p.attainment or 0) >= target:
+                verdict += (f"; at {p.rate:.3g} req/s (r{p.repeat}) the SLO was met but the server completed "
+                            f"only {p.keep_up:.0%} of its arrivals: a queue was growing")
         return cls(run=run, slo=slo, target=target, tolerance=settings.tolerance, max_probes=settings.max_probes,
-                   probes=list(probes), capacity=capacity, knee_rate=lo if not (probes and probes[0].holds) else None,
-                   upper_rate=hi, converged=converged, verdict=verdict)
+                   probes=list(probes), burst_throughput=probes[0].request_throughput if probes else None,
+                   knee_rate=lo if not (probes and probes[0].holds) else None, upper_rate=hi,
+                   converged=converged, verdict=verdict)

@@ -28,6 +28,11 @@ Per run:
                           busy client delays every chunk it has not read yet
   client_coalesced_chunks share of chunks that arrived in the same socket read as the chunk
                           before them (they share one arrival time)
+  keep_up                 of a load whose arrivals span at least `KEEP_UP_WINDOW_S`: the
+                          requests completed during the second half of that span per request
+                          that arrived in it. About 1 where the server keeps up with the
+                          offered rate (by then requests leave as fast as they arrive); its
+                          service rate / the offered rate where it does not, and a queue grows
   ttft_by_turn            of a multi-turn load: per user turn (1, 2, ...), its completed
                           requests and their mean, median and p90 TTFT (ms); a later turn
                           carries the history before it, which a prefix cache holds
@@ -44,6 +49,8 @@ import numpy as np
 from .catalogue import LATENCIES, STATS, Metric
 from .loadgen import RequestRecord
 from .slo import Slo
+
+KEEP_UP_WINDOW_S = 10.0  # s of arrivals below which `keep_up` is not judged (a request may live that long)
 
 
 def request_latencies(r: RequestRecord) -> dict:
@@ -109,6 +116,19 @@ def itl_tenths(per: list[dict]) -> tuple[float | None, float | None]:
             float(np.median(last_all)) if len(last_all) else None)
 
 
+def keep_up(recs: Sequence[RequestRecord]) -> float | None:
+    """Requests completed in the second half of the arrivals' span per request that arrived
+    in it (module doc); None when the arrivals span less than `KEEP_UP_WINDOW_S` (a burst)."""
+    start = min((r.scheduled_s for r in recs), default=0.0)
+    end = max((r.scheduled_s for r in recs), default=0.0)
+    if end - start < KEEP_UP_WINDOW_S:
+        return None
+    middle = (start + end) / 2
+    arrived = sum(middle <= r.scheduled_s <= end for r in recs)
+    left = sum(r.status == "ok" and middle <= r.end_s <= end for r in recs)
+    return left / arrived if arrived else None
+
+
 def ttft_by_turn(ok: Sequence[RequestRecord], per: Sequence[dict]) -> dict[str, dict]:
     """{turn: {"completed", "mean_ttft_ms", "median_ttft_ms", "p90_ttft_ms"}} over the
     successful requests ``ok`` (``per``: their `request_latencies`), turns as strings (JSON keys)."""
@@ -152,6 +172,7 @@ def summarize(records: Iterable[RequestRecord], slo_ms: dict[str, float] | None 
         else:  # one sample per chunk gap
             summary.update(latency_stats(metric, np.concatenate([p[metric.name] for p in per]) if per else []))
     summary["itl_first_tenth_ms"], summary["itl_last_tenth_ms"] = itl_tenths(per)
+    summary["keep_up"] = keep_up(recs)
     if slo_ms:
         good = sum(all(p[k] is not None and p[k] <= limit for k, limit in slo_ms.items()) for p in per)
         summary["request_goodput"] = good / duration if duration else 0.0

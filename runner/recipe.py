@@ -285,6 +285,7 @@ class KneeSettings(_Strict):
     max_probes: int = Field(8, ge=2, le=PROBES_AT_MOST)
     tolerance: float = Field(0.05, gt=0, le=0.5)  # stop when hi <= lo x (1 + tolerance)
     probe_s: float = Field(60.0, gt=0, le=3600)  # seconds of arrivals a rated probe sends at least
+    keep_up: float = Field(0.9, gt=0, le=1)  # the least `metrics.keep_up` at which a rated probe holds
 
     def requests_at(self, rate: float, num_prompts: int) -> int:
         """How many requests the probe at ``rate`` (req/s; inf: the burst) sends: the

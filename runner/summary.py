@@ -104,6 +104,7 @@ class _Summary(RepeatHeader, Witnesses):
     slo: SloResult | None = None  # the repeat against benchmark.slo's objectives (`slo`)
     itl_first_tenth_ms: float | None = None  # median ITL over the first tenth of each request's gaps
     itl_last_tenth_ms: float | None = None  # ... and over the last tenth
+    keep_up: float | None = None  # completions per arrival over the arrivals' second half (`metrics.keep_up`)
     ttft_by_turn: dict[str, dict[str, float]] | None = None  # of a multi-turn load (`metrics.ttft_by_turn`)
     prefix_cache_hit_rate: float | None = None  # prompt tokens found in the server's prefix cache, 0-1 (`witness`)
 

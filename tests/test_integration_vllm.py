@@ -307,7 +307,7 @@ def test_a_knee_search_probes_one_server_and_resumes(tmp_path, model_dir):
         summary = json.loads((run_dir / f"r{k}" / "summary.json").read_text())
         assert summary["request_rate"] == probe.rate and summary["slo"]["attainment"] == probe.attainment == 0.0
         assert summary["num_prompts"] == probe.requests == settings.requests_at(probe.rate, 6)
-        assert Probe.of(execute.RepeatSummary.model_validate(summary)) == probe
+        assert Probe.of(execute.RepeatSummary.model_validate(summary), settings.keep_up) == probe
     assert not result.converged and result.knee_rate is None
     assert result.verdict == f"the SLO held at no rate down to {capacity / 4:.3g} req/s in 4 probes: the knee is lower"
     assert (run_dir / "warmup.jsonl").exists()

@@ -112,3 +112,38 @@ def test_a_repeat_where_nothing_completed_failed():
 
     summary = summarize_repeat([rec(0, 0.0, [], [], status="error")], RepeatHeader())
     assert summary.status == "failed" and summary.error.startswith("all 1 requests failed")
+
+
+def queue(arrivals, service_s: float, servers: int) -> list[RequestRecord]:
+    """Records of a first-come-first-served server with ``servers`` slots, each request
+    taking ``service_s``: a server that keeps up or one that falls behind."""
+    free = [0.0] * servers
+    out = []
+    for i, t in enumerate(arrivals):
+        k = min(range(servers), key=free.__getitem__)
+        start = max(t, free[k])
+        free[k] = start + service_s
+        out.append(rec(i, t, [start + 0.01, free[k]], [1, 1], sched=t))
+    return out
+
+
+@pytest.mark.parametrize("rate, expected", [(20.0, 1.0), (40.0, 25 / 40), (100.0, 0.25)])
+def test_keep_up_is_the_share_of_arrivals_the_server_completes_once_past_the_ramp(rate, expected):
+    """Arrivals for 60 s at a server of 50 slots x 2 s per request (25 req/s): it keeps up
+    with 20 req/s, and completes its 25 req/s of 40 or 100."""
+    summary = summarize(queue([i / rate for i in range(int(rate * 60))], 2.0, 50))
+    assert summary["keep_up"] == pytest.approx(expected, abs=0.02)
+
+
+def test_keep_up_near_1_under_poisson_arrivals_the_server_keeps_up_with():
+    import numpy as np
+
+    for seed in range(5):
+        arrivals = np.cumsum(np.random.default_rng(seed).exponential(1 / 22, 22 * 60))
+        assert summarize(queue(arrivals, 2.0, 50))["keep_up"] > 0.93
+
+
+def test_keep_up_is_not_judged_on_a_burst_or_a_short_load():
+    assert summarize(queue([0.0] * 100, 2.0, 10))["keep_up"] is None
+    assert summarize(queue([i * 0.1 for i in range(99)], 2.0, 10))["keep_up"] is None  # 9.8 s of arrivals
+    assert summarize(queue([i * 0.1 for i in range(101)], 0.05, 10))["keep_up"] == pytest.approx(1.0, abs=0.03)
