@@ -4,7 +4,8 @@ the runs' knee.json files.
 * `collect_knees`: one row per knee run (its search's result, serve settings, provenance)
   and one per probe (`probes`);
 * `table_lines`: the report's table: knee rate, bracket, probes, whether it converged,
-  throughput and output tokens per joule at the burst and at the knee, the verdict;
+  how well the server kept up at the knee (`metrics.keep_up`), output throughput and tokens
+  per joule at the burst and at the knee, the verdict;
 * `figure_curves`: SLO attainment and goodput against the offered rate, one line per run,
   the target and each knee marked;
 * `figure_backends`: per run side by side: output throughput at the burst, the knee rate,
@@ -45,6 +46,7 @@ def collect_knees(root: str | Path) -> tuple[pd.DataFrame, pd.DataFrame]:
                          "burst_request_throughput": burst.request_throughput if burst else None,
                          "burst_tokens_per_joule": burst.output_tokens_per_joule if burst else None,
                          "knee_attainment": at_knee.attainment if at_knee else None,
+                         "knee_keep_up": at_knee.keep_up if at_knee else None,
                          "knee_output_throughput": at_knee.output_throughput if at_knee else None,
                          "knee_tokens_per_joule": at_knee.output_tokens_per_joule if at_knee else None})
             probes += [{**key, **p.model_dump()} for p in result.probes]
@@ -57,13 +59,14 @@ def _fmt(v, spec: str) -> str:
 
 def table_lines(runs: pd.DataFrame) -> list[str]:
     """The knee table of one suite, and each run's verdict."""
-    head = ("| run | backend | probes | knee req/s | fails at req/s | converged | burst output tok/s "
-            "| burst tok/J | knee tok/J |")
+    head = ("| run | backend | probes | knee req/s | fails at req/s | converged | kept up at the knee "
+            "| burst output tok/s | knee output tok/s | burst tok/J | knee tok/J |")
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
     for _, r in runs.iterrows():
         lines.append(f"| {r['run']} | {r['attention_backend']} | {r['probes']} | {_fmt(r['knee_rate'], '.3g')} | "
                      f"{_fmt(r['upper_rate'], '.3g')} | {'yes' if r['converged'] else 'no'} | "
-                     f"{_fmt(r['burst_output_throughput'], ',.0f')} | {_fmt(r['burst_tokens_per_joule'], '.3g')} | "
+                     f"{_fmt(r['knee_keep_up'], '.0%')} | {_fmt(r['burst_output_throughput'], ',.0f')} | "
+                     f"{_fmt(r['knee_output_throughput'], ',.0f')} | {_fmt(r['burst_tokens_per_joule'], '.3g')} | "
                      f"{_fmt(r['knee_tokens_per_joule'], '.3g')} |")
     slos = sorted(set(runs["slo"]))
     lines += ["", *(f"- SLO: {slo}, met by {runs[runs['slo'] == slo]['target'].iloc[0]:.0%} of requests "

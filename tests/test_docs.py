@@ -180,16 +180,38 @@ def test_the_h100_energy_figures_come_from_the_committed_summaries():
     from attnbench.analysis.normalize import aggregate
 
     runs = collect_results(ROOT / "docs/results/h100/energy/h100").runs
-    assert len(runs) == 9 and runs["energy_valid"].all()
+    assert len(runs) == 12 and runs["energy_valid"].all()
     assert runs["counter_vs_samples"].abs().max() <= 0.018
     agg = aggregate(collect_results(ROOT / "docs/results/h100/energy/h100")).set_index("run")
     per_joule = agg["output_tokens_per_joule"].round(1).to_dict()
-    assert per_joule == {"backends-custom": 10.6, "backends-flash": 10.9, "backends-flex": 5.1}
+    assert per_joule == {"backends-custom": 10.6, "backends-flash": 10.9, "backends-flex": 5.1, "backends-triton": 10.8}
     readme = (ROOT / "README.md").read_text()
-    assert "FA3 10.9 output tokens per joule,\n  attnbench's kernels 10.6, FlexAttention 5.1" in readme
+    assert ("FA3 10.9 output tokens per joule,\n  vLLM's Triton backend 10.8, attnbench's kernels 10.6, FlexAttention 5.1"
+            in readme)
     assert "agree within 1.8%" in readme
     results = (ROOT / "docs/results/h100/README.md").read_text()
-    for run in ("flash", "custom", "flex"):
+    for run in ("flash", "custom", "flex", "triton"):
         row = next(line for line in results.splitlines() if line.startswith(f"| backends-{run} |") and "tok/J" not in line
                    and line.count("|") == 8)
         assert f"| {per_joule[f'backends-{run}']:.1f} |" in row, row
+
+
+def test_the_h100_knees_come_from_the_committed_searches():
+    """README and docs/results/h100/README.md, section e: each backend's knee, the rate that
+    failed above it, and the tokens per joule at the burst and at the knee, as the committed
+    knee.json files hold them; every committed search converged."""
+    from attnbench.analysis.knee import collect_knees
+
+    runs, _ = collect_knees(ROOT / "docs/results/h100/knee/h100")
+    runs = runs.set_index("run")
+    assert runs["converged"].all()
+    results = (ROOT / "docs/results/h100/README.md").read_text()
+    for run, r in runs.iterrows():
+        row = next(line for line in results.splitlines() if line.startswith(f"| {run} |"))
+        cells = [c.strip() for c in row.split("|")[1:-1]]
+        assert [float(cells[2]), float(cells[3]), int(cells[4])] == [
+            pytest.approx(r["knee_rate"], rel=0.002), pytest.approx(r["upper_rate"], rel=0.002), r["probes"]], row
+        assert cells[-1] == f"{r['burst_tokens_per_joule']:.3g} / {r['knee_tokens_per_joule']:.3g}", row
+    readme = (ROOT / "README.md").read_text()
+    assert f"FA3 holds\n  {runs.loc['knee-flash', 'knee_rate']:.0f} req/s ({runs.loc['knee-flash', 'knee_tokens_per_joule']:.1f}" in readme
+    assert f"FlexAttention {runs.loc['knee-flex', 'knee_rate']:.1f} req/s" in readme

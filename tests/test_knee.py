@@ -170,6 +170,7 @@ def test_the_report_sets_throughput_energy_and_the_knee_side_by_side(tmp_path):
         result = search(lambda r, k=knee: 1.0 if r <= k else 0.4, burst=knee * 1.6)
         probes = [p.model_copy(update={"output_throughput": 100 * p.request_throughput,
                                        "goodput": p.attainment * p.request_throughput,
+                                       "keep_up": None if math.isinf(p.rate) else 0.97,
                                        "output_tokens_per_joule": tpj[0] if math.isinf(p.rate) else tpj[1]})
                   for p in result.probes]
         result = result.model_copy(update={"run": run, "probes": probes})
@@ -189,7 +190,8 @@ def test_the_report_sets_throughput_energy_and_the_knee_side_by_side(tmp_path):
     text = write_report(analysis, tmp_path / "report.md").read_text()
     row = next(line for line in text.splitlines() if line.startswith("| knee-flash |"))
     cells = [c.strip() for c in row.split("|")[1:-1]]
-    assert cells[:2] == ["knee-flash", "FLASH_ATTN"] and cells[5:] == ["yes", "1,920", "10.9", "8.1"]
+    knee_output = f"{100 * runs.loc['knee-flash', 'knee_rate']:,.0f}"
+    assert cells[:2] == ["knee-flash", "FLASH_ATTN"] and cells[5:] == ["yes", "97%", "1,920", knee_output, "10.9", "8.1"]
     assert cells[3] == f"{runs.loc['knee-flash', 'knee_rate']:.3g}"
     names = sorted(p.name for p in analysis.knee_figures["h100"])
     assert names == ["h100-knee-backends.csv", "h100-knee-backends.png", "h100-knee-backends.svg",
