@@ -26,7 +26,12 @@ def next_power_of_2(n: int) -> int:
     return 1 if n <= 1 else 1 << (n - 1).bit_length()
 
 
-KERNELS = ("triton", "gluon_ws")  # KernelConfig.kernel: who implements the step
+# the registered kernel with a persistent launch and a fixed 128-row Q-block
+# (`hopper/qblock_ws.py`: the Q-block step in Gluon for Hopper, warp-specialized)
+GLUON_QBLOCK = "qblock_ws"
+# KernelConfig fields of older tuned trees and sweeps: ``kernel: gluon_ws`` on the qblock
+# step was the kernel registered since as ``qblock_ws`` (`KernelConfig.of`)
+_LEGACY_KERNELS = {"triton": None, "gluon_ws": GLUON_QBLOCK}
 
 
 @dataclass(frozen=True)
@@ -44,15 +49,12 @@ class KernelConfig:
     reduce_num_warps warps of the segment-reduction kernels: 1 by default, since each program of
                      step 3's reduction merges one output row (<= 64 x head fp32); on an H100 one
                      warp beats 2-8 on every split decode case (docs/perf/kernels-h100.md)
-    kernel           which kernel runs the step: "triton" (`steps/`, every platform) or, for
-                     qblock on Hopper, "gluon_ws" (`hopper/qblock_ws.py`, warp-specialized;
-                     block_m 128, tile_size 64 or 128; num_warps/num_stages are its own)
-    persistent       gluon_ws only: one program per SM walking the list of work items
+    persistent       qblock_ws only: one program per SM walking the list of work items
                      (`hopper/blocks.program_item`) instead of one program per item; the
                      next item's KV tiles load while the last one finishes
     """
 
-    variant: str
+    variant: str  # the registered kernel that runs (`variants.KERNEL_MODULES`)
     tile_size: int = 32
     block_m: int = 16
     num_warps: int = 4
@@ -60,20 +62,16 @@ class KernelConfig:
     num_segments: int = 1
     programs_per_sm: float = 1.0
     reduce_num_warps: int = 1
-    kernel: str = "triton"
     persistent: bool = False
 
     def __post_init__(self):
         if self.variant not in VARIANTS:
             raise ValueError(f"KernelConfig.variant: expected one of {VARIANTS}, got {self.variant!r}")
-        if self.kernel not in KERNELS:
-            raise ValueError(f"KernelConfig.kernel: expected one of {KERNELS}, got {self.kernel!r}")
-        if self.kernel == "gluon_ws" and (self.variant, self.block_m) != ("qblock", 128):
-            raise ValueError("KernelConfig.kernel: 'gluon_ws' runs the qblock step with block_m 128, got "
-                             f"variant {self.variant!r}, block_m {self.block_m}")
-        if self.persistent and self.kernel != "gluon_ws":
-            raise ValueError(f"KernelConfig.persistent: only the 'gluon_ws' kernel has a persistent launch, got "
-                             f"kernel {self.kernel!r}")
+        if self.variant == GLUON_QBLOCK and self.block_m != 128:
+            raise ValueError(f"KernelConfig.block_m: {GLUON_QBLOCK!r} runs Q-blocks of 128 rows, got {self.block_m}")
+        if self.persistent and self.variant != GLUON_QBLOCK:
+            raise ValueError(f"KernelConfig.persistent: only {GLUON_QBLOCK!r} has a persistent launch, got "
+                             f"variant {self.variant!r}")
         for name in ("tile_size", "block_m"):
             v = getattr(self, name)
             if v < 1 or v & (v - 1):
@@ -82,6 +80,18 @@ class KernelConfig:
             raise ValueError(f"KernelConfig.tile_size: expected >= 16 for tl.dot, got {self.tile_size}")
         if self.num_segments < 1:
             raise ValueError(f"KernelConfig.num_segments: expected >= 1, got {self.num_segments}")
+
+    @classmethod
+    def of(cls, fields: dict) -> "KernelConfig":
+        """The config a tuned tree returns or a sweep row names, as a dict of fields; older
+        ones named the Gluon kernel in a ``kernel`` field beside ``variant: qblock``."""
+        fields = dict(fields)
+        legacy = fields.pop("kernel", "triton")
+        if legacy not in _LEGACY_KERNELS:
+            raise ValueError(f"KernelConfig.kernel: expected one of {list(_LEGACY_KERNELS)}, got {legacy!r}")
+        if _LEGACY_KERNELS[legacy] is not None:
+            fields["variant"] = _LEGACY_KERNELS[legacy]
+        return cls(**fields)
 
     def block_m_for(self, queries_per_kv: int) -> int:
         """BLOCK_M for a GQA group of ``queries_per_kv`` heads (all heads fit one Q-block)."""
@@ -149,16 +159,22 @@ class BatchShape:
 
 @dataclass(frozen=True)
 class Step:
-    """One step of the paper, as its module declares it (``STEP = Step(...)``).
+    """One registered kernel, as its module declares it (``STEP = Step(...)``): a step of
+    the paper (`steps/`) or a kernel written for one GPU generation (`hopper/`).
 
     launch          ``launch(out, q, k_cache, v_cache, block_table, cu_seqlens_q, seq_lens, *,
                     scale, sliding_window, softcap, config, max_seqlen_q, compile_only=False)``:
                     computes the batch's attention into ``out`` (or, with ``compile_only``,
                     compiles the binaries that launch would run and launches nothing)
     default_config  the hand-written decision tree: ``(BatchShape, Platform) -> KernelConfig``
+    refuses         ``refuses(q, k_cache, v_cache) -> str | None``: why the kernel cannot
+                    run a call with these tensors here (another GPU, heads it does not
+                    take), None where it can; None for a kernel that runs everything the
+                    entry point accepts. `dispatch.api` asks before it launches.
     """
 
     name: str
-    paper: str  # where the paper describes it
+    paper: str  # where the paper describes it (or what it adds to the paper)
     launch: Callable[..., None]
     default_config: Callable[[BatchShape, Platform], KernelConfig]
+    refuses: Callable[..., str | None] | None = None

@@ -123,9 +123,9 @@ class ServeSettings(_Strict):
     runs V0 before measuring. V0 has no ``--attention-backend`` flag (the backend goes in
     ``VLLM_ATTENTION_BACKEND``) and no CUDA-graph modes (``graph_mode``: eager or unset).
 
-    ``kernel_variant`` picks the step of attnbench's own kernels that computes attention
-    (``auto``, ``naive``, ``qblock``, ``parallel_tiled``, ``static_grid``;
-    `attnbench.kernels.variants`); they serve through attnbench's vLLM plugin, so it needs
+    ``kernel_variant`` picks which of attnbench's own kernels computes attention (``auto``,
+    the paper's steps ``naive``, ``qblock``, ``parallel_tiled``, ``static_grid``, and
+    ``qblock_ws`` on Hopper; `attnbench.kernels.variants`); they serve through attnbench's vLLM plugin, so it needs
     ``attention_backend: CUSTOM``. The server gets it as ``ATTNBENCH_VARIANT``. The older
     spelling ``env: {ATTNBENCH_VARIANT: ...}`` is read into this field and checked the same way.
     """

@@ -195,14 +195,13 @@ def test_an_older_csv_is_not_appended_to(tmp_path):
 
 
 def test_the_shipped_search_space_holds_the_gluon_kernel_once_per_tile_and_launch():
-    """tune-space.yaml's qblock space is two products: Triton's 16 configs, and the Gluon
-    kernel with its fixed warps and stages at both tile sizes, one program per item or
-    persistent (no aliases of one launch)."""
+    """tune-space.yaml: Triton's 16 qblock configs, and the Gluon kernel with its fixed warps
+    and stages at both tile sizes, one program per item or persistent (no aliases of one launch)."""
     from attnbench.kernels.bench.tune import load_space
 
-    configs = [c for c in load_space("recipes/microbench/tune-space.yaml").configs() if c.variant == "qblock"]
-    gluon = [c for c in configs if c.kernel == "gluon_ws"]
-    assert len(configs) == 20
+    configs = list(load_space("recipes/microbench/tune-space.yaml").configs())
+    gluon = [c for c in configs if c.variant == "qblock_ws"]
+    assert len([c for c in configs if c.variant == "qblock"]) == 16
     assert sorted((c.tile_size, c.persistent) for c in gluon) == [(64, False), (64, True), (128, False), (128, True)]
     assert all((c.block_m, c.num_warps, c.num_stages) == (128, 12, 2) for c in gluon)
 
@@ -214,17 +213,17 @@ def test_a_tuned_gluon_choice_yields_where_gluon_cannot_run(monkeypatch):
     from attnbench.kernels.config import BatchShape, Platform
     from attnbench.kernels.dispatch import heuristics
 
-    gluon = {"variant": "qblock", "kernel": "gluon_ws", "tile_size": 64, "block_m": 128, "num_warps": 12}
+    gluon = {"variant": "qblock_ws", "tile_size": 64, "block_m": 128, "num_warps": 12}
     triton = {"variant": "qblock", "tile_size": 128, "block_m": 16, "num_warps": 8}
     monkeypatch.setattr(heuristics, "_tuned_tree",
                         lambda name: lambda shape, p: gluon if shape.max_seqlen_q > 1 else triton)
     h100 = Platform("cuda", 132, "NVIDIA H100 80GB HBM3", "sm_90")
     prefill, decode = BatchShape(1, 4096, 4096, 4096, 32, 8, 128), BatchShape(8, 8, 1, 4096, 32, 8, 128)
     monkeypatch.setattr(heuristics.hopper, "available", lambda: True)
-    assert heuristics.choose_config(prefill, h100).kernel == "gluon_ws"
+    assert heuristics.choose_config(prefill, h100).variant == "qblock_ws"
     monkeypatch.setenv("ATTNBENCH_GLUON", "0")
     config = heuristics.choose_config(prefill, h100)
-    assert config == heuristics.step("qblock").default_config(prefill, h100) and config.kernel == "triton"
+    assert config == heuristics.step("qblock").default_config(prefill, h100) and config.variant == "qblock"
     assert heuristics.choose_config(decode, h100).tile_size == 128
 
 

@@ -152,7 +152,7 @@ def test_auto_on_hopper_matches_and_replays(head_case, composition):
     seed = fresh_seed()
     batch = build_case(head_case, composition, seed)
     if composition == "prefill":
-        assert choose_config(batch.shape, Platform.detect(batch.q.device)).kernel == "gluon_ws"
+        assert choose_config(batch.shape, Platform.detect(batch.q.device)).variant == "qblock_ws"
     _check_call_and_replay(batch, f"{head_case} {composition}", seed)
 
 
@@ -199,8 +199,7 @@ def test_a_persistent_gluon_config_runs_through_the_api(head_case, tile_size):
     seed = fresh_seed()
     batch = build_head_case(HEAD_CASES[head_case], many_items_seqs, seed, window_range=(20, 300))
     assert _work_items(batch) > torch.cuda.get_device_properties(0).multi_processor_count
-    config = KernelConfig("qblock", kernel="gluon_ws", tile_size=tile_size, block_m=128, num_warps=12,
-                          persistent=True)
+    config = KernelConfig("qblock_ws", tile_size=tile_size, block_m=128, num_warps=12, persistent=True)
     _check_call_and_replay(batch, f"persistent {head_case} tile {tile_size}", seed, config)
 
 

@@ -159,7 +159,7 @@ def test_kernel_variant_is_checked_when_the_recipe_loads(tmp_path):
     assert load_suite(write(tmp_path, _custom({"kernel_variant": "static_grid"}))).runs[0].serve.kernel_variant \
         == "static_grid"
     with pytest.raises(RecipeError, match=r"(?s)suite\.yaml.*serve\.kernel_variant: expected one of \['auto', "
-                                          r"'naive', 'qblock', 'parallel_tiled', 'static_grid'\] \(got 'static-grid'\)"):
+                                          r"'naive', 'qblock', 'parallel_tiled', 'static_grid', 'qblock_ws'\] \(got 'static-grid'\)"):
         load_suite(write(tmp_path, _custom({"kernel_variant": "static-grid"})))
     with pytest.raises(RecipeError, match="(?s)kernel_variant 'qblock' picks a step of attnbench's kernels, which "
                                           "serve only as attention_backend 'CUSTOM'"):

@@ -1,5 +1,7 @@
-"""The variant registry (kernels/variants.py) is the one list of the paper's steps: each
-step's module declares itself, and every table of variants is derived from the registry."""
+"""The kernel registry (kernels/variants.py) is the one list of the kernels: the paper's
+steps and the Gluon kernel for Hopper, each module declaring itself, and every table of
+variants derived from the registry. One name per kernel: `qblock` is the Triton step
+whatever the GPU, `qblock_ws` the Gluon kernel."""
 
 from __future__ import annotations
 
@@ -9,7 +11,7 @@ import sys
 import pytest
 
 from attnbench.kernels.config import BatchShape, KernelConfig, Platform
-from attnbench.kernels.variants import AUTO, CHOICES, VARIANTS, check_variant, step
+from attnbench.kernels.variants import AUTO, CHOICES, STEPS, VARIANTS, check_variant, step
 
 H100 = Platform("cuda", 132, "test")
 SHAPES = [BatchShape(1, 1, 1, 13000, 32, 8, 128), BatchShape(64, 64, 1, 4096, 32, 8, 128),
@@ -17,11 +19,12 @@ SHAPES = [BatchShape(1, 1, 1, 13000, 32, 8, 128), BatchShape(64, 64, 1, 4096, 32
 
 
 @pytest.mark.parametrize("name", VARIANTS)
-def test_each_step_declares_itself_beside_its_code(name):
+def test_each_kernel_declares_itself_beside_its_code(name):
     from attnbench.kernels.dispatch.heuristics import choose_config
 
     s = step(name)
-    assert s.name == name and s.paper.startswith("sec. 4.") and callable(s.launch)
+    assert s.name == name and "sec. 4." in s.paper and callable(s.launch)
+    assert s.paper.startswith("sec. 4.") == (name in STEPS) and (s.refuses is None) == (name in STEPS)
     for shape in SHAPES:
         config = s.default_config(shape, H100)
         assert config.variant == name and choose_config(shape, H100, name) == config
@@ -32,13 +35,40 @@ def test_every_table_of_variants_comes_from_the_registry():
     from attnbench.kernels.bench.aot import representative_launches
     from attnbench.kernels.schema import COMPARATORS, HOPPER_KERNELS
 
-    assert CHOICES == (AUTO, *VARIANTS)
+    assert CHOICES == (AUTO, *VARIANTS) and STEPS == ("naive", "qblock", "parallel_tiled", "static_grid")
+    assert VARIANTS == (*STEPS, "qblock_ws")
     assert list(implementations.REGISTRY) == [*VARIANTS, AUTO, *HOPPER_KERNELS, *COMPARATORS]
     assert spec.IMPLEMENTATIONS == (*VARIANTS, AUTO, *HOPPER_KERNELS, *COMPARATORS)
-    assert list(representative_launches()) == list(VARIANTS)
+    assert not set(VARIANTS) & set(HOPPER_KERNELS)  # one name, one kernel and config
+    assert list(representative_launches()) == list(STEPS)
     with pytest.raises(ValueError, match=r"variant: expected 'auto' or one of \['naive', 'qblock', "
-                                         r"'parallel_tiled', 'static_grid'\], got 'flash'"):
+                                         r"'parallel_tiled', 'static_grid', 'qblock_ws'\], got 'flash'"):
         check_variant("flash")
+
+
+def test_the_steps_do_not_import_the_hopper_kernels_nor_the_fitted_tree_the_tuner():
+    """steps/ is the paper; hopper/ and the tuner are not part of it, and a fitted tree runs
+    at every call without the tuner's imports (scikit-learn, the microbenchmark)."""
+    import ast
+    from pathlib import Path
+
+    import attnbench.kernels as kernels
+
+    root = Path(kernels.__file__).parent
+
+    def imports(path: Path) -> set[str]:
+        found = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom):
+                found.add("." * node.level + (node.module or ""))
+            elif isinstance(node, ast.Import):
+                found.update(a.name for a in node.names)
+        return found
+
+    for path in (root / "steps").glob("*.py"):
+        assert not any("hopper" in m for m in imports(path)), path
+    for path in (root / "dispatch").glob("tuned_*.py"):
+        assert imports(path) == {"attnbench.kernels.dispatch.features"}, path
 
 
 def test_the_registry_loads_without_torch():
@@ -66,20 +96,20 @@ def test_hopper_prefill_and_mixed_batches_get_the_gluon_kernel(monkeypatch, gluo
     prefill, mixed = SHAPES[2], SHAPES[3]
     for shape in (prefill, mixed):
         config = choose_config(shape, HOPPER_UNTUNED)
-        expected = ("gluon_ws", 128) if gluon else ("triton", 128)  # 2,048 keys
-        assert (config.variant, config.block_m, config.kernel, config.tile_size) == ("qblock", 128, *expected)
-        assert choose_config(shape, H100).kernel == "triton"  # architecture unknown
-        assert choose_config(shape, Platform("cuda", 108, "A100", "sm_80")).kernel == "triton"
-        assert choose_config(shape, HOPPER_UNTUNED, "qblock").kernel == "triton"  # the paper's step: Triton
+        expected = "qblock_ws" if gluon else "qblock"
+        assert (config.variant, config.block_m, config.tile_size) == (expected, 128, 128)  # 2,048 keys
+        assert choose_config(shape, H100).variant == "qblock"  # architecture unknown
+        assert choose_config(shape, Platform("cuda", 108, "A100", "sm_80")).variant == "qblock"
+        assert choose_config(shape, HOPPER_UNTUNED, "qblock").variant == "qblock"  # the paper's step: Triton
     for shape in SHAPES[:2]:  # decodes
-        assert choose_config(shape, HOPPER_UNTUNED).kernel == "triton"
+        assert choose_config(shape, HOPPER_UNTUNED).variant != "qblock_ws"
     serving_step = BatchShape(49, 304, 256, 512, 32, 8, 128)  # 48 decodes and a new prompt
     assert choose_config(serving_step, HOPPER_UNTUNED).tile_size == (64 if gluon else 128)
     monkeypatch.setenv("ATTNBENCH_GLUON", "0")  # the A/B switch
-    assert choose_config(prefill, HOPPER_UNTUNED).kernel == "triton"
+    assert choose_config(prefill, HOPPER_UNTUNED).variant == "qblock"
     monkeypatch.delenv("ATTNBENCH_GLUON")
-    assert choose_config(BatchShape(4, 8192, 2048, 2048, 32, 8, 256), HOPPER_UNTUNED).kernel == "triton"  # head 256
-    assert choose_config(BatchShape(1, 512, 512, 512, 256, 1, 64), HOPPER_UNTUNED).kernel == "triton"  # 256 per KV head
+    assert choose_config(BatchShape(4, 8192, 2048, 2048, 32, 8, 256), HOPPER_UNTUNED).variant == "qblock"  # head 256
+    assert choose_config(BatchShape(1, 512, 512, 512, 256, 1, 64), HOPPER_UNTUNED).variant == "qblock"  # 256 per KV head
 
 
 @pytest.mark.parametrize("gluon", [True, False])
@@ -99,17 +129,18 @@ def test_the_h100_runs_its_tuned_tree(monkeypatch, gluon):
     long_prompts, short_prompts = SHAPES[2], BatchShape(16, 8192, 512, 512, 32, 8, 128)
     for shape, tile, persistent in ((long_prompts, 128, True), (short_prompts, 64, False)):
         config = choose_config(shape, H100_SM90)
-        expected = ("gluon_ws", tile, persistent) if gluon else ("triton", 128, False)
-        assert (config.variant, config.kernel, config.tile_size, config.persistent) == ("qblock", *expected)
+        expected = ("qblock_ws", tile, persistent) if gluon else ("qblock", 128, False)
+        assert (config.variant, config.tile_size, config.persistent) == expected
     assert choose_config(SHAPES[0], H100_SM90).variant == "parallel_tiled"  # one 13k decode
     serving_step = BatchShape(49, 304, 256, 512, 32, 8, 128)  # 48 decodes and a new prompt
     for shape in (SHAPES[1], serving_step):  # and 64 decodes of 4k
-        assert choose_config(shape, H100_SM90).kernel == ("gluon_ws" if gluon else "triton")
+        assert choose_config(shape, H100_SM90).variant == ("qblock_ws" if gluon else "qblock")
     monkeypatch.setenv("ATTNBENCH_GLUON", "0")
-    assert choose_config(long_prompts, H100_SM90).kernel == "triton"
+    assert choose_config(long_prompts, H100_SM90).variant == "qblock"
     monkeypatch.delenv("ATTNBENCH_GLUON")
-    assert choose_config(BatchShape(4, 8192, 2048, 2048, 32, 8, 256), H100_SM90).kernel == "triton"  # head 256
-    assert choose_config(BatchShape(1, 512, 512, 512, 256, 1, 64), H100_SM90).kernel == "triton"  # 256 per KV head
+    assert choose_config(BatchShape(4, 8192, 2048, 2048, 32, 8, 256), H100_SM90).variant == "qblock"  # head 256
+    assert choose_config(BatchShape(1, 512, 512, 512, 256, 1, 64), H100_SM90).variant == "qblock"  # 256 per KV head
+    assert choose_config(long_prompts, Platform("cuda", 132, H100_SM90.device_name, "sm_80")).variant == "qblock"
 
 
 def test_the_fitted_tree_is_switched_off_or_swapped_by_name(monkeypatch, tmp_path):
@@ -130,29 +161,64 @@ def test_the_fitted_tree_is_switched_off_or_swapped_by_name(monkeypatch, tmp_pat
         choose_config(one_decode, H100_SM90)
 
 
-def test_the_gluon_kernel_runs_only_the_qblock_step_with_128_rows():
-    with pytest.raises(ValueError, match=r"KernelConfig.kernel: expected one of \('triton', 'gluon_ws'\), got 'cuda'"):
-        KernelConfig("qblock", kernel="cuda")
-    with pytest.raises(ValueError, match="'gluon_ws' runs the qblock step with block_m 128, got variant "
-                                         "'parallel_tiled', block_m 128"):
-        KernelConfig("parallel_tiled", block_m=128, kernel="gluon_ws")
-    with pytest.raises(ValueError, match="block_m 16"):
-        KernelConfig("qblock", block_m=16, kernel="gluon_ws")
-    with pytest.raises(ValueError, match="KernelConfig.persistent: only the 'gluon_ws' kernel .* got kernel 'triton'"):
+def test_the_gluon_kernel_runs_128_row_q_blocks_and_alone_has_a_persistent_launch():
+    with pytest.raises(ValueError, match="KernelConfig.block_m: 'qblock_ws' runs Q-blocks of 128 rows, got 16"):
+        KernelConfig("qblock_ws", block_m=16)
+    with pytest.raises(ValueError, match="KernelConfig.persistent: only 'qblock_ws' has a persistent launch, got "
+                                         "variant 'qblock'"):
         KernelConfig("qblock", block_m=128, persistent=True)
-    assert KernelConfig("qblock", block_m=128, kernel="gluon_ws", persistent=True).as_dict()["persistent"] is True
+    assert KernelConfig("qblock_ws", block_m=128, persistent=True).as_dict()["persistent"] is True
+    assert "kernel" not in KernelConfig("qblock").as_dict()
 
 
-def test_a_gluon_config_off_hopper_is_refused_by_name():
+def test_older_trees_and_sweeps_name_the_gluon_kernel_as_a_kernel_field():
+    """Tuned trees and sweep rows written before the Gluon kernel had its own name said
+    ``kernel: gluon_ws`` on the qblock step (`KernelConfig.of`)."""
+    legacy = {"variant": "qblock", "kernel": "gluon_ws", "tile_size": 64, "block_m": 128, "persistent": True}
+    assert KernelConfig.of(legacy) == KernelConfig("qblock_ws", tile_size=64, block_m=128, persistent=True)
+    assert KernelConfig.of({"variant": "qblock", "kernel": "triton", "tile_size": 64}) == KernelConfig("qblock", 64)
+    with pytest.raises(ValueError, match=r"KernelConfig.kernel: expected one of \['triton', 'gluon_ws'\], got 'cuda'"):
+        KernelConfig.of({"variant": "qblock", "kernel": "cuda"})
+
+
+def test_the_gluon_kernel_off_hopper_is_refused_by_name_and_auto_falls_back_where_it_refuses(monkeypatch):
+    """Named (as a variant or in a config) on a GPU it cannot run on, `qblock_ws` is a
+    one-line ValueError; the microbenchmark records it as unsupported there. Where `auto`
+    picked it and the tensors stand in its way (K and V caches with different strides),
+    the Triton Q-block step runs the call."""
     import torch
 
     from attnbench.kernels import PagedBatch, paged_attention
+    from attnbench.kernels.bench.implementations import Unsupported, prepare
 
     batch = PagedBatch.build([(20, 5)], num_q_heads=4, num_kv_heads=2, head_size=64, block_size=16,
                              dtype=torch.float16, device="cpu", seed=0)
-    config = KernelConfig("qblock", kernel="gluon_ws", tile_size=64, block_m=128)
-    with pytest.raises(ValueError, match=r"config: kernel 'gluon_ws' needs an sm_90 \(Hopper\) GPU"):
+    config = KernelConfig("qblock_ws", tile_size=64, block_m=128)
+    with pytest.raises(ValueError, match=r"config: variant 'qblock_ws' cannot run this call: needs an sm_90 "
+                                         r"\(Hopper\) GPU"):
         paged_attention(**batch.attention_kwargs(), config=config)
+    with pytest.raises(ValueError, match=r"variant: 'qblock_ws' cannot run this call: needs an sm_90"):
+        paged_attention(**batch.attention_kwargs(), variant="qblock_ws")
+    with pytest.raises(Unsupported, match=r"qblock_ws needs an sm_90"):
+        prepare("qblock_ws", batch)
+
+    import attnbench.kernels.dispatch.api as api
+
+    def picks_gluon(shape, platform, variant):  # as `auto` on an H100 would, for this prefill
+        return KernelConfig("qblock_ws", block_m=128) if variant == "auto" else choose_config(shape, platform, variant)
+    from attnbench.kernels.dispatch.heuristics import choose_config
+
+    monkeypatch.setattr(api, "choose_config", picks_gluon)
+    monkeypatch.setattr(api, "_VALID_LAYOUTS", {})
+    api._config_for.cache_clear()
+    try:
+        out = paged_attention(**batch.attention_kwargs())
+        (layout,) = api._VALID_LAYOUTS.values()
+        assert [c.variant for c in layout.configs.values()] == ["qblock"]
+        assert layout.refusals["qblock_ws"] == "needs an sm_90 (Hopper) GPU"
+        assert torch.equal(out, paged_attention(**batch.attention_kwargs(), variant="qblock"))
+    finally:
+        api._config_for.cache_clear()
 
 
 def test_auto_splits_the_kv_range_of_short_queries_that_cannot_fill_the_gpu(monkeypatch):
@@ -170,4 +236,4 @@ def test_auto_splits_the_kv_range_of_short_queries_that_cannot_fill_the_gpu(monk
     short_context = BatchShape(8, 32, 4, 512, 28, 4, 128)
     assert choose_config(short_context, H100_SM90).variant == "qblock"
     prompt = BatchShape(8, 256, 32, 16384, 28, 4, 128)  # over 16 queries: not a short query
-    assert choose_config(prompt, H100_SM90).variant == "qblock"
+    assert choose_config(prompt, H100_SM90).variant in ("qblock", "qblock_ws")  # qblock_ws: where Gluon is

@@ -32,7 +32,7 @@ from triton.runtime.jit import JITFunction
 from ..config import Platform
 from ..dispatch.api import paged_attention
 from ..dispatch.heuristics import choose_config
-from ..variants import VARIANTS
+from ..variants import STEPS
 from .batch import PagedBatch
 
 TARGETS = {
@@ -233,7 +233,7 @@ def representative_launches() -> dict[str, list[Launch]]:
             paged_attention(**batch.attention_kwargs(), config=choose_config(batch.shape, h100, variant))
         return launches
 
-    return {variant: max(recorded(variant, mixed), recorded(variant, decode), key=len) for variant in VARIANTS}
+    return {variant: max(recorded(variant, mixed), recorded(variant, decode), key=len) for variant in STEPS}
 
 
 def main(argv: list[str] | None = None) -> int:

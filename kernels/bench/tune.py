@@ -17,6 +17,7 @@ at launch (and are compatible with CUDA graphs). Here:
 from __future__ import annotations
 
 import csv
+import dataclasses
 import itertools
 import json
 from pathlib import Path
@@ -26,20 +27,18 @@ from pydantic import BaseModel, ConfigDict, Field
 from attnbench.validation import validate_yaml
 
 from ..config import BatchShape, KernelConfig
+from ..dispatch.features import FEATURES, features
 
 # the configs a fitted tree may pick: within 2% of some case's fastest (closer than the
 # run-to-run spread of one config); and the most a wrong pick counts in the fit (x its best)
 NEAR_BEST = 0.02
 SLOWDOWN_CAP = 3.0
 
-FEATURES = ("decode_only", "max_seqlen_q", "avg_seqlen_q", "max_seqlen_k", "num_seqs",
-            "queries_per_kv", "kv_programs")
-
 
 class SearchSpace(BaseModel):
     """Per variant, the values to try for each KernelConfig field (cartesian product); a list
-    of such products where parts of a variant's space differ in kind (the Gluon kernel of
-    the qblock step fixes its own warps and stages)."""
+    of such products where parts of a variant's space differ in kind (tiles that need
+    other warps, say)."""
 
     model_config = ConfigDict(extra="forbid")
     variants: dict[str, dict[str, list] | list[dict[str, list]]] = Field(min_length=1)
@@ -59,19 +58,6 @@ def load_space(path: str | Path) -> SearchSpace:
     """A tuner search space (recipes/microbench/tune-space.yaml); ValueError names the file
     and every invalid field."""
     return validate_yaml(SearchSpace, path, "tuner search space")
-
-
-def features(shape) -> dict:
-    """The host-side batch facts a tuned tree may split on."""
-    return {
-        "decode_only": int(shape.max_seqlen_q == 1),
-        "max_seqlen_q": shape.max_seqlen_q,
-        "avg_seqlen_q": shape.avg_seqlen_q,
-        "max_seqlen_k": shape.max_seqlen_k,
-        "num_seqs": shape.num_seqs,
-        "queries_per_kv": shape.queries_per_kv,
-        "kv_programs": shape.num_seqs * shape.num_kv_heads,
-    }
 
 
 def sweep(suite, space: SearchSpace, out_csv: Path, device: str = "cuda", only=None) -> list[dict]:
@@ -261,8 +247,8 @@ def describe_total(picks: list[dict]) -> str:
 def compact_config(config_json: str) -> dict:
     """A config's variant and the fields that differ from `KernelConfig`'s defaults (what
     ``KernelConfig(**...)`` needs to rebuild it)."""
-    config = json.loads(config_json)
-    defaults = KernelConfig(config["variant"]).as_dict()
+    config = KernelConfig.of(json.loads(config_json)).as_dict()
+    defaults = {f.name: f.default for f in dataclasses.fields(KernelConfig)}
     return {k: v for k, v in config.items() if k == "variant" or v != defaults[k]}
 
 
@@ -290,7 +276,7 @@ def emit_python(tree, labels: list[str], device_name: str, source: str, picks: l
     lines += [
         '"""',
         "",
-        "from attnbench.kernels.bench.tune import features",
+        "from attnbench.kernels.dispatch.features import features",
         "",
         "",
         "def choose(shape, platform) -> dict:",

@@ -14,7 +14,7 @@ from typing import NamedTuple
 import torch
 
 from ..config import BatchShape, KernelConfig, Platform
-from ..variants import step
+from ..variants import AUTO, step
 from .heuristics import choose_config, reachable_configs
 
 SUPPORTED_DTYPES = (torch.float16, torch.bfloat16)
@@ -130,21 +130,37 @@ class _Sizes(NamedTuple):
 
 
 class _Layout:
-    """A validated layout: its sizes, the default softmax scale, and the configs chosen for
-    it so far by (max_seqlen_q, max_seqlen_k, variant), every one of those checked."""
+    """A validated layout: its sizes, the default softmax scale, the configs chosen for it so
+    far by (max_seqlen_q, max_seqlen_k, variant), every one of those checked, and why each
+    kernel asked about refuses tensors of this layout (`config.Step.refuses`)."""
 
-    __slots__ = ("sizes", "default_scale", "configs")
+    __slots__ = ("sizes", "default_scale", "configs", "refusals")
     MAX_CONFIGS = 4096
 
     def __init__(self, sizes: _Sizes):
         self.sizes = sizes
         self.default_scale = sizes.head_size ** -0.5
         self.configs: dict[tuple, KernelConfig] = {}
+        self.refusals: dict[str, str | None] = {}
 
-    def choose(self, max_seqlen_q: int, max_seqlen_k: int, variant: str) -> KernelConfig:
-        """The config for these max lengths (checked here, once), remembered."""
+    def refusal(self, variant: str, q, k_cache, v_cache) -> str | None:
+        """Why kernel ``variant`` cannot run tensors of this layout here; None where it can."""
+        if variant not in self.refusals:
+            self.refusals[variant] = _refusal(variant, q, k_cache, v_cache)
+        return self.refusals[variant]
+
+    def choose(self, max_seqlen_q: int, max_seqlen_k: int, variant: str, q, k_cache, v_cache) -> KernelConfig:
+        """The config for these max lengths (checked here, once), remembered. Where ``auto``
+        picked a kernel that refuses these tensors, the Triton Q-block step's config runs
+        (the Gluon kernel's step, on K and V caches with different strides); a kernel named
+        that refuses them is a ValueError naming it."""
         _check_lengths(max_seqlen_q, max_seqlen_k)
         config = _config_for(*self.sizes, max_seqlen_q, max_seqlen_k, variant)
+        why = self.refusal(config.variant, q, k_cache, v_cache)
+        if why is not None and variant != AUTO:
+            raise ValueError(f"variant: {variant!r} cannot run this call: {why}")
+        if why is not None:
+            config = _config_for(*self.sizes, max_seqlen_q, max_seqlen_k, "qblock")
         if len(self.configs) >= self.MAX_CONFIGS:
             self.configs.clear()
         self.configs[(max_seqlen_q, max_seqlen_k, variant)] = config
@@ -217,8 +233,9 @@ def paged_attention(
 ) -> torch.Tensor:
     """Paged attention over a ragged batch in vLLM's layout (see `bench/reference.py`).
 
-    ``variant`` picks the step of the paper ("naive", "qblock", "parallel_tiled",
-    "static_grid") or lets the heuristics choose ("auto"). ``config`` overrides the
+    ``variant`` picks a registered kernel (`variants.VARIANTS`: the paper's steps "naive",
+    "qblock", "parallel_tiled", "static_grid", and "qblock_ws" on Hopper) or lets the
+    heuristics choose ("auto"). ``config`` overrides the
     heuristics' launch parameters (its ``variant`` then wins). ``scale`` (> 0) defaults
     to ``head_size ** -0.5``. Returns ``out`` (allocated when None). Bad shapes, dtypes and
     layouts raise ValueError naming the argument; ``check_metadata=True`` also checks the
@@ -228,11 +245,14 @@ def paged_attention(
                              sliding_window, softcap, check_metadata, max_seqlen_q, max_seqlen_k)
     if config is None:
         config = layout.configs.get((max_seqlen_q, max_seqlen_k, variant)) \
-            or layout.choose(max_seqlen_q, max_seqlen_k, variant)
+            or layout.choose(max_seqlen_q, max_seqlen_k, variant, q, k_cache, v_cache)
     else:
         _check_lengths(max_seqlen_q, max_seqlen_k)
         if variant not in ("auto", config.variant):
             _fail("config", f"a KernelConfig for variant {variant!r}", config.variant)
+        why = layout.refusal(config.variant, q, k_cache, v_cache)
+        if why is not None:
+            raise ValueError(f"config: variant {config.variant!r} cannot run this call: {why}")
     if out is None:
         out = torch.empty_like(q)
     scale = layout.default_scale if scale is None else float(scale)
@@ -244,6 +264,11 @@ def paged_attention(
         config=config, max_seqlen_q=max_seqlen_q,
     )
     return out
+
+
+def _refusal(variant: str, q, k_cache, v_cache) -> str | None:
+    refuses = step(variant).refuses
+    return refuses(q, k_cache, v_cache) if refuses is not None else None
 
 
 def _same_binary(config: KernelConfig) -> KernelConfig:
@@ -270,8 +295,13 @@ def precompile(
     CUDA-graph capture. A no-op under TRITON_INTERPRET=1 (nothing to compile).
     """
     platform = Platform.detect(q.device)
-    configs = reachable_configs(variant, platform, q.shape[1], k_cache.shape[2], q.shape[2],
-                                max_num_seqs, max_num_batched_tokens, max_model_len)
+    limits = (platform, q.shape[1], k_cache.shape[2], q.shape[2], max_num_seqs, max_num_batched_tokens, max_model_len)
+    configs = reachable_configs(variant, *limits)
+    refused = {c.variant: why for c in configs if (why := _refusal(c.variant, q, k_cache, v_cache)) is not None}
+    if refused and variant != AUTO:
+        raise ValueError(f"variant: {variant!r} cannot run this call: {refused[variant]}")
+    if refused:  # what `auto` runs instead (`_Layout.choose`)
+        configs = tuple(c for c in configs if c.variant not in refused) + reachable_configs("qblock", *limits)
     binaries = list(dict.fromkeys(_same_binary(c) for c in configs))
     scale = q.shape[2] ** -0.5 if scale is None else float(scale)
     for config in binaries:

@@ -1,11 +1,11 @@
 """Kernel configuration per batch and platform, as small readable decision trees.
 
-Each step's own tree lives beside its kernels (``default_config`` in `steps/<step>.py`);
-here is the ``auto`` tree that picks the step. The trees start from the paper's Listing 2
+Each registered kernel's own tree lives beside it (``default_config`` in `steps/<step>.py`,
+`hopper/qblock_ws.py`); here is the ``auto`` tree that picks the kernel. The trees start from the paper's Listing 2
 and the talk's platform table (``TILE_SIZE_PREFILL``, ``NUM_STAGES_PREFILL``,
 ``NUM_WARPS_DECODE_3D`` for ROCm vs CUDA) and were then tuned on an H100 (docs/perf/).
 `attnbench tune` measures a config sweep and writes a fitted tree next to this file
-(``tuned_<device>.py``); when one exists for the current device it takes precedence over
+(``tuned_<device>.py``, reading the batch through `features`); when one exists for the current device it takes precedence over
 the hand-written ``auto`` tree. One ships for the H100 SXM (``tuned_nvidia_h100_80gb_hbm3``,
 fitted on recipes/microbench/llama3-8b-tune.yaml: roofline cases and serving steps); every
 other device runs the hand-written tree below. ``ATTNBENCH_TUNED_TREE`` overrides that
@@ -23,20 +23,9 @@ from dataclasses import replace
 from functools import lru_cache
 from pathlib import Path
 
-from ..config import BatchShape, KernelConfig, Platform
+from ..config import GLUON_QBLOCK, BatchShape, KernelConfig, Platform
 from ..hopper import host as hopper
 from ..variants import AUTO, check_variant, step
-
-
-# the Q-block step in Gluon for Hopper (`hopper/qblock_ws.py`); num_warps and num_stages as
-# that kernel fixes them (3 warpgroups, a 2-deep K ring). 128-key tiles halve the fixed cost
-# per tile (barrier waits, row reductions) that bounds it once a Q-block has many tiles: on
-# the H100 they win from 2,048 keys (prefill B1 8k 1,070 vs 1,168 us, mixed 2k 309 vs 319);
-# up to 512 keys 64-key tiles do (serving steps 63 vs 66 us), wasting less on the causal
-# diagonal and the last partial tile (docs/perf/kernels-h100.md)
-GLUON_WS = KernelConfig("qblock", kernel="gluon_ws", tile_size=64, block_m=128, num_warps=12, num_stages=2)
-GLUON_WS_LONG_KEYS = replace(GLUON_WS, tile_size=128)
-GLUON_LONG_KEYS = 1024  # max_seqlen_k above which `auto` takes GLUON_WS_LONG_KEYS
 
 
 def _auto(shape: BatchShape, p: Platform) -> KernelConfig:
@@ -47,17 +36,17 @@ def _auto(shape: BatchShape, p: Platform) -> KernelConfig:
     short queries (decodes, and speculative decodes of up to 16 tokens, as FA3 splits them)
     whose Q-block step would launch at most one program per SM, long enough that 16
     segments of 64-token tiles all have work. (On the H100 a speculative batch of 8
-    sequences x 4 queries over 16k tokens with 4 KV heads: 133 us split, 405 us not.) Where the Q-block step would take 128-row blocks
-    (queries longer than 16 tokens) on an sm_90 GPU with Gluon's Hopper API and heads the
-    Gluon kernel takes, it runs that kernel (unless ``ATTNBENCH_GLUON=0``), with 128-key
-    tiles past ``GLUON_LONG_KEYS`` keys: 1.19-1.35x the Triton kernel on every prefill and
-    mixed case of llama3-8b-hopper on the H100 (docs/perf/kernels-h100.md). The paper's
-    steps themselves (``variant="qblock"``, Fig. 7-8) stay Triton.
+    sequences x 4 queries over 16k tokens with 4 KV heads: 133 us split, 405 us not.)
+    Where the Q-block step would take 128-row blocks (queries longer than 16 tokens) on an
+    sm_90 GPU with Gluon's Hopper API and heads the Gluon kernel takes, it runs that kernel,
+    ``qblock_ws`` (unless ``ATTNBENCH_GLUON=0``): 1.19-1.35x the Triton kernel on every
+    prefill and mixed case of llama3-8b-hopper on the H100 (docs/perf/kernels-h100.md). The
+    paper's steps themselves (``variant="qblock"``, Fig. 7-8) stay Triton.
     """
     if shape.max_seqlen_q <= SHORT_QUERY and shape.max_seqlen_k >= 1024 and _programs_2d(shape, p) <= p.num_sms:
         return step("parallel_tiled").default_config(shape, p)
-    if shape.max_seqlen_q > 16 and p.arch == hopper.ARCH and hopper.chosen_by_auto() and _gluon_takes(shape):
-        return GLUON_WS_LONG_KEYS if shape.max_seqlen_k > GLUON_LONG_KEYS else GLUON_WS
+    if shape.max_seqlen_q > 16 and _gluon_runs(shape, p):
+        return step(GLUON_QBLOCK).default_config(shape, p)
     return step("qblock").default_config(shape, p)
 
 
@@ -70,9 +59,11 @@ def _programs_2d(shape: BatchShape, p: Platform) -> int:
     return shape.num_seqs * -(-shape.max_seqlen_q // block_q) * shape.num_kv_heads
 
 
-def _gluon_takes(shape: BatchShape) -> bool:
-    """Whether the Gluon kernel takes this batch's heads (head size, query heads per KV head)."""
-    return hopper.shape_reason(shape.head_size, shape.queries_per_kv) is None
+def _gluon_runs(shape: BatchShape, p: Platform) -> bool:
+    """Whether `auto` may run the Gluon kernel here: an sm_90 GPU, Gluon's Hopper API, not
+    switched off (``ATTNBENCH_GLUON=0``), and heads it takes (head size, query heads per KV head)."""
+    return (p.arch == hopper.ARCH and hopper.chosen_by_auto()
+            and hopper.shape_reason(shape.head_size, shape.queries_per_kv) is None)
 
 
 def _tuned_module(device_name: str) -> str:
@@ -139,12 +130,12 @@ def choose_config(shape: BatchShape, platform: Platform, variant: str = AUTO) ->
     if check_variant(variant) == AUTO:
         tuned = _tuned_tree(platform.device_name)
         if tuned is not None:
-            config = KernelConfig(**tuned(shape, platform))
-            if config.kernel == "triton" or (hopper.chosen_by_auto() and _gluon_takes(shape)):
+            config = KernelConfig.of(tuned(shape, platform))
+            if config.variant != GLUON_QBLOCK or _gluon_runs(shape, platform):
                 return config
             # fitted where Gluon ran; here it cannot (ATTNBENCH_GLUON=0, no Gluon, heads the
-            # Gluon kernel does not take): the step's own tree
-            return step(config.variant).default_config(shape, platform)
+            # Gluon kernel does not take): the Triton step it implements, with its own tree
+            return step("qblock").default_config(shape, platform)
         return _auto(shape, platform)
     return step(variant).default_config(shape, platform)
 

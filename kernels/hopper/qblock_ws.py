@@ -23,12 +23,15 @@ No CTA-wide barrier per tile: the two consumers run at their own pace, so one's 
 can overlap the other's matrix products, and neither spends issue slots on addresses.
 Registers are split by ``setmaxnreg``: 216 per consumer thread, 72 for the producer.
 
-Hopper only (sm_90), head sizes 64 and 128, fp16/bf16. Gluon has no interpreter: checked
+Registered as the kernel ``qblock_ws`` (`STEP`, at the end: its configs, and the calls it
+refuses in one line). Hopper only (sm_90), head sizes 64 and 128, fp16/bf16. Gluon has no interpreter: checked
 against the fp32 reference on the GPU (tests/test_kernels_hopper.py), compiled for sm_90 on
 CPU-only machines.
 """
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
@@ -36,10 +39,11 @@ from triton.experimental.gluon.language.nvidia.ampere import async_copy
 from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, warpgroup_mma,
                                                                warpgroup_mma_wait)
 
+from ..config import BatchShape, KernelConfig, Platform, Step
 from .blocks import (K_STAGES, V_STAGES, any_row_moved, cp_async, cta_barrier, kv_page_offsets, kv_page_rows,
                      kv_tile_offsets, kv_tile_slots, page_layout, program_item, program_rounds, qblock_item,
                      qblock_rows, rescale_rows, row_layout, softmax_tile, tiles_of_whole_pages, to_16bit_pairs)
-from .host import ONE_PER_ITEM, PERSISTENT, launch_qblock
+from .host import ONE_PER_ITEM, PERSISTENT, launch_qblock, unsupported_reason
 
 NUM_WARPS = 4  # the default partition (consumer 0); consumer 1 and the producer are workers
 # the two workers (consumer 1, producer) get 4 warps each and 216 / 72 registers per thread
@@ -383,3 +387,39 @@ def launch(out, q, k_cache, v_cache, block_table, cu_seqlens_q, seq_lens, *, sca
                   out, q, k_cache, v_cache, block_table, cu_seqlens_q, seq_lens, scale=scale,
                   sliding_window=sliding_window, softcap=softcap, tile_size=tile_size, compile_only=compile_only,
                   items=PERSISTENT if persistent else ONE_PER_ITEM)
+
+
+# Its configs: num_warps and num_stages as the kernel fixes them (3 warpgroups, a 2-deep K
+# ring). 128-key tiles halve the fixed cost per tile (barrier waits, row reductions) that
+# bounds it once a Q-block has many tiles: on the H100 they win from 2,048 keys (prefill B1
+# 8k 1,070 vs 1,168 us, mixed 2k 309 vs 319); up to 512 keys 64-key tiles do (serving steps
+# 63 vs 66 us), wasting less on the causal diagonal and the last partial tile
+# (docs/perf/kernels-h100.md)
+SHORT_KEYS = KernelConfig("qblock_ws", tile_size=64, block_m=128, num_warps=12, num_stages=2)
+LONG_KEYS = replace(SHORT_KEYS, tile_size=128)
+LONG_KEYS_FROM = 1024  # max_seqlen_k above which LONG_KEYS runs
+
+
+def default_config(shape: BatchShape, p: Platform) -> KernelConfig:
+    """64-key tiles up to `LONG_KEYS_FROM` keys, 128-key ones past them (one program per work item)."""
+    return LONG_KEYS if shape.max_seqlen_k > LONG_KEYS_FROM else SHORT_KEYS
+
+
+def refuses(q, k_cache, v_cache) -> str | None:
+    """Why this kernel cannot run a call with these tensors here (`config.Step.refuses`)."""
+    if k_cache.stride() != v_cache.stride():
+        return (f"addresses K and V with one set of offsets: v_cache strides {tuple(v_cache.stride())} "
+                f"differ from k_cache's {tuple(k_cache.stride())}")
+    return unsupported_reason(q, k_cache)
+
+
+def launch_config(out, q, k_cache, v_cache, block_table, cu_seqlens_q, seq_lens, *, scale: float,
+                  sliding_window: int | None, softcap: float, config: KernelConfig, compile_only: bool = False,
+                  **_unused) -> None:
+    """`launch` with a `KernelConfig`'s tile size and grid (the registered kernel's launch)."""
+    launch(out, q, k_cache, v_cache, block_table, cu_seqlens_q, seq_lens, scale=scale, sliding_window=sliding_window,
+           softcap=softcap, tile_size=config.tile_size, persistent=config.persistent, compile_only=compile_only)
+
+
+STEP = Step("qblock_ws", "the Q-block step of sec. 4.4 with FlashAttention 3's warp specialization (not in the paper)",
+            launch_config, default_config, refuses)

@@ -2,8 +2,9 @@
 
 Serve with ``--attention-backend CUSTOM`` (recipe: ``attention_backend: CUSTOM``) once the
 plugin in `register` has registered this class; ``ATTNBENCH_VARIANT`` (recipe:
-``kernel_variant``) picks the step of the paper that runs: ``auto`` (default, the heuristics), ``naive``, ``qblock``,
-``parallel_tiled`` or ``static_grid``. End-to-end runs can then compare the paper's
+``kernel_variant``) picks the kernel that runs: ``auto`` (default, the heuristics), a step
+of the paper (``naive``, ``qblock``, ``parallel_tiled``, ``static_grid``) or, on Hopper,
+``qblock_ws``. End-to-end runs can then compare the paper's
 steps under the same server, scheduler and load.
 
 Everything around the attention itself is vLLM's Triton backend, inherited unchanged: the

@@ -16,7 +16,6 @@ import triton
 import triton.language as tl
 
 from ..config import BatchShape, KernelConfig, Platform, Step
-from ..hopper import host as hopper
 from .blocks import Geometry, attend_qblock, launch_or_compile, locate_qblock, per_token_args, store_rows
 
 
@@ -54,8 +53,7 @@ def qblock_attention_kernel(
     store_rows(out_ptr, acc, l_i, q_start, tok, head, row_valid, stride_ot, stride_oh, HEAD_SIZE, HEAD_PAD)
 
 
-# the Triton kernel's prefill config; also what runs where a "gluon_ws" config (`auto` on
-# Hopper) meets tensors the Gluon kernel cannot address (K and V with different strides)
+# the prefill config
 TRITON_PREFILL = KernelConfig("qblock", tile_size=128, block_m=128, num_warps=8, num_stages=2)
 # heads wider than 128 halve the KV tile: two stages of 128-key K and V tiles of head 256
 # and the 128-row Q-block ask for 320 KiB of shared memory (an H100 has 227 KiB); with
@@ -77,22 +75,7 @@ def launch(out, q, k_cache, v_cache, block_table, cu_seqlens_q, seq_lens, *,
     ``num_tokens // BLOCK_Q + num_seqs`` bounds the Q-blocks of any batch with these token
     and sequence counts (see `find_seq_idx`); surplus programs return at once. For a
     decode-only batch that is about one Q-block per sequence.
-
-    ``config.kernel == "gluon_ws"`` runs the warp-specialized Gluon kernel of
-    `hopper/qblock_ws.py` on the same grid instead (ValueError where it cannot run at all;
-    the Triton kernel where only the caches' layout stands in its way).
     """
-    if config.kernel == "gluon_ws":
-        if k_cache.stride() == v_cache.stride():  # the Gluon kernel's one set of K/V offsets
-            reason = hopper.unsupported_reason(q, k_cache)
-            if reason is not None:
-                raise ValueError(f"config: kernel 'gluon_ws' {reason}")
-            from ..hopper import qblock_ws  # lazy: Gluon's Hopper API, only where a Gluon config runs
-            qblock_ws.launch(out, q, k_cache, v_cache, block_table, cu_seqlens_q, seq_lens, scale=scale,
-                             sliding_window=sliding_window, softcap=softcap, tile_size=config.tile_size,
-                             persistent=config.persistent, compile_only=compile_only)
-            return
-        config = prefill_config(q.shape[2])
     g = Geometry.of(q, k_cache, seq_lens)
     block_m, block_q = g.q_block(config)
     grid = (g.q_blocks_bound(block_q), g.num_kv_heads)
