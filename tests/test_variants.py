@@ -5,6 +5,7 @@ whatever the GPU, `qblock_ws` the Gluon kernel."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 
@@ -181,32 +182,32 @@ def test_older_trees_and_sweeps_name_the_gluon_kernel_as_a_kernel_field():
         KernelConfig.of({"variant": "qblock", "kernel": "cuda"})
 
 
-def test_the_gluon_kernel_off_hopper_is_refused_by_name_and_auto_falls_back_where_it_refuses(monkeypatch):
-    """Named (as a variant or in a config) on a GPU it cannot run on, `qblock_ws` is a
-    one-line ValueError; the microbenchmark records it as unsupported there. Where `auto`
-    picked it and the tensors stand in its way (K and V caches with different strides),
-    the Triton Q-block step runs the call."""
+def test_the_gluon_kernel_is_refused_by_name_where_it_cannot_run_and_auto_falls_back(monkeypatch):
+    """Named (as a variant or in a config) on a call it cannot run (heads of 96; on the CPU,
+    any call: no sm_90), `qblock_ws` is a one-line ValueError; the microbenchmark records
+    it as unsupported there. Where `auto` picked it and it refuses the call, the Triton
+    Q-block step runs it."""
     import torch
-
-    from attnbench.kernels import PagedBatch, paged_attention
-    from attnbench.kernels.bench.implementations import Unsupported, prepare
-
-    batch = PagedBatch.build([(20, 5)], num_q_heads=4, num_kv_heads=2, head_size=64, block_size=16,
-                             dtype=torch.float16, device="cpu", seed=0)
-    config = KernelConfig("qblock_ws", tile_size=64, block_m=128)
-    with pytest.raises(ValueError, match=r"config: variant 'qblock_ws' cannot run this call: needs an sm_90 "
-                                         r"\(Hopper\) GPU"):
-        paged_attention(**batch.attention_kwargs(), config=config)
-    with pytest.raises(ValueError, match=r"variant: 'qblock_ws' cannot run this call: needs an sm_90"):
-        paged_attention(**batch.attention_kwargs(), variant="qblock_ws")
-    with pytest.raises(Unsupported, match=r"qblock_ws needs an sm_90"):
-        prepare("qblock_ws", batch)
+    from kernel_checks import DEVICE
 
     import attnbench.kernels.dispatch.api as api
-
-    def picks_gluon(shape, platform, variant):  # as `auto` on an H100 would, for this prefill
-        return KernelConfig("qblock_ws", block_m=128) if variant == "auto" else choose_config(shape, platform, variant)
+    from attnbench.kernels import PagedBatch, paged_attention
+    from attnbench.kernels.bench.implementations import Unsupported, prepare
     from attnbench.kernels.dispatch.heuristics import choose_config
+
+    batch = PagedBatch.build([(20, 5)], num_q_heads=4, num_kv_heads=2, head_size=96, block_size=16,
+                             dtype=torch.float16, device=DEVICE, seed=0)
+    why = r"(needs an sm_90 \(Hopper\) GPU|head size 96 \(supported: \(64, 128\)\))"
+    config = KernelConfig("qblock_ws", tile_size=64, block_m=128)
+    with pytest.raises(ValueError, match=rf"config: variant 'qblock_ws' cannot run this call: {why}"):
+        paged_attention(**batch.attention_kwargs(), config=config)
+    with pytest.raises(ValueError, match=rf"variant: 'qblock_ws' cannot run this call: {why}"):
+        paged_attention(**batch.attention_kwargs(), variant="qblock_ws")
+    with pytest.raises(Unsupported, match=rf"qblock_ws {why}"):
+        prepare("qblock_ws", batch)
+
+    def picks_gluon(shape, platform, variant):  # as `auto` on an H100 would for heads it takes
+        return KernelConfig("qblock_ws", block_m=128) if variant == "auto" else choose_config(shape, platform, variant)
 
     monkeypatch.setattr(api, "choose_config", picks_gluon)
     monkeypatch.setattr(api, "_VALID_LAYOUTS", {})
@@ -215,7 +216,7 @@ def test_the_gluon_kernel_off_hopper_is_refused_by_name_and_auto_falls_back_wher
         out = paged_attention(**batch.attention_kwargs())
         (layout,) = api._VALID_LAYOUTS.values()
         assert [c.variant for c in layout.configs.values()] == ["qblock"]
-        assert layout.refusals["qblock_ws"] == "needs an sm_90 (Hopper) GPU"
+        assert re.fullmatch(why, layout.refusals["qblock_ws"])
         assert torch.equal(out, paged_attention(**batch.attention_kwargs(), variant="qblock"))
     finally:
         api._config_for.cache_clear()
