@@ -48,6 +48,14 @@ def test_backend_answers_what_the_kernels_support():
     assert b.get_builder_cls()._cudagraph_support.name == "UNIFORM_BATCH"
 
 
+def test_a_server_naming_the_gluon_kernel_takes_only_its_heads(monkeypatch):
+    monkeypatch.setenv("ATTNBENCH_VARIANT", "qblock_ws")
+    b = vllm_backend.AttnbenchBackend
+    assert [b.supports_head_size(h) for h in (64, 96, 128, 256)] == [True, False, True, False]
+    monkeypatch.setenv("ATTNBENCH_VARIANT", "qblock")
+    assert b.supports_head_size(96) and b.supports_head_size(256)
+
+
 def test_variant_comes_from_the_environment(monkeypatch):
     monkeypatch.setenv("ATTNBENCH_VARIANT", "static_grid")
     assert vllm_backend.variant_from_env() == "static_grid"

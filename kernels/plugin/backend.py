@@ -46,7 +46,9 @@ from vllm.v1.attention.backends.triton_attn import (
     TritonAttentionMetadataBuilder,
 )
 
+from ..config import GLUON_QBLOCK
 from ..dispatch.api import MAX_HEAD_SIZE, MIN_HEAD_SIZE, paged_attention, precompile
+from ..hopper import host as hopper
 from ..schema import VARIANT_ENV, VLLM_BACKEND_NAME
 from ..variants import AUTO, check_variant
 
@@ -188,7 +190,11 @@ class AttnbenchBackend(TritonAttentionBackend):
 
     @classmethod
     def supports_head_size(cls, head_size: int) -> bool:
-        return MIN_HEAD_SIZE <= head_size <= MAX_HEAD_SIZE and head_size % 8 == 0
+        """Heads the kernels take; a server that names the Gluon kernel (``qblock_ws``) takes
+        only its heads, refused where vLLM picks the backend rather than at the first batch."""
+        if not (MIN_HEAD_SIZE <= head_size <= MAX_HEAD_SIZE and head_size % 8 == 0):
+            return False
+        return variant_from_env() != GLUON_QBLOCK or head_size in hopper.HEAD_SIZES
 
     @classmethod
     def supports_attn_type(cls, attn_type: str) -> bool:
