@@ -238,3 +238,27 @@ def test_auto_splits_the_kv_range_of_short_queries_that_cannot_fill_the_gpu(monk
     assert choose_config(short_context, H100_SM90).variant == "qblock"
     prompt = BatchShape(8, 256, 32, 16384, 28, 4, 128)  # over 16 queries: not a short query
     assert choose_config(prompt, H100_SM90).variant in ("qblock", "qblock_ws")  # qblock_ws: where Gluon is
+
+
+def test_a_tuned_tree_does_not_extrapolate_to_short_queries_that_cannot_fill_the_gpu(monkeypatch):
+    """The H100's fitted tree never saw a speculative decode (its training set has none) and
+    would run one like a prefill: 8 sequences x 4 queries over 16k keys with 4 KV heads get
+    64 programs on 132 SMs. The occupancy rule splits the KV range whatever the tree; on
+    every case the tree was fitted on, it picks exactly what the tree picks."""
+    import csv
+    from dataclasses import replace
+    from pathlib import Path
+
+    from attnbench.kernels.bench.tune import best_per_case, shape_of
+    from attnbench.kernels.dispatch.heuristics import choose_config
+    from attnbench.kernels.dispatch.tuned_nvidia_h100_80gb_hbm3 import choose as tree
+    from attnbench.kernels.hopper import host
+
+    monkeypatch.setattr(host, "available", lambda: True)
+    spec = BatchShape(8, 32, 4, 16384, 28, 4, 128)
+    assert KernelConfig.of(tree(spec, H100_SM90)).variant == "qblock_ws"
+    assert choose_config(spec, H100_SM90).variant == "parallel_tiled"
+    rows = list(csv.DictReader((Path(__file__).parents[1] / "docs/perf/h100/tune-2026-11-25-reduce1.csv").open()))
+    for case, row in best_per_case(rows).items():
+        shape = replace(shape_of(row), head_size=128)
+        assert choose_config(shape, H100_SM90) == KernelConfig.of(tree(shape, H100_SM90)), case

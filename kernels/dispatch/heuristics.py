@@ -43,7 +43,7 @@ def _auto(shape: BatchShape, p: Platform) -> KernelConfig:
     prefill and mixed case of llama3-8b-hopper on the H100 (docs/perf/kernels-h100.md). The
     paper's steps themselves (``variant="qblock"``, Fig. 7-8) stay Triton.
     """
-    if shape.max_seqlen_q <= SHORT_QUERY and shape.max_seqlen_k >= 1024 and _programs_2d(shape, p) <= p.num_sms:
+    if _split_kv(shape, p):
         return step("parallel_tiled").default_config(shape, p)
     if shape.max_seqlen_q > 16 and _gluon_runs(shape, p):
         return step(GLUON_QBLOCK).default_config(shape, p)
@@ -51,6 +51,12 @@ def _auto(shape: BatchShape, p: Platform) -> KernelConfig:
 
 
 SHORT_QUERY = 16  # query tokens per sequence up to which `auto` may split the KV range
+
+
+def _split_kv(shape: BatchShape, p: Platform) -> bool:
+    """Short queries (at most `SHORT_QUERY`) over at least 1,024 keys whose Q-block step
+    would launch at most one program per SM: the split-KV step fills the GPU instead."""
+    return shape.max_seqlen_q <= SHORT_QUERY and shape.max_seqlen_k >= 1024 and _programs_2d(shape, p) <= p.num_sms
 
 
 def _programs_2d(shape: BatchShape, p: Platform) -> int:
@@ -129,6 +135,11 @@ def choose_config(shape: BatchShape, platform: Platform, variant: str = AUTO) ->
     """Config for ``variant`` ("auto" picks the variant too) on this batch and platform."""
     if check_variant(variant) == AUTO:
         tuned = _tuned_tree(platform.device_name)
+        if tuned is not None and shape.max_seqlen_q > 1 and _split_kv(shape, platform):
+            # speculative decodes that cannot fill the GPU: no fitted tree has seen one (the
+            # shipped tree's training set has none), and a tree extrapolates from prefills;
+            # the occupancy rule holds whatever the tree (decodes keep the tree's own split)
+            return step("parallel_tiled").default_config(shape, platform)
         if tuned is not None:
             config = KernelConfig.of(tuned(shape, platform))
             if config.variant != GLUON_QBLOCK or _gluon_runs(shape, platform):
