@@ -194,6 +194,7 @@ def collect_results(root: str | Path) -> Collected:
                          **({PREFIX_CACHE_HIT.name: 100 * summary.prefix_cache_hit_rate}
                             if summary.prefix_cache_hit_rate is not None else {}),
                          **{f"ttft_turn_{turn}_ms": t["median_ttft_ms"] for turn, t in (summary.ttft_by_turn or {}).items()},
+                         **({"keep_up": summary.keep_up} if summary.keep_up is not None else {}),
                          "load_timing": summary.load_timing or "",
                          "error": problem or summary.error, "first_error": summary.first_error,
                          "source": str(rep_dir)})

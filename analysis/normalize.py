@@ -34,8 +34,9 @@ KEYS = ["gpu", "suite", "run"]
 
 def aggregate(data: Collected, keep_degraded: bool = False) -> pd.DataFrame:
     """One row per (gpu, suite, run): ``<metric>``, ``<metric>_lo``, ``<metric>_hi``, ``repeats``,
-    ``left_out`` (repeats not counted, as "r2 degraded, r3 failed"), and ``host_steal_s_min`` /
-    ``_max`` (and the same for ``host_cpu_stall_s``) over the repeats that recorded them."""
+    ``left_out`` (repeats not counted, as "r2 degraded, r3 failed"), ``host_steal_s_min`` /
+    ``_max`` (and the same for ``host_cpu_stall_s``) over the repeats that recorded them, and
+    ``keep_up_min`` / ``keep_up_repeat``: the lowest `metrics.keep_up` of a rated load and its repeat."""
     counted = ("ok", "degraded") if keep_degraded else ("ok",)
     ok = data.runs[data.runs["status"].isin(counted)]
     if ok.empty:
@@ -59,6 +60,9 @@ def aggregate(data: Collected, keep_degraded: bool = False) -> pd.DataFrame:
             if col in g and g[col].notna().any():
                 row[f"{col}_min"], row[f"{col}_max"] = g[col].min(), g[col].max()
         row.update(_energy(g))
+        if "keep_up" in g and g["keep_up"].notna().any():  # the repeat that fell furthest behind its arrivals
+            worst = g.loc[g["keep_up"].idxmin()]
+            row["keep_up_min"], row["keep_up_repeat"] = worst["keep_up"], int(worst["repeat"])
         if "client_coalesced_chunks" in g:
             row["coalesced_chunks"] = g["client_coalesced_chunks"].mean()
         for metric in REPORTED:

@@ -185,6 +185,7 @@ def noise_lines(norm: pd.DataFrame, base: str) -> list[str]:
 
 
 STOLEN_NOTE_S = 1.0  # CPU seconds stolen from the client's machine in one repeat that earn a note
+FELL_BEHIND = 0.9  # `keep_up` below which a repeat's server did not keep up (the knee's default bound)
 
 
 def _warnings(s: pd.DataFrame) -> list[str]:
@@ -194,7 +195,9 @@ def _warnings(s: pd.DataFrame) -> list[str]:
     measurement (a latency spike), chunk gaps that are mostly coalesced reads (ITL reads
     low; `figures.headline_itl`), and repeats during which the hypervisor took
     `STOLEN_NOTE_S` or more CPU seconds from the client's machine (on a shared cloud host the
-    server's own latencies move with the host's speed)."""
+    server's own latencies move with the host's speed), and rated loads the server fell behind
+    (`keep_up` under `FELL_BEHIND`: a queue grew, so the latencies depend on how long the
+    load ran, not only on its rate)."""
     lines = []
     itl_headline = figures.headline_itl(s)
     if itl_headline is not ITL:
@@ -227,6 +230,11 @@ def _warnings(s: pd.DataFrame) -> list[str]:
             lines.append(f"- **warning**: `{row['run']}`: energy not valid in {row['energy_left_out']} (its other "
                          f"metrics count; its energy is the mean of the {int(row.get('energy_repeats', 0))} "
                          "valid repeat(s)).")
+        behind = row.get("keep_up_min")
+        if behind is not None and not pd.isna(behind) and behind < FELL_BEHIND:
+            lines.append(f"- **warning**: `{row['run']}`: the server fell behind its arrivals (r{int(row['keep_up_repeat'])} "
+                         f"completed {behind:.0%} of the requests that arrived in the load's second half; `keep_up`): "
+                         "a queue grew, so its latencies grow with the load's length, not only its rate.")
         if row.get("jit_compiles", 0):
             lines.append(f"- **warning**: `{row['run']}`: the server logged {int(row['jit_compiles'])} kernel "
                          "compile(s) during measurement (vLLM's JIT monitor): a latency spike inside the numbers.")

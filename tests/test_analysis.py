@@ -480,6 +480,30 @@ def test_the_report_notes_runs_whose_repeats_lost_cpu_to_the_hypervisor(tmp_path
     assert "`flex`: the hypervisor" not in text and "`triton`: the hypervisor" not in text
 
 
+def test_the_report_warns_of_a_rated_load_the_server_fell_behind(tmp_path):
+    """A repeat whose `keep_up` is under `FELL_BEHIND` (a queue grew through the load) gets a
+    warning naming the repeat; a run that kept up, or a burst (no `keep_up`), gets none. The
+    bound is the knee search's default."""
+    from attnbench.analysis.report import FELL_BEHIND
+    from attnbench.runner.recipe import KneeSettings
+
+    assert FELL_BEHIND == KneeSettings().keep_up
+    store = ResultsStore(tmp_path / "res", "talk")
+    for run, backend in (("flex", "FLEX_ATTENTION"), ("custom", "CUSTOM"), ("triton", "TRITON_ATTN")):
+        write_run(store, "talk", run, [make_records([100, 120], 10), make_records([110, 130], 10)], backend=backend)
+    for run, kept in (("flex", (0.97, 0.73)), ("custom", (0.99, 0.95))):
+        for i, keep_up in enumerate(kept, start=1):
+            path = store.repeat_dir(run, i) / "summary.json"
+            path.write_text(json.dumps({**json.loads(path.read_text()), "keep_up": keep_up}))
+    analysis = analyze([tmp_path / "res"], tmp_path / "figs")
+    agg = analysis.agg.set_index("run")
+    assert (agg.loc["flex", "keep_up_min"], agg.loc["flex", "keep_up_repeat"]) == (0.73, 2)
+    text = write_report(analysis, tmp_path / "report.md").read_text()
+    assert ("- **warning**: `flex`: the server fell behind its arrivals (r2 completed 73% of the requests that "
+            "arrived in the load's second half; `keep_up`)") in text
+    assert "`custom`: the server fell behind" not in text and "`triton`: the server fell behind" not in text
+
+
 def test_report_numbers_read_like_numbers():
     assert format_value(1450.3, "total_token_throughput") == "1,450"
     assert format_value(24.537, "request_throughput") == "24.54"
