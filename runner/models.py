@@ -51,6 +51,23 @@ _QWEN3 = {
     "bos_token_id": 151643, "eos_token_id": 151645, "tie_word_embeddings": False,
     "torch_dtype": "bfloat16",
 }
+_QWEN25_7B = {
+    "architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2", "hidden_act": "silu",
+    "hidden_size": 3584, "intermediate_size": 18944, "num_hidden_layers": 28,
+    "num_attention_heads": 28, "num_key_value_heads": 4, "max_position_embeddings": 32768,
+    "max_window_layers": 28, "rms_norm_eps": 1e-6, "rope_theta": 1000000.0, "sliding_window": 131072,
+    "use_sliding_window": False, "vocab_size": 152064, "bos_token_id": 151643, "eos_token_id": 151645,
+    "tie_word_embeddings": False, "torch_dtype": "bfloat16",
+}
+_GEMMA2_9B = {  # head size 256, attention logits capped at 50, every other layer a 4,096-token window
+    "architectures": ["Gemma2ForCausalLM"], "model_type": "gemma2", "hidden_act": "gelu_pytorch_tanh",
+    "hidden_activation": "gelu_pytorch_tanh", "hidden_size": 3584, "intermediate_size": 14336,
+    "num_hidden_layers": 42, "num_attention_heads": 16, "num_key_value_heads": 8, "head_dim": 256,
+    "query_pre_attn_scalar": 256, "attn_logit_softcapping": 50.0, "final_logit_softcapping": 30.0,
+    "sliding_window": 4096, "cache_implementation": "hybrid", "max_position_embeddings": 8192,
+    "rms_norm_eps": 1e-6, "rope_theta": 10000.0, "attention_bias": False, "vocab_size": 256000,
+    "bos_token_id": 2, "eos_token_id": 1, "pad_token_id": 0, "torch_dtype": "bfloat16",
+}
 ARCHS: dict[str, dict] = {
     "llama-3.1-8b": {"source": "meta-llama/Llama-3.1-8B-Instruct", "config": _LLAMA31_8B},
     "mistral-small-24b": {"source": "mistralai/Mistral-Small-24B-Instruct-2501", "config": _MISTRAL_SMALL_24B},
@@ -60,6 +77,8 @@ ARCHS: dict[str, dict] = {
     "qwen3-8b": {"source": "Qwen/Qwen3-8B", "config": {
         **_QWEN3, "hidden_size": 4096, "intermediate_size": 12288, "num_hidden_layers": 36,
         "num_attention_heads": 32, "num_key_value_heads": 8, "max_window_layers": 36}},
+    "qwen2.5-7b": {"source": "Qwen/Qwen2.5-7B-Instruct", "config": _QWEN25_7B},
+    "gemma-2-9b": {"source": "google/gemma-2-9b-it", "config": _GEMMA2_9B},
 }
 
 SPECIAL_TOKENS = ["<s>", "</s>", "<pad>"]

@@ -26,11 +26,22 @@ def test_tiny_model_folder(tiny):
     assert {v["dtype"] for k, v in header.items() if k != "__metadata__"} == {"BF16"}
 
 
+# (query heads, KV heads, head size) of each architecture, from its model card
+ATTENTION_SHAPES = {"llama-3.1-8b": (32, 8, 128), "mistral-small-24b": (32, 8, 128), "qwen3-32b": (64, 8, 128),
+                    "qwen3-8b": (32, 8, 128), "qwen2.5-7b": (28, 4, 128), "gemma-2-9b": (16, 8, 256)}
+
+
 @pytest.mark.parametrize("arch", sorted(ARCHS))
 def test_dummy_model_has_the_published_shape_and_no_weights(tmp_path, arch):
+    """The config.json parses as the architecture's own transformers config (what vLLM reads),
+    with the published attention shape."""
+    from transformers import AutoConfig
+
     out = write_dummy_model(tmp_path / arch, arch)
-    config = json.loads((out / "config.json").read_text())
-    assert config["head_dim"] == 128 and config["num_key_value_heads"] == 8
+    config = AutoConfig.from_pretrained(out)
+    head_size = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+    assert (config.num_attention_heads, config.num_key_value_heads, head_size) == ATTENTION_SHAPES[arch]
+    assert type(config).__name__.lower().startswith(json.loads((out / "config.json").read_text())["model_type"][:5])
     assert not list(out.glob("*.safetensors")) and (out / "tokenizer.json").exists()
     assert LocalTokenizer(out).count("hello world") > 0
 
