@@ -320,7 +320,8 @@ AUTO_SLACK = 1.03  # `auto` this much slower than the package's best kernel for 
 
 def against_fa3_and_best(mb: pd.DataFrame) -> list[str]:
     """Per case: `auto` over FA3 on the same paged cache, and over the fastest of the
-    package's own kernels (its steps, Hopper kernels and named configs) for that case; then
+    package's own kernels (its steps, Hopper kernels and named configs) for that case, with
+    the rule that chose `auto`'s config where the CSV has it (``why``); then
     the geometric mean and the worst of each over the cases, the cases where `auto` trails
     the package's best by more than 3%, and every case where one of ours did not run
     correctly. Nothing when the CSV has no `auto` rows."""
@@ -328,7 +329,9 @@ def against_fa3_and_best(mb: pd.DataFrame) -> list[str]:
     if AUTO_IMPL not in set(ok["implementation"]):
         return []
     times = ok.pivot_table(index="case", columns="implementation", values="latency_us", aggfunc="min", sort=False)
-    ran = ok[ok["implementation"] == AUTO_IMPL].set_index("case")["kernel"]
+    auto_rows = ok[ok["implementation"] == AUTO_IMPL].set_index("case")
+    ran = auto_rows["kernel"]
+    why = auto_rows["why"].fillna("") if "why" in auto_rows else pd.Series(dtype=str)  # CSVs since 2026-11-27
     ours = [c for c in times.columns if c not in NOT_OURS]
     rows, vs_fa3, vs_best = [], {}, {}
     for case, t in times.iterrows():
@@ -344,7 +347,8 @@ def against_fa3_and_best(mb: pd.DataFrame) -> list[str]:
             vs_best[case] = auto / best
         rows.append({"case": case, "auto us": auto, "auto ran": ran.get(case, ""), "fa3 us": fa3,
                      "auto / fa3": vs_fa3.get(case, float("nan")), "package's best": best_name or "-",
-                     "best us": best, "auto / best": vs_best.get(case, float("nan"))})
+                     "best us": best, "auto / best": vs_best.get(case, float("nan")),
+                     **({"why auto chose it": why.get(case, "")} if len(why) else {})})
     lines = ["`auto` against FA3 and against the package's best kernel for each case (latency ratios: "
              "below 1 is faster):", "", pd.DataFrame(rows).to_markdown(index=False, floatfmt=".3g"), ""]
     for name, ratios in (("FA3", vs_fa3), ("the package's best kernel", vs_best)):

@@ -35,6 +35,7 @@ MICROBENCH_COLUMNS: tuple[tuple[str, str], ...] = (
                        "or a comparator ('fa3', 'sdpa', 'vllm_unified')"),
     ("config", "launch parameters as JSON ('' when not ours)"),
     ("kernel", "what actually ran: attnbench's step, FlashAttention 3, SDPA and the backend it used, ..."),
+    ("why", "'auto' only: the rule of the heuristics that chose the config, with its numbers (heuristics.decide)"),
     ("status", "ok | mismatch (wrong result, not timed) | error | unavailable | skipped"),
     ("message", "why a row is not ok"),
     ("num_seqs", "sequences in the batch"),

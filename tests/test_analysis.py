@@ -541,10 +541,12 @@ def test_report_says_when_a_suite_mixes_sessions(tmp_path):
 def test_the_report_sets_auto_against_fa3_and_the_packages_best_kernel(tmp_path):
     """Per case `auto` / FA3 and `auto` / the fastest of the package's own kernels; the
     geometric mean and the worst over the cases; the cases where `auto` trails the best by
-    more than 3%; and the kernels of ours that did not run correctly."""
+    more than 3%; the kernels of ours that did not run correctly; and why `auto` chose its
+    config in each case."""
     def row(case, impl, us, status="ok", message=""):
         return {"suite": "heldout", "case": case, "group": "", "implementation": impl, "status": status,
-                "message": message, "kernel": f"ran {impl}", "num_seqs": 1, "max_seqlen_k": 10, "sum_seq_lens": 10,
+                "message": message, "kernel": f"ran {impl}", "why": f"rule for {case}" if impl == "auto" else "",
+                "num_seqs": 1, "max_seqlen_k": 10, "sum_seq_lens": 10,
                 "decode_share": 1.0, "median_us": us, "floor_us": 1.0, "num_q_heads": 8, "num_kv_heads": 8,
                 "head_size": 128}
 
@@ -558,6 +560,8 @@ def test_the_report_sets_auto_against_fa3_and_the_packages_best_kernel(tmp_path)
     assert "`auto` / the package's best kernel over 2 cases: geomean 1.049x, worst 1.100x (`b`)" in text
     assert "more than 3% slower than the package's best kernel: `b` (1.100x)" in text
     assert "`b` qblock_ws: error (OutOfResources: shared memory)" in text
+    table = next(line for line in text.splitlines() if line.startswith("| b ") and "ran auto" in line)
+    assert "why auto chose it" in text and table.rstrip(" |").endswith("rule for b")
 
 
 def test_where_coalesced_chunks_dominate_tpot_is_the_headline_latency(tmp_path, captured):

@@ -167,12 +167,19 @@ def test_tuner_sweeps_fits_and_emits_working_heuristics(tmp_path):
 
 def test_rows_name_the_kernel_that_ran_and_comparators_say_why_not(tmp_path):
     """SDPA names the backend it used (its fastest here), ours the step the heuristics
-    picked; FA3 without vLLM's FlashAttention (any CPU host) is unavailable, saying why."""
+    picked and, for `auto`, why (in the CSV too); FA3 without vLLM's FlashAttention (any CPU
+    host) is unavailable, saying why."""
+    import csv
+
     data = dict(SUITE, implementations=["auto", "sdpa", "fa3", "qblock_wgmma"], configs={},
                 cases=[{"name": "decode", "seqs": [{"count": 2, "query_len": 1, "context_len": 40}]}])
     rows = {r["implementation"]: r for r in run_microbench(load_microbench_spec(suite_file(tmp_path, data)),
                                                            tmp_path / "mb.csv", device=DEVICE)}
     assert rows["auto"]["status"] == "ok" and rows["auto"]["kernel"].startswith("attnbench auto -> ")
+    written = {r["implementation"]: r for r in csv.DictReader((tmp_path / "mb.csv").open())}
+    if DEVICE == "cpu":  # the interpreter's platform: no fitted tree, no sm_90
+        assert written["auto"]["why"] == rows["auto"]["why"] == "the qblock step's own tree"
+    assert written["auto"]["why"] and written["sdpa"]["why"] == ""
     assert rows["sdpa"]["status"] == "ok" and rows["sdpa"]["kernel"].startswith("SDPA ")
     assert rows["sdpa"]["kernel"].split()[1] in implementations.SDPA_BACKENDS.values()
     fa3 = rows["fa3"]

@@ -151,7 +151,7 @@ def test_the_fitted_tree_is_switched_off_or_swapped_by_name(monkeypatch, tmp_pat
 
     one_decode = SHAPES[0]  # the shipped tree sends it to the split-KV step
     monkeypatch.setenv("ATTNBENCH_TUNED_TREE", "off")
-    assert choose_config(one_decode, H100_SM90) == _auto(one_decode, H100_SM90)
+    assert choose_config(one_decode, H100_SM90) == _auto(one_decode, H100_SM90).config
     tree = tmp_path / "tuned_other.py"
     tree.write_text("def choose(shape, platform):\n    return {'variant': 'qblock', 'tile_size': 32}\n")
     monkeypatch.setenv("ATTNBENCH_TUNED_TREE", str(tree))
@@ -262,3 +262,24 @@ def test_a_tuned_tree_does_not_extrapolate_to_short_queries_that_cannot_fill_the
     for case, row in best_per_case(rows).items():
         shape = replace(shape_of(row), head_size=128)
         assert choose_config(shape, H100_SM90) == KernelConfig.of(tree(shape, H100_SM90)), case
+
+
+def test_every_choice_of_auto_says_why(monkeypatch):
+    """`decide` returns `choose_config`'s config with the rule that chose it: the fitted tree,
+    the occupancy rule (with its numbers), the Gluon kernel, or a step's own tree."""
+    from attnbench.kernels.dispatch.heuristics import choose_config, decide
+    from attnbench.kernels.hopper import host
+
+    monkeypatch.setattr(host, "available", lambda: True)
+    spec = BatchShape(8, 32, 4, 16384, 28, 4, 128)
+    assert decide(spec, H100_SM90).why == ("split-KV: 4-token queries over 16384 keys; the Q-block step would launch "
+                                          "64 programs for 132 SMs, whatever the fitted tree")
+    assert decide(SHAPES[2], H100_SM90).why == "the fitted tree (tuned_nvidia_h100_80gb_hbm3)"
+    assert decide(SHAPES[2], HOPPER_UNTUNED).why == "queries of up to 2048 tokens on sm_90 with Gluon: qblock_ws's own tree"
+    assert decide(SHAPES[2], H100).why == "the qblock step's own tree"
+    assert decide(SHAPES[2], H100, "static_grid").why == "static_grid named: its own tree"
+    head_256 = BatchShape(4, 8192, 2048, 2048, 32, 8, 256)
+    assert decide(head_256, H100_SM90).why.startswith("the fitted tree picked qblock_ws, which does not run here")
+    for shape in (*SHAPES, spec, head_256):
+        for platform in (H100, H100_SM90, HOPPER_UNTUNED):
+            assert decide(shape, platform).config == choose_config(shape, platform)

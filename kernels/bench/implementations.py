@@ -40,7 +40,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from ..config import KernelConfig, Platform
 from ..dispatch.api import paged_attention
-from ..dispatch.heuristics import choose_config
+from ..dispatch.heuristics import decide
 from ..schema import HOPPER_KERNELS
 from ..variants import AUTO, VARIANTS, step
 from .batch import PagedBatch
@@ -62,11 +62,14 @@ class Prepared:
     run: Callable[[], torch.Tensor]
     kernel: str = ""  # what actually runs (the CSV's ``kernel`` column)
     config: str = ""  # JSON of the launch parameters, for our kernels
+    why: str = ""  # `auto` only: why the heuristics chose the config (`heuristics.decide`)
 
 
 def _ours(variant: str):
     def prepare(batch: PagedBatch, config: KernelConfig | None = None) -> Prepared:
-        config = config or choose_config(batch.shape, Platform.detect(batch.q.device), variant)
+        why = ""
+        if config is None:
+            config, why = decide(batch.shape, Platform.detect(batch.q.device), variant)
         kwargs = batch.attention_kwargs()
         refuses = step(config.variant).refuses
         if refuses is not None and (why := refuses(batch.q, batch.k_cache, batch.v_cache)) is not None:
@@ -78,7 +81,8 @@ def _ours(variant: str):
             return paged_attention(**kwargs, out=out, config=config)
 
         chosen = config.variant if variant == config.variant else f"{variant} -> {config.variant}"
-        return Prepared(run, f"attnbench {chosen}", json.dumps(config.as_dict(), sort_keys=True))
+        return Prepared(run, f"attnbench {chosen}", json.dumps(config.as_dict(), sort_keys=True),
+                        why if variant == AUTO else "")
 
     return prepare
 

@@ -169,7 +169,7 @@ def measure_case(suite: MicrobenchSuite, case: Case, implementations: Iterable[s
             continue
         try:
             prepared = prepare_named(suite, name, batch)
-            row["config"], row["kernel"] = prepared.config, prepared.kernel
+            row["config"], row["kernel"], row["why"] = prepared.config, prepared.kernel, prepared.why
             out = prepared.run()
             err, ok = within_tolerance(out[: batch.num_tokens], ref[: batch.num_tokens], batch.dtype)
             row["max_abs_err"] = err

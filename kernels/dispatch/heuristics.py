@@ -22,13 +22,21 @@ import re
 from dataclasses import replace
 from functools import lru_cache
 from pathlib import Path
+from typing import NamedTuple
 
 from ..config import GLUON_QBLOCK, BatchShape, KernelConfig, Platform
 from ..hopper import host as hopper
 from ..variants import AUTO, check_variant, step
 
 
-def _auto(shape: BatchShape, p: Platform) -> KernelConfig:
+class Decision(NamedTuple):
+    """A config and why the trees chose it (one line: the rule that fired, with its numbers)."""
+
+    config: KernelConfig
+    why: str
+
+
+def _auto(shape: BatchShape, p: Platform) -> Decision:
     """2D vs 3D as in the paper, the split-k lesson and vLLM's backend; on Hopper, prefill
     and mixed batches go to the warp-specialized Gluon kernel.
 
@@ -44,10 +52,16 @@ def _auto(shape: BatchShape, p: Platform) -> KernelConfig:
     paper's steps themselves (``variant="qblock"``, Fig. 7-8) stay Triton.
     """
     if _split_kv(shape, p):
-        return step("parallel_tiled").default_config(shape, p)
+        return Decision(step("parallel_tiled").default_config(shape, p), _split_why(shape, p))
     if shape.max_seqlen_q > 16 and _gluon_runs(shape, p):
-        return step(GLUON_QBLOCK).default_config(shape, p)
-    return step("qblock").default_config(shape, p)
+        return Decision(step(GLUON_QBLOCK).default_config(shape, p),
+                        f"queries of up to {shape.max_seqlen_q} tokens on sm_90 with Gluon: {GLUON_QBLOCK}'s own tree")
+    return Decision(step("qblock").default_config(shape, p), "the qblock step's own tree")
+
+
+def _split_why(shape: BatchShape, p: Platform) -> str:
+    return (f"split-KV: {shape.max_seqlen_q}-token queries over {shape.max_seqlen_k} keys; the Q-block step would "
+            f"launch {_programs_2d(shape, p)} programs for {p.num_sms} SMs")
 
 
 SHORT_QUERY = 16  # query tokens per sequence up to which `auto` may split the KV range
@@ -133,22 +147,29 @@ def _device_tree(device_name: str):
 
 def choose_config(shape: BatchShape, platform: Platform, variant: str = AUTO) -> KernelConfig:
     """Config for ``variant`` ("auto" picks the variant too) on this batch and platform."""
-    if check_variant(variant) == AUTO:
-        tuned = _tuned_tree(platform.device_name)
-        if tuned is not None and shape.max_seqlen_q > 1 and _split_kv(shape, platform):
-            # speculative decodes that cannot fill the GPU: no fitted tree has seen one (the
-            # shipped tree's training set has none), and a tree extrapolates from prefills;
-            # the occupancy rule holds whatever the tree (decodes keep the tree's own split)
-            return step("parallel_tiled").default_config(shape, platform)
-        if tuned is not None:
-            config = KernelConfig.of(tuned(shape, platform))
-            if config.variant != GLUON_QBLOCK or _gluon_runs(shape, platform):
-                return config
-            # fitted where Gluon ran; here it cannot (ATTNBENCH_GLUON=0, no Gluon, heads the
-            # Gluon kernel does not take): the Triton step it implements, with its own tree
-            return step("qblock").default_config(shape, platform)
+    return decide(shape, platform, variant).config
+
+
+def decide(shape: BatchShape, platform: Platform, variant: str = AUTO) -> Decision:
+    """`choose_config`'s config and why it was chosen (the microbenchmark's ``why`` column)."""
+    if check_variant(variant) != AUTO:
+        return Decision(step(variant).default_config(shape, platform), f"{variant} named: its own tree")
+    tuned = _tuned_tree(platform.device_name)
+    if tuned is None:
         return _auto(shape, platform)
-    return step(variant).default_config(shape, platform)
+    if shape.max_seqlen_q > 1 and _split_kv(shape, platform):
+        # speculative decodes that cannot fill the GPU: no fitted tree has seen one (the
+        # shipped tree's training set has none), and a tree extrapolates from prefills; the
+        # occupancy rule holds whatever the tree (decodes keep the tree's own split)
+        return Decision(step("parallel_tiled").default_config(shape, platform),
+                        _split_why(shape, platform) + ", whatever the fitted tree")
+    config = KernelConfig.of(tuned(shape, platform))
+    if config.variant != GLUON_QBLOCK or _gluon_runs(shape, platform):
+        return Decision(config, f"the fitted tree ({os.environ.get(TREE_ENV) or _tuned_module(platform.device_name)})")
+    # fitted where Gluon ran; here it cannot (ATTNBENCH_GLUON=0, no Gluon, heads the Gluon
+    # kernel does not take): the Triton step it implements, with its own tree
+    return Decision(step("qblock").default_config(shape, platform),
+                    f"the fitted tree picked {GLUON_QBLOCK}, which does not run here: the qblock step's own tree")
 
 
 def _probe_values(limit: int) -> list[int]:
