@@ -114,7 +114,8 @@ job() {
       case=${rest%%/*}
       ncu=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | tail -1)
       mkdir -p "$CAMPAIGN/ncu"
-      for impl in ${rest#*/}; do
+      local impls=${rest#*/}
+      for impl in ${impls//,/ }; do
         [ -s "$CAMPAIGN/ncu/$case-$impl.txt" ] && continue
         timeout "${NCU_TIMEOUT_S:-300}" "$ncu" --nvtx --nvtx-include "attnbench/" --set full --target-processes all \
           -f -o "$CAMPAIGN/ncu/$case-$impl" attnbench kernels run "recipes/microbench/$suite.yaml" --case "$case" \
