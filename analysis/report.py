@@ -13,7 +13,7 @@ import pandas as pd
 
 from attnbench.kernels.schema import COMPARATORS
 from attnbench.runner.catalogue import ITL, REPORTED, TOKENS_PER_JOULE
-from attnbench.runner.recipe import ENGINE_LABELS
+from attnbench.runner.recipe import ENGINE_LABELS, KneeSettings
 
 from . import fig9, figures, knee
 from .collect import Collected, CollectError, collect_results, collect_vllm_bench, load_microbench
@@ -185,7 +185,8 @@ def noise_lines(norm: pd.DataFrame, base: str) -> list[str]:
 
 
 STOLEN_NOTE_S = 1.0  # CPU seconds stolen from the client's machine in one repeat that earn a note
-FELL_BEHIND = 0.9  # `keep_up` below which a repeat's server did not keep up (the knee's default bound)
+# `keep_up` below which a repeat's server did not keep up: the knee search's own default bound
+FELL_BEHIND = KneeSettings.model_fields["keep_up"].default
 
 
 def _warnings(s: pd.DataFrame) -> list[str]:

@@ -39,10 +39,10 @@ import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from ..config import KernelConfig, Platform
-from ..dispatch.api import paged_attention
+from ..dispatch.api import paged_attention, refusal
 from ..dispatch.heuristics import decide
 from ..schema import HOPPER_KERNELS
-from ..variants import AUTO, VARIANTS, step
+from ..variants import AUTO, VARIANTS
 from .batch import PagedBatch
 from .reference import gather_kv
 from .timing import time_us
@@ -71,9 +71,8 @@ def _ours(variant: str):
         if config is None:
             config, why = decide(batch.shape, Platform.detect(batch.q.device), variant)
         kwargs = batch.attention_kwargs()
-        refuses = step(config.variant).refuses
-        if refuses is not None and (why := refuses(batch.q, batch.k_cache, batch.v_cache)) is not None:
-            raise Unsupported(f"{config.variant} {why}")
+        if (refused := refusal(config.variant, batch.q, batch.k_cache, batch.v_cache)) is not None:
+            raise Unsupported(f"{config.variant} {refused}")
         out = torch.empty_like(batch.q)
         paged_attention(**kwargs, out=out, config=config, check_metadata=True)  # the metadata, once
 

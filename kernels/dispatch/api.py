@@ -146,7 +146,7 @@ class _Layout:
     def refusal(self, variant: str, q, k_cache, v_cache) -> str | None:
         """Why kernel ``variant`` cannot run tensors of this layout here; None where it can."""
         if variant not in self.refusals:
-            self.refusals[variant] = _refusal(variant, q, k_cache, v_cache)
+            self.refusals[variant] = refusal(variant, q, k_cache, v_cache)
         return self.refusals[variant]
 
     def choose(self, max_seqlen_q: int, max_seqlen_k: int, variant: str, q, k_cache, v_cache) -> KernelConfig:
@@ -266,7 +266,9 @@ def paged_attention(
     return out
 
 
-def _refusal(variant: str, q, k_cache, v_cache) -> str | None:
+def refusal(variant: str, q, k_cache, v_cache) -> str | None:
+    """Why kernel ``variant`` cannot run a call with these tensors here (`config.Step.refuses`);
+    None where it can."""
     refuses = step(variant).refuses
     return refuses(q, k_cache, v_cache) if refuses is not None else None
 
@@ -297,7 +299,7 @@ def precompile(
     platform = Platform.detect(q.device)
     limits = (platform, q.shape[1], k_cache.shape[2], q.shape[2], max_num_seqs, max_num_batched_tokens, max_model_len)
     configs = reachable_configs(variant, *limits)
-    refused = {c.variant: why for c in configs if (why := _refusal(c.variant, q, k_cache, v_cache)) is not None}
+    refused = {c.variant: why for c in configs if (why := refusal(c.variant, q, k_cache, v_cache)) is not None}
     if refused and variant != AUTO:
         raise ValueError(f"variant: {variant!r} cannot run this call: {refused[variant]}")
     if refused:  # what `auto` runs instead (`_Layout.choose`)
