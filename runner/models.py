@@ -16,7 +16,9 @@ from __future__ import annotations
 import glob
 import json
 import os
+import shutil
 import sysconfig
+import uuid
 from pathlib import Path
 
 import numpy as np
@@ -199,10 +201,29 @@ def _mark_bf16(path: Path) -> None:
 
 
 def ensure_model(path: str | Path, build: str | None) -> Path:
-    """Make the model folder for a recipe's ``model.build`` if it does not exist yet."""
+    """Make the model folder for a recipe's ``model.build`` if it does not exist yet.
+
+    The folder is built beside its final place and renamed into it, so it appears whole:
+    several processes that need the same model at once (runs fanned out over the GPUs of
+    one host, or Slurm tasks sharing a models folder) never serve one half written, and
+    the one that loses the race keeps the winner's."""
     path = Path(path)
     if (path / "config.json").exists() or build is None:
         return path
-    if build == "tiny":
-        return write_tiny_model(path)
-    return write_dummy_model(path, build.split(":", 1)[1])
+    path.parent.mkdir(parents=True, exist_ok=True)
+    staging = path.parent / f".{path.name}.building-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    staging.mkdir()  # the umask's mode, as the model folder will have
+    try:
+        if build == "tiny":
+            write_tiny_model(staging)
+        else:
+            write_dummy_model(staging, build.split(":", 1)[1])
+        try:
+            staging.rename(path)  # atomic; onto an empty folder too
+        except OSError:
+            if not (path / "config.json").exists():
+                raise ValueError(f"model.path: {path} exists but holds no config.json; "
+                                 "remove it or name another folder") from None
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return path

@@ -10,7 +10,7 @@ import pytest
 
 from attnbench.runner.datasets import (DatasetError, LocalTokenizer, SyntheticShape, load_sharegpt,
                                        random_fixed, synthetic_sharegpt)
-from attnbench.runner.models import ARCHS, write_dummy_model
+from attnbench.runner.models import ARCHS, ensure_model, write_dummy_model
 
 
 def test_tiny_model_folder(tiny):
@@ -49,6 +49,35 @@ def test_dummy_model_has_the_published_shape_and_no_weights(tmp_path, arch):
 def test_dummy_model_unknown_arch(tmp_path):
     with pytest.raises(ValueError, match="arch: expected one of"):
         write_dummy_model(tmp_path, "gpt-5")
+
+
+def test_processes_that_build_one_model_at_once_all_get_it_whole(tmp_path):
+    """Runs fanned out over one host's GPUs build a shared dummy model at the same moment:
+    each sees a finished folder (tokenizer included), and no staging folder stays behind."""
+    import multiprocessing
+
+    target = tmp_path / "models" / "llama"
+    ctx = multiprocessing.get_context("spawn")
+    with ctx.Pool(3) as pool:
+        built = pool.starmap(_build_and_check, [(str(target),)] * 3)
+    assert built == [True] * 3
+    assert sorted(p.name for p in target.parent.iterdir()) == ["llama"]
+    assert ensure_model(target, "dummy:llama-3.1-8b") == target  # there: nothing rebuilt
+    assert json.loads((target / "attnbench-model.json").read_text())["arch"] == "llama-3.1-8b"
+
+
+def _build_and_check(target: str) -> bool:
+    out = ensure_model(target, "dummy:llama-3.1-8b")
+    return (out / "config.json").exists() and LocalTokenizer(out).count("hello world") > 0
+
+
+def test_a_half_written_model_folder_is_named_not_served(tmp_path):
+    half = tmp_path / "llama"
+    half.mkdir()
+    (half / "tokenizer.json").write_text("{}")
+    with pytest.raises(ValueError, match=r"model.path: .*llama exists but holds no config.json"):
+        ensure_model(half, "dummy:llama-3.1-8b")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["llama"]  # nothing of ours left, theirs kept
 
 
 def write_sharegpt(path, convs):

@@ -9,6 +9,12 @@
 #
 #   bash docs/campaign/campaign.sh start JOB...    from the repository root, after the vLLM bundle
 #   bash docs/campaign/campaign.sh wait            the same worker, WAIT_S more seconds
+#   LANES=4 bash docs/campaign/campaign.sh start JOB...
+#                                                  one worker per GPU of the host (lane i sees GPU i
+#                                                  alone), each over the same jobs: a run another lane
+#                                                  measures is skipped by its lock (attnbench run's), any
+#                                                  other job by a claim held while it runs, so the lanes
+#                                                  share the work and a dead lane's job is free again
 #
 # Jobs:
 #   run:NAME[,NAME...]   `attnbench run ${SUITE:-recipes/h100.yaml} --only NAME ... --resume` (names or
@@ -35,9 +41,9 @@ MODELS_DIR=${MODELS_DIR:-/tmp/models}
 mkdir -p "$CAMPAIGN"
 cmd=${1:?start JOB... | wait}; shift
 
-pack() {  # what the worker has so far, in pieces small enough for the trip back (16 MiB)
+pack() {  # what the workers have so far, in pieces small enough for the trip back (16 MiB)
   [ -n "${OUT:-}" ] || return 0
-  cp "$CAMPAIGN/worker.log" "$CAMPAIGN"/*.jsonl "$CAMPAIGN"/*.log "$OUT/" 2>/dev/null
+  cp "$CAMPAIGN"/*.jsonl "$CAMPAIGN"/*.log "$OUT/" 2>/dev/null
   local d f
   for d in results micro tune cross-check ncu; do
     [ -d "$CAMPAIGN/$d" ] && tar czf "$OUT/$d.tgz" -C "$CAMPAIGN" "$d"
@@ -48,13 +54,33 @@ pack() {  # what the worker has so far, in pieces small enough for the trip back
   ls -la "$OUT"
 }
 
-watch() {  # until the worker is gone or WAIT_S passes
-  local deadline=$(( $(date +%s) + ${WAIT_S:-540} ))
-  while [ "$(date +%s)" -lt "$deadline" ] && kill -0 "$(cat "$CAMPAIGN/worker.pid" 2>/dev/null)" 2>/dev/null; do
+working() {  # is any lane's worker alive?
+  local f
+  for f in "$CAMPAIGN"/worker-*.pid; do
+    [ -f "$f" ] && kill -0 "$(cat "$f")" 2>/dev/null && return 0
+  done
+  return 1
+}
+
+watch() {  # until every worker is gone or WAIT_S passes
+  local deadline=$(( $(date +%s) + ${WAIT_S:-540} )) f
+  while [ "$(date +%s)" -lt "$deadline" ] && working; do
     sleep 5
   done
-  tail -25 "$CAMPAIGN/worker.log"
+  for f in "$CAMPAIGN"/worker-*.log; do
+    echo "--- $f"; tail -$(( 25 / $(ls "$CAMPAIGN"/worker-*.log | wc -l) + 3 )) "$f"
+  done
   pack
+}
+
+claim() {  # the file a job's claim is held on: its spec, and the tree it runs under
+  local tree=${ATTNBENCH_TUNED_TREE:-}
+  mkdir -p "$CAMPAIGN/claims"
+  echo "$CAMPAIGN/claims/${1//[^A-Za-z0-9._+-]/_}${tree:+@${tree//[^A-Za-z0-9._+-]/_}}"
+}
+
+claimed() {  # job "$1" under its claim; skipped while another lane holds it
+  ( flock -n 9 || { echo "$1: another lane runs it"; exit 0; }; job "$1" ) 9> "$(claim "$1")"
 }
 
 job() {
@@ -86,7 +112,11 @@ job() {
         --max-depth 5 --emit "$CAMPAIGN/tune/tuned_$arg.py" ;;
     tree)
       if [ "$arg" = off ]; then export ATTNBENCH_TUNED_TREE=off
-      else export ATTNBENCH_TUNED_TREE=$CAMPAIGN/tune/tuned_$arg.py; fi
+      else
+        # the tree another lane may still be fitting: wait for its claim (held while tune runs)
+        ( flock 9 ) 9> "$(ATTNBENCH_TUNED_TREE= claim "tune:$arg")"
+        export ATTNBENCH_TUNED_TREE=$CAMPAIGN/tune/tuned_$arg.py
+      fi
       echo "ATTNBENCH_TUNED_TREE=$ATTNBENCH_TUNED_TREE" ;;
     xcheck)
       # shellcheck disable=SC2086  # XCHECK_ARGS: several options
@@ -128,19 +158,29 @@ job() {
 
 case $cmd in
   start)
-    if kill -0 "$(cat "$CAMPAIGN/worker.pid" 2>/dev/null)" 2>/dev/null; then
+    if working; then
       echo "a worker is already running"; watch; exit 0
     fi
     . docs/campaign/gpu-setup.sh
-    # the worker: its own session, so it outlives this call; PYTHONUNBUFFERED for a live log
-    PYTHONUNBUFFERED=1 setsid bash "$0" worker "$@" >> "$CAMPAIGN/worker.log" 2>&1 < /dev/null &
-    echo $! > "$CAMPAIGN/worker.pid"
+    # the workers: each in its own session, so it outlives this call; PYTHONUNBUFFERED for a live log
+    for (( lane = 0; lane < ${LANES:-1}; lane++ )); do
+      PYTHONUNBUFFERED=1 LANE=$lane setsid bash "$0" worker "$@" >> "$CAMPAIGN/worker-$lane.log" 2>&1 < /dev/null &
+      echo $! > "$CAMPAIGN/worker-$lane.pid"
+    done
     sleep 2
     watch ;;
   wait) watch ;;
   worker)
     . docs/campaign/gpu-setup.sh
-    for spec in "$@"; do job "$spec"; done
+    if [ "${LANES:-1}" -gt 1 ]; then  # lane i: GPU i alone, numbered as nvidia-smi and NVML number them
+      export CUDA_DEVICE_ORDER=PCI_BUS_ID CUDA_VISIBLE_DEVICES=$LANE
+    fi
+    for spec in "$@"; do
+      case ${spec%%:*} in
+        run|tree) job "$spec" ;;  # runs: locked per run by attnbench itself; tree: this lane's setting
+        *) claimed "$spec" ;;
+      esac
+    done
     echo "=== $(date -u +%FT%TZ) all jobs done" ;;
   *) echo "usage: campaign.sh start JOB... | wait" >&2; exit 2 ;;
 esac
