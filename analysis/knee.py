@@ -91,7 +91,9 @@ def figure_curves(runs: pd.DataFrame, probes: pd.DataFrame, out_dir: Path, suite
         colour, label = OKABE_ITO[i % len(OKABE_ITO)], f"{run['run']} ({run['attention_backend']})"
         burst = np.isinf(p["rate"].astype(float))
         for ax, col, scale in ((axes[0], "attainment", 100.0), (axes[1], "goodput", 1.0)):
-            ax.plot(p["offered"], p[col] * scale, "o-", color=colour, label=label, markersize=4)
+            # the rated probes as a curve; the burst (no rate of its own) as a lone mark, not joined
+            ax.plot(p.loc[~burst, "offered"], p.loc[~burst, col] * scale, "o-", color=colour, label=label,
+                    markersize=4)
             ax.plot(p.loc[burst, "offered"], p.loc[burst, col] * scale, "x", color=colour, markersize=9)
             if pd.notna(run["knee_rate"]):
                 at = p[p["rate"] == run["knee_rate"]]
@@ -132,7 +134,8 @@ def figure_backends(runs: pd.DataFrame, out_dir: Path, suite: str) -> list[Path]
         axes[2].bar(x + width / 2, runs["knee_tokens_per_joule"].astype(float).fillna(0), width, color=colours,
                     edgecolor="black", linewidth=0.5, hatch="//", label="at the knee")
         axes[2].set_ylabel("output tokens per joule (tok/J)")
-        axes[2].legend(fontsize=8)
+        axes[2].set_ylim(top=axes[2].get_ylim()[1] * 1.2)  # room for the legend above the bars
+        axes[2].legend(fontsize=8, loc="upper center", ncol=2)
     for ax in axes:
         ax.set_xticks(x, labels, rotation=30, ha="right", rotation_mode="anchor", fontsize=8)
         ax.grid(axis="y", alpha=0.3)
