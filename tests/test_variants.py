@@ -86,10 +86,11 @@ HOPPER_UNTUNED = Platform("cuda", 114, "NVIDIA H100 PCIe", "sm_90")  # the hand-
 
 @pytest.mark.parametrize("gluon", [True, False])
 def test_hopper_prefill_and_mixed_batches_get_the_gluon_kernel(monkeypatch, gluon):
-    """On sm_90 without a tuned tree, with Gluon's Hopper API, `auto` runs prefill and mixed
-    batches with `qblock_ws` (128 rows; 128-key tiles past 1,024 keys, 64-key ones up to
-    it); decodes, other architectures, other head shapes, a Triton without Gluon and the
-    paper's qblock step itself keep the Triton kernel."""
+    """On sm_90 without a tuned tree, with Gluon's Hopper API, `auto` runs every batch the
+    2D grid fills with `qblock_ws` (128 rows; 128-key tiles past 1,024 keys, 64-key ones up
+    to it): prefills, mixed batches and decodes of many sequences; decodes too few to fill
+    the GPU split the KV range (Triton's split-KV step); other architectures, other head
+    shapes, a Triton without Gluon and the paper's qblock step itself keep Triton."""
     from attnbench.kernels.dispatch.heuristics import choose_config
     from attnbench.kernels.hopper import host
 
@@ -102,8 +103,10 @@ def test_hopper_prefill_and_mixed_batches_get_the_gluon_kernel(monkeypatch, gluo
         assert choose_config(shape, H100).variant == "qblock"  # architecture unknown
         assert choose_config(shape, Platform("cuda", 108, "A100", "sm_80")).variant == "qblock"
         assert choose_config(shape, HOPPER_UNTUNED, "qblock").variant == "qblock"  # the paper's step: Triton
-    for shape in SHAPES[:2]:  # decodes
-        assert choose_config(shape, HOPPER_UNTUNED).variant != "qblock_ws"
+    one_decode, many_decodes = SHAPES[:2]
+    assert choose_config(one_decode, HOPPER_UNTUNED).variant == "parallel_tiled"  # 8 programs for 114 SMs
+    assert choose_config(many_decodes, HOPPER_UNTUNED).variant == ("qblock_ws" if gluon else "qblock")
+    assert choose_config(many_decodes, HOPPER_UNTUNED).persistent is False  # the kernel's own tree
     serving_step = BatchShape(49, 304, 256, 512, 32, 8, 128)  # 48 decodes and a new prompt
     assert choose_config(serving_step, HOPPER_UNTUNED).tile_size == (64 if gluon else 128)
     monkeypatch.setenv("ATTNBENCH_GLUON", "0")  # the A/B switch
@@ -116,8 +119,9 @@ def test_hopper_prefill_and_mixed_batches_get_the_gluon_kernel(monkeypatch, gluo
 @pytest.mark.parametrize("gluon", [True, False])
 def test_the_h100_runs_its_tuned_tree(monkeypatch, gluon):
     """The H100's fitted tree (kernels/dispatch/tuned_nvidia_h100_80gb_hbm3.py): long
-    prompts run the persistent Gluon kernel at 128-key tiles, short ones 64-key tiles, and
-    so do batches of many decodes and a serving step of decodes with a new prompt; decodes
+    prompts run the Gluon kernel at 128-key tiles, one program per work item (the tree's
+    persistent launch only up to 1,024 keys), short ones 64-key tiles, and so do batches
+    of many decodes and a serving step of decodes with a new prompt; decodes
     of a few long sequences run Triton's split-KV step; where Gluon cannot run (no Gluon,
     ATTNBENCH_GLUON=0, head size 256, 256 query heads per KV head) the qblock step's own
     Triton config runs instead."""
@@ -128,7 +132,7 @@ def test_the_h100_runs_its_tuned_tree(monkeypatch, gluon):
     assert tuned_tree_path(H100_SM90.device_name).is_file()  # where `attnbench tune --emit` writes it to ship
     monkeypatch.setattr(host, "available", lambda: gluon)
     long_prompts, short_prompts = SHAPES[2], BatchShape(16, 8192, 512, 512, 32, 8, 128)
-    for shape, tile, persistent in ((long_prompts, 128, True), (short_prompts, 64, False)):
+    for shape, tile, persistent in ((long_prompts, 128, False), (short_prompts, 64, False)):
         config = choose_config(shape, H100_SM90)
         expected = ("qblock_ws", tile, persistent) if gluon else ("qblock", 128, False)
         assert (config.variant, config.tile_size, config.persistent) == expected
@@ -142,6 +146,28 @@ def test_the_h100_runs_its_tuned_tree(monkeypatch, gluon):
     assert choose_config(BatchShape(4, 8192, 2048, 2048, 32, 8, 256), H100_SM90).variant == "qblock"  # head 256
     assert choose_config(BatchShape(1, 512, 512, 512, 256, 1, 64), H100_SM90).variant == "qblock"  # 256 per KV head
     assert choose_config(long_prompts, Platform("cuda", 132, H100_SM90.device_name, "sm_80")).variant == "qblock"
+
+
+def test_a_fitted_persistent_launch_runs_only_over_short_sequences(monkeypatch, tmp_path):
+    """Whatever a fitted tree says, the Gluon kernel's persistent launch runs only where the
+    longest sequence has at most 1,024 keys (heuristics._persistent_pays); past that, one
+    program per work item with the tree's tiles, and the decision says why."""
+    from attnbench.kernels.dispatch.heuristics import PERSISTENT_MAX_KEYS, decide
+    from attnbench.kernels.hopper import host
+
+    monkeypatch.setattr(host, "available", lambda: True)
+    tree = tmp_path / "tuned_persistent.py"
+    tree.write_text("def choose(shape, platform):\n"
+                    "    return {'variant': 'qblock_ws', 'tile_size': 128, 'block_m': 128, 'persistent': True}\n")
+    monkeypatch.setenv("ATTNBENCH_TUNED_TREE", str(tree))
+    chunk_over_30k = BatchShape(1, 512, 512, 30720, 32, 8, 128)
+    short_decodes = BatchShape(64, 64, 1, PERSISTENT_MAX_KEYS, 32, 8, 128)
+    long_decodes = BatchShape(64, 64, 1, PERSISTENT_MAX_KEYS + 1, 32, 8, 128)
+    assert decide(short_decodes, H100_SM90).config.persistent is True
+    for shape in (chunk_over_30k, long_decodes):
+        config, why = decide(shape, H100_SM90)
+        assert (config.variant, config.tile_size, config.persistent) == ("qblock_ws", 128, False)
+        assert f"one program per item: the longest sequence has {shape.max_seqlen_k} keys" in why
 
 
 def test_the_fitted_tree_is_switched_off_or_swapped_by_name(monkeypatch, tmp_path):
@@ -232,19 +258,21 @@ def test_auto_splits_the_kv_range_of_short_queries_that_cannot_fill_the_gpu(monk
     monkeypatch.setenv("ATTNBENCH_TUNED_TREE", "off")
     spec = BatchShape(8, 32, 4, 16384, 28, 4, 128)
     assert choose_config(spec, H100_SM90).variant == "parallel_tiled"
+    two_d = ("qblock", "qblock_ws")  # the 2D grid: qblock_ws where Gluon runs
     many = BatchShape(16, 128, 8, 4096, 32, 8, 128)
-    assert choose_config(many, H100_SM90).variant == "qblock"
+    assert choose_config(many, H100_SM90).variant in two_d
     short_context = BatchShape(8, 32, 4, 512, 28, 4, 128)
-    assert choose_config(short_context, H100_SM90).variant == "qblock"
+    assert choose_config(short_context, H100_SM90).variant in two_d
     prompt = BatchShape(8, 256, 32, 16384, 28, 4, 128)  # over 16 queries: not a short query
-    assert choose_config(prompt, H100_SM90).variant in ("qblock", "qblock_ws")  # qblock_ws: where Gluon is
+    assert choose_config(prompt, H100_SM90).variant in two_d
 
 
 def test_a_tuned_tree_does_not_extrapolate_to_short_queries_that_cannot_fill_the_gpu(monkeypatch):
     """The H100's fitted tree never saw a speculative decode (its training set has none) and
     would run one like a prefill: 8 sequences x 4 queries over 16k keys with 4 KV heads get
     64 programs on 132 SMs. The occupancy rule splits the KV range whatever the tree; on
-    every case the tree was fitted on, it picks exactly what the tree picks."""
+    every case the tree was fitted on, it picks what the tree picks, but for the persistent
+    launch past 1,024 keys (`test_a_fitted_persistent_launch_runs_only_over_short_sequences`)."""
     import csv
     from dataclasses import replace
     from pathlib import Path
@@ -261,7 +289,9 @@ def test_a_tuned_tree_does_not_extrapolate_to_short_queries_that_cannot_fill_the
     rows = list(csv.DictReader((Path(__file__).parents[1] / "docs/perf/h100/tune-2026-11-25-reduce1.csv").open()))
     for case, row in best_per_case(rows).items():
         shape = replace(shape_of(row), head_size=128)
-        assert choose_config(shape, H100_SM90) == KernelConfig.of(tree(shape, H100_SM90)), case
+        fitted = KernelConfig.of(tree(shape, H100_SM90))
+        persistent = fitted.persistent and shape.max_seqlen_k <= 1024
+        assert choose_config(shape, H100_SM90) == replace(fitted, persistent=persistent), case
 
 
 def test_every_choice_of_auto_says_why(monkeypatch):
@@ -274,8 +304,14 @@ def test_every_choice_of_auto_says_why(monkeypatch):
     spec = BatchShape(8, 32, 4, 16384, 28, 4, 128)
     assert decide(spec, H100_SM90).why == ("split-KV: 4-token queries over 16384 keys; the Q-block step would launch "
                                           "64 programs for 132 SMs, whatever the fitted tree")
-    assert decide(SHAPES[2], H100_SM90).why == "the fitted tree (tuned_nvidia_h100_80gb_hbm3)"
-    assert decide(SHAPES[2], HOPPER_UNTUNED).why == "queries of up to 2048 tokens on sm_90 with Gluon: qblock_ws's own tree"
+    assert decide(SHAPES[2], H100_SM90).why == ("the fitted tree (tuned_nvidia_h100_80gb_hbm3), one program per item: "
+                                               "the longest sequence has 2048 keys (persistent only up to 1024)")
+    short_decodes = BatchShape(64, 64, 1, 512, 32, 8, 128)  # persistent, as fitted
+    assert decide(short_decodes, H100_SM90) == (KernelConfig("qblock_ws", tile_size=128, block_m=128, num_warps=12,
+                                                             persistent=True),
+                                                "the fitted tree (tuned_nvidia_h100_80gb_hbm3)")
+    assert decide(SHAPES[2], HOPPER_UNTUNED).why == ("2048-token queries that fill the 2D grid, on sm_90 with Gluon: "
+                                                     "qblock_ws's own tree")
     assert decide(SHAPES[2], H100).why == "the qblock step's own tree"
     assert decide(SHAPES[2], H100, "static_grid").why == "static_grid named: its own tree"
     head_256 = BatchShape(4, 8192, 2048, 2048, 32, 8, 256)

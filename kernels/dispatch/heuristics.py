@@ -37,26 +37,49 @@ class Decision(NamedTuple):
 
 
 def _auto(shape: BatchShape, p: Platform) -> Decision:
-    """2D vs 3D as in the paper, the split-k lesson and vLLM's backend; on Hopper, prefill
-    and mixed batches go to the warp-specialized Gluon kernel.
+    """2D vs 3D as in the paper, the split-k lesson and vLLM's backend; on Hopper, every
+    batch the 2D grid fills goes to the warp-specialized Gluon kernel.
 
     Split the tiles across programs only when the 2D grid cannot fill the GPU: a batch of
     short queries (decodes, and speculative decodes of up to 16 tokens, as FA3 splits them)
     whose Q-block step would launch at most one program per SM, long enough that 16
     segments of 64-token tiles all have work. (On the H100 a speculative batch of 8
     sequences x 4 queries over 16k tokens with 4 KV heads: 133 us split, 405 us not.)
-    Where the Q-block step would take 128-row blocks (queries longer than 16 tokens) on an
-    sm_90 GPU with Gluon's Hopper API and heads the Gluon kernel takes, it runs that kernel,
-    ``qblock_ws`` (unless ``ATTNBENCH_GLUON=0``): 1.19-1.35x the Triton kernel on every
-    prefill and mixed case of llama3-8b-hopper on the H100 (docs/perf/kernels-h100.md). The
-    paper's steps themselves (``variant="qblock"``, Fig. 7-8) stay Triton.
+    Otherwise, on an sm_90 GPU with Gluon's Hopper API and heads the Gluon kernel takes, it
+    runs that kernel, ``qblock_ws`` (unless ``ATTNBENCH_GLUON=0``). On the H100's training
+    set (docs/perf/h100/tune-2026-11-25-reduce1.csv), best config against best config, it
+    takes 0.56-0.79x the Triton step's time on prefills and chunks, 0.65-1.01x on mixed
+    batches, and 0.96-1.02x on the decodes the 2D grid runs (16 to 256 sequences, 512 to
+    4k keys). The held-out grid's decodes, which that set lacks, range wider: 0.51-0.71x
+    the Triton step's time on ragged batches and on 4-8 query speculative decodes over
+    4k-8k keys, 1.04-1.08x on uniform batches of short sequences (docs/perf/kernels-h100.md).
+    The paper's steps themselves (``variant="qblock"``, Fig. 7-8) stay Triton.
     """
     if _split_kv(shape, p):
         return Decision(step("parallel_tiled").default_config(shape, p), _split_why(shape, p))
-    if shape.max_seqlen_q > 16 and _gluon_runs(shape, p):
+    if _gluon_runs(shape, p):
         return Decision(step(GLUON_QBLOCK).default_config(shape, p),
-                        f"queries of up to {shape.max_seqlen_q} tokens on sm_90 with Gluon: {GLUON_QBLOCK}'s own tree")
+                        f"{shape.max_seqlen_q}-token queries that fill the 2D grid, on sm_90 with Gluon: "
+                        f"{GLUON_QBLOCK}'s own tree")
     return Decision(step("qblock").default_config(shape, p), "the qblock step's own tree")
+
+
+PERSISTENT_MAX_KEYS = 1024  # longest sequence up to which a persistent launch may pay
+
+
+def _persistent_pays(shape: BatchShape) -> bool:
+    """Whether the Gluon kernel's persistent launch (one program per SM, each taking a fixed
+    share of the work items) may beat one program per item: only where items are short,
+    so that what it saves per item (a program's start and its prologue) is a real share
+    of the item's time. On the H100's training set, a persistent launch saves 3-16% with
+    sequences up to 1,024 keys and at most 3.7% past them (1.6% on 8k prefills). Past them,
+    its fixed shares cost more than that. Static shares cannot follow ragged lengths.
+    The 2D grid's surplus Q-blocks also take places in the first round, which can push
+    real work into a second round. On batches outside the training set (the held-out
+    grid, docs/perf/h100/heldout-2026-11-27-tuned.csv), one program per item was up to
+    1.8x faster there: a 512-token chunk over 30k keys took 814 us persistent and 445 us
+    one per item."""
+    return shape.max_seqlen_k <= PERSISTENT_MAX_KEYS
 
 
 def _split_why(shape: BatchShape, p: Platform) -> str:
@@ -164,8 +187,13 @@ def decide(shape: BatchShape, platform: Platform, variant: str = AUTO) -> Decisi
         return Decision(step("parallel_tiled").default_config(shape, platform),
                         _split_why(shape, platform) + ", whatever the fitted tree")
     config = KernelConfig.of(tuned(shape, platform))
+    fitted = f"the fitted tree ({os.environ.get(TREE_ENV) or _tuned_module(platform.device_name)})"
+    if config.persistent and not _persistent_pays(shape):
+        config = replace(config, persistent=False)
+        fitted += (f", one program per item: the longest sequence has {shape.max_seqlen_k} keys "
+                   f"(persistent only up to {PERSISTENT_MAX_KEYS})")
     if config.variant != GLUON_QBLOCK or _gluon_runs(shape, platform):
-        return Decision(config, f"the fitted tree ({os.environ.get(TREE_ENV) or _tuned_module(platform.device_name)})")
+        return Decision(config, fitted)
     # fitted where Gluon ran; here it cannot (ATTNBENCH_GLUON=0, no Gluon, heads the Gluon
     # kernel does not take): the Triton step it implements, with its own tree
     return Decision(step("qblock").default_config(shape, platform),
