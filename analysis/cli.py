@@ -11,7 +11,7 @@ import click
 from attnbench.runner.commands import model_options, suite_with_models
 from attnbench.runner.crosscheck import LOADS, CrossCheck, CrossCheckError, run_crosscheck
 from attnbench.runner.datasets import DatasetError
-from attnbench.runner.models import ensure_model
+from attnbench.runner.models import ModelFolderError, ensure_model
 from attnbench.runner.recipe import RecipeError
 from attnbench.runner.server import ServerError, ServerProcess, build_launch
 from attnbench.runner.store import atomic_write_text
@@ -134,7 +134,10 @@ def crosscheck_run(suite_file, run_name, models, models_dir, url, model, tokeniz
                 recipe = suite.select([run_name])[0] if run_name else suite.runs[0]
             except RecipeError as e:
                 raise click.BadParameter(str(e), param_hint="--only") from None
-            ensure_model(recipe.model.path, recipe.model.build)
+            try:
+                ensure_model(recipe.model.path, recipe.model.build)
+            except ModelFolderError as e:
+                raise click.ClickException(str(e)) from None
             out_dir.mkdir(parents=True, exist_ok=True)
             server = ServerProcess(build_launch(recipe), out_dir / "server.log", recipe.serve.startup_timeout_s)
             server.__enter__()

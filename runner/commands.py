@@ -20,7 +20,7 @@ from .energy import EnergyMeter, server_gpus
 from .execute import run_suite
 from .loadgen import LoadConfig
 from .loadpool import resolve_processes
-from .models import ensure_model, write_dummy_model, write_tiny_model
+from .models import ModelFolderError, ensure_model, write_dummy_model, write_tiny_model
 from .preflight import PreflightError, check_accelerator, check_datasets, preflight
 from .recipe import BenchmarkSettings, DatasetSpec, RecipeError, load_suite
 from .repeat import measure_repeat
@@ -189,7 +189,10 @@ def serve_cmd(suite_file, run_name, models, models_dir, port, log_path):
         check_accelerator(suite, [recipe])
     except PreflightError as e:
         raise click.ClickException(str(e)) from None
-    ensure_model(recipe.model.path, recipe.model.build)
+    try:
+        ensure_model(recipe.model.path, recipe.model.build)
+    except ModelFolderError as e:
+        raise click.ClickException(str(e)) from None
     plan = build_launch(recipe, port=port)
     _term_as_interrupt()
     try:

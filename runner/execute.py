@@ -36,7 +36,7 @@ from .energy import EnergyMeter, server_gpus
 from .knee import KNEE_FILE, KneeResult, Probe, next_rate
 from .loadgen import LoadConfig
 from .loadpool import resolve_processes
-from .models import ensure_model
+from .models import ModelFolderError, ensure_model
 from .recipe import Recipe, Suite
 from .server import ServerError, ServerProcess, build_launch, log_tail
 from .repeat import measure_repeat
@@ -135,7 +135,7 @@ class Serving:
         try:
             ensure_model(recipe.model.path, recipe.model.build)
             workload = Workload.of(b, recipe.model.tokenizer_path)
-        except DatasetError as e:
+        except (DatasetError, ModelFolderError) as e:
             console.print(f"[red]{recipe.name}: {e}[/]")
             return str(e)
         try:

@@ -200,6 +200,10 @@ def _mark_bf16(path: Path) -> None:
     path.write_bytes(len(blob).to_bytes(8, "little") + blob + raw[8 + n:])
 
 
+class ModelFolderError(ValueError):
+    """A recipe's model folder that cannot be used or made (one line, naming it)."""
+
+
 def ensure_model(path: str | Path, build: str | None) -> Path:
     """Make the model folder for a recipe's ``model.build`` if it does not exist yet.
 
@@ -210,6 +214,9 @@ def ensure_model(path: str | Path, build: str | None) -> Path:
     path = Path(path)
     if (path / "config.json").exists() or build is None:
         return path
+    half_written = f"model.path: {path} exists but holds no config.json; remove it or name another folder"
+    if path.is_dir() and any(path.iterdir()):  # not ours to overwrite
+        raise ModelFolderError(half_written)
     path.parent.mkdir(parents=True, exist_ok=True)
     staging = path.parent / f".{path.name}.building-{os.getpid()}-{uuid.uuid4().hex[:8]}"
     staging.mkdir()  # the umask's mode, as the model folder will have
@@ -220,10 +227,9 @@ def ensure_model(path: str | Path, build: str | None) -> Path:
             write_dummy_model(staging, build.split(":", 1)[1])
         try:
             staging.rename(path)  # atomic; onto an empty folder too
-        except OSError:
+        except OSError:  # another process put its folder there first: keep it, if whole
             if not (path / "config.json").exists():
-                raise ValueError(f"model.path: {path} exists but holds no config.json; "
-                                 "remove it or name another folder") from None
+                raise ModelFolderError(half_written) from None
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return path

@@ -21,7 +21,7 @@ from __future__ import annotations
 from attnbench.validation import validate_yaml
 
 from .datasets import DatasetError, build_requests, check_dataset
-from .models import ensure_model
+from .models import ModelFolderError, ensure_model
 from .provenance import gpu_facts
 from .recipe import Recipe, Suite
 from .store import RECIPE_FILE, ResultsStore
@@ -52,10 +52,10 @@ def check_prompts(suite: Suite, runs: list[Recipe]) -> None:
         if key in seen:
             continue
         seen.add(key)
-        ensure_model(recipe.model.path, recipe.model.build)
         try:
+            ensure_model(recipe.model.path, recipe.model.build)
             build_requests(b.dataset, b.num_prompts, recipe.model.tokenizer_path, b.seed)
-        except DatasetError as e:
+        except (DatasetError, ModelFolderError) as e:
             raise PreflightError(f"{suite.source}: run {recipe.name!r}: {e}") from None
 
 

@@ -175,3 +175,20 @@ def test_demo_writes_a_new_folder_each_time_and_resumes_the_latest(tmp_path):
     fresh = subprocess.run(common[:-2] + [f"DEMO_ROOT={tmp_path / 'none'}", "VPY=echo", "RESUME=1"], cwd=ROOT,
                            env=env, capture_output=True, text=True)
     assert fresh.returncode != 0 and "no " in fresh.stderr and "to resume" in fresh.stderr
+
+
+def test_run_with_a_half_written_model_folder_is_one_line(tmp_path):
+    """A model folder that exists without its config.json (a build stopped half way, or
+    someone's files) is named in one line before anything starts, and left as it is."""
+    half = tmp_path / "tiny"
+    half.mkdir()
+    (half / "tokenizer.json").write_text("{}")
+    suite = tmp_path / "s.yaml"
+    suite.write_text(yaml.safe_dump({"name": "s", "defaults": {
+        "model": {"path": str(half), "build": "tiny"}, "serve": {"gpu_vendor": "none"},
+        "benchmark": {"dataset": {"kind": "random", "input_len": 8, "output_len": 4}, "num_prompts": 2}},
+        "runs": [{"name": "a"}]}))
+    line = one_line_error(invoke("run", str(suite), "--out", str(tmp_path / "r")), 1)
+    assert f"model.path: {half} exists but holds no config.json" in line
+    assert not (tmp_path / "r").exists(), "nothing may start before the check"
+    assert sorted(p.name for p in half.iterdir()) == ["tokenizer.json"]
