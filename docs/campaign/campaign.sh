@@ -67,9 +67,12 @@ watch() {  # until every worker is gone or WAIT_S passes
   while [ "$(date +%s)" -lt "$deadline" ] && working; do
     sleep 5
   done
-  for f in "$CAMPAIGN"/worker-*.log; do
-    echo "--- $f"; tail -$(( 25 / $(ls "$CAMPAIGN"/worker-*.log | wc -l) + 3 )) "$f"
-  done
+  local logs=("$CAMPAIGN"/worker-*.log)
+  if [ -e "${logs[0]}" ]; then
+    for f in "${logs[@]}"; do echo "--- $f"; tail -$(( 25 / ${#logs[@]} + 3 )) "$f"; done
+  else
+    echo "no worker has run in $CAMPAIGN"
+  fi
   pack
 }
 
