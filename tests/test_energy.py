@@ -156,6 +156,19 @@ def test_the_servers_own_environment_wins_over_the_runners(monkeypatch):
     assert server_gpus("nvidia", 1, {"CUDA_VISIBLE_DEVICES": "2"}) == ["2"]
 
 
+def test_provenance_names_the_gpus_the_server_uses(monkeypatch):
+    """provenance.json lists the host's GPUs and, apart, the ones this run's server uses:
+    on a host whose GPUs serve several runs at once (campaign lanes), the run's own."""
+    from attnbench.runner.provenance import collect
+    from attnbench.runner.recipe import Recipe
+
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3")
+    lane = Recipe.model_validate({"name": "a", "model": {"path": "m"}, "serve": {"gpu_vendor": "nvidia"}})
+    assert collect(lane, suite_source="s.yaml", server_version=None)["server_gpus"] == ["3"]
+    cpu = Recipe.model_validate({"name": "a", "model": {"path": "m"}, "serve": {"gpu_vendor": "none"}})
+    assert collect(cpu, suite_source="s.yaml", server_version=None)["server_gpus"] == []
+
+
 def test_the_real_nvidia_ml_py_reads_a_driver_or_says_in_one_line_why_not():
     """The real nvidia-ml-py (a dependency): on a host without NVIDIA's driver (this CI) one
     line says NVML is not usable; on an NVIDIA host (make test-gpu) GPU 0 gives a power and a
