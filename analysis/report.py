@@ -233,8 +233,8 @@ def _warnings(s: pd.DataFrame) -> list[str]:
                          "valid repeat(s)).")
         behind = row.get("keep_up_min")
         if behind is not None and not pd.isna(behind) and behind < FELL_BEHIND:
-            lines.append(f"- **warning**: `{row['run']}`: the server fell behind its arrivals (r{int(row['keep_up_repeat'])} "
-                         f"completed {behind:.0%} of the requests that arrived in the load's second half; `keep_up`): "
+            lines.append(f"- **warning**: `{row['run']}`: the server fell behind its arrivals "
+                         f"(r{int(row['keep_up_repeat'])} completed {behind:.0%} of the requests that arrived in the load's second half; `keep_up`): "
                          "a queue grew, so its latencies grow with the load's length, not only its rate.")
         if row.get("jit_compiles", 0):
             lines.append(f"- **warning**: `{row['run']}`: the server logged {int(row['jit_compiles'])} kernel "

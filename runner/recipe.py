@@ -125,8 +125,8 @@ class ServeSettings(_Strict):
 
     ``kernel_variant`` picks which of attnbench's own kernels computes attention (``auto``,
     the paper's steps ``naive``, ``qblock``, ``parallel_tiled``, ``static_grid``, and
-    ``qblock_ws`` on Hopper; `attnbench.kernels.variants`); they serve through attnbench's vLLM plugin, so it needs
-    ``attention_backend: CUSTOM``. The server gets it as ``ATTNBENCH_VARIANT``. The older
+    ``qblock_ws`` on Hopper; `attnbench.kernels.variants`); they serve through attnbench's
+    vLLM plugin, so it needs ``attention_backend: CUSTOM``. The server gets it as ``ATTNBENCH_VARIANT``. The older
     spelling ``env: {ATTNBENCH_VARIANT: ...}`` is read into this field and checked the same way.
     """
 

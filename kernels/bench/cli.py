@@ -121,8 +121,8 @@ def run_cmd(suite_file: Path, case_name: str, impl: str, repeat: int, device: st
         prepared = run_for_profiler(suite, case_name, impl, device, repeat)
     except ValueError as e:
         raise click.UsageError(str(e)) from None
-    click.echo(f"{case_name} {impl}: {prepared.kernel} {prepared.config}{f' ({prepared.why})' if prepared.why else ''}, "
-               f"checked, then {repeat} launches")
+    why = f" ({prepared.why})" if prepared.why else ""
+    click.echo(f"{case_name} {impl}: {prepared.kernel} {prepared.config}{why}, checked, then {repeat} launches")
 
 
 @click.command("tune")

