@@ -234,12 +234,27 @@ def test_hopper_kernels_overlap_softmax_with_pv(aot_builds):
     overlap they exist for), which ptxas keeps (no C7512: wgmma serialized for lack of
     registers); Triton's own pipelining of the Q-block step waits for all (0)."""
     by_variant = {b["variant"]: b for b in aot_builds if b["target"] == "sm_90"}
-    for variant in ("qblock_wgmma", "qblock_ws", "qblock_ws_pp", "qblock_ws_t64_lazy"):
+    for variant in ("qblock_wgmma", "qblock_ws", "qblock_ws_pp", "qblock_ws_t64_lazy", "qblock_wgmma_h256",
+                    "qblock_ws_h256"):
         build = by_variant[variant]
         assert build["matrix_instructions"] == ["wgmma"] and build["shared_bytes"] <= 227 * 1024, build
         assert 1 in build["wgmma_waits"], build
         assert "Compiling entry function" in build["ptxas"] and "C7512" not in build["ptxas"], build["ptxas"]
     assert by_variant["qblock"]["wgmma_waits"] == [0]
+
+
+def test_head_256_takes_64_key_tiles_on_hopper():
+    """Head 256's 128-key K and V rings would not fit shared memory beside the Q-block (the
+    64-key build takes 224 KiB: test_hopper_kernels_overlap_softmax_with_pv): asked for
+    128-key tiles, the Gluon kernels refuse in one line before anything is built."""
+    from attnbench.kernels.hopper import qblock_ws
+
+    batch = PagedBatch.build([(3, 20)], num_q_heads=4, num_kv_heads=2, head_size=256, block_size=16,
+                             dtype=torch.bfloat16, device="cpu", seed=0)
+    with pytest.raises(ValueError, match=r"^tile_size: at most 64 with head size 256 \(shared memory\), got 128$"):
+        qblock_ws.launch(torch.empty_like(batch.q), batch.q, batch.k_cache, batch.v_cache, batch.block_table,
+                         batch.cu_seqlens_q, batch.seq_lens, scale=0.0625, sliding_window=None, softcap=0.0,
+                         tile_size=128, compile_only=True)
 
 
 def test_hopper_kernels_refuse_k_and_v_caches_with_different_strides():

@@ -40,7 +40,18 @@ HEAD_CASES = {
     # queries x16: scores spread over hundreds (base 2), so row maxima jump by more than 2^8
     # from tile to tile and a lazily kept max must move
     "sharp-gqa4-h128-bf16-bs16": (8, 2, 128, 16, torch.bfloat16, {"q_scale": 16.0}),
+    # head 256 (64-key tiles only: `host.max_tile_size`), as Gemma-2 has it: GQA 2:1, the
+    # logit softcap and a sliding window
+    "gqa2-h256-bf16-bs16": (8, 4, 256, 16, torch.bfloat16, {}),
+    "window-softcap-gqa2-h256-fp16-bs32": (4, 2, 256, 32, torch.float16, {"sliding_window": "random", "softcap": 2.0}),
 }
+
+
+def tiled_cases(head_cases) -> list[tuple[str, int]]:
+    """(head case, tile size) for each tile size that fits the case's head size."""
+    from attnbench.kernels.hopper.host import TILE_SIZES, max_tile_size
+
+    return [(case, tile) for case in sorted(head_cases) for tile in TILE_SIZES if tile <= max_tile_size(HEAD_CASES[case][2])]
 
 
 def prefill_seqs(rng: random.Random) -> list[tuple[int, int]]:
@@ -91,9 +102,8 @@ def _launch_run(kernel: str, batch: PagedBatch, tile_size: int) -> torch.Tensor:
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("tile_size", [64, 128])
 @pytest.mark.parametrize("composition", sorted(COMPOSITIONS))
-@pytest.mark.parametrize("head_case", sorted(HEAD_CASES))
+@pytest.mark.parametrize(("head_case", "tile_size"), tiled_cases(HEAD_CASES))
 @pytest.mark.parametrize("kernel", sorted(KERNEL_RUNS))
 def test_hopper_kernel_matches_reference(kernel, head_case, composition, tile_size):
     """Every Hopper kernel and launch mode (`KERNEL_RUNS`)."""
@@ -140,7 +150,8 @@ def _check_call_and_replay(batch: PagedBatch, label: str, seed: int, config=None
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("composition", sorted(COMPOSITIONS))
-@pytest.mark.parametrize("head_case", ["gqa4-h128-bf16-bs16", "window-softcap-mqa-h128-bf16-bs48"])
+@pytest.mark.parametrize("head_case", ["gqa4-h128-bf16-bs16", "window-softcap-mqa-h128-bf16-bs48",
+                                       "window-softcap-gqa2-h256-fp16-bs32"])
 def test_auto_on_hopper_matches_and_replays(head_case, composition):
     """The default call picks `qblock_ws` for prefill batches on an H100 (mixed ones of a few
     tokens per sequence the tuned tree may give Triton), runs it through `paged_attention`,
@@ -173,8 +184,9 @@ def many_items_seqs(rng: random.Random) -> list[tuple[int, int]]:
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("tile_size", [64, 128])
-@pytest.mark.parametrize("head_case", ["gqa4-h128-bf16-bs16", "window-softcap-mqa-h128-bf16-bs48"])
+@pytest.mark.parametrize(("head_case", "tile_size"), tiled_cases(["gqa4-h128-bf16-bs16",
+                                                                 "window-softcap-mqa-h128-bf16-bs48",
+                                                                 "gqa2-h256-bf16-bs16"]))
 @pytest.mark.parametrize("kernel", sorted(k for k, (_, options) in KERNEL_RUNS.items() if options.get("persistent")))
 def test_persistent_runs_walk_several_items_per_program(kernel, head_case, tile_size):
     """Each persistent launch mode on a batch with more work items than SMs, so that every

@@ -112,7 +112,9 @@ def test_hopper_prefill_and_mixed_batches_get_the_gluon_kernel(monkeypatch, gluo
     monkeypatch.setenv("ATTNBENCH_GLUON", "0")  # the A/B switch
     assert choose_config(prefill, HOPPER_UNTUNED).variant == "qblock"
     monkeypatch.delenv("ATTNBENCH_GLUON")
-    assert choose_config(BatchShape(4, 8192, 2048, 2048, 32, 8, 256), HOPPER_UNTUNED).variant == "qblock"  # head 256
+    head_256 = choose_config(BatchShape(4, 8192, 2048, 2048, 32, 8, 256), HOPPER_UNTUNED)  # 64-key tiles fit
+    assert (head_256.variant, head_256.tile_size) == (("qblock_ws", 64) if gluon else ("qblock", 64))
+    assert choose_config(BatchShape(4, 8192, 2048, 2048, 32, 8, 96), HOPPER_UNTUNED).variant == "qblock"  # head 96
     assert choose_config(BatchShape(1, 512, 512, 512, 256, 1, 64), HOPPER_UNTUNED).variant == "qblock"  # 256 per KV head
 
 
@@ -123,8 +125,8 @@ def test_the_h100_runs_its_tuned_tree(monkeypatch, gluon):
     persistent launch only up to 1,024 keys), short ones 64-key tiles, and so do batches
     of many decodes and a serving step of decodes with a new prompt; decodes
     of a few long sequences run Triton's split-KV step; where Gluon cannot run (no Gluon,
-    ATTNBENCH_GLUON=0, head size 256, 256 query heads per KV head) the qblock step's own
-    Triton config runs instead."""
+    ATTNBENCH_GLUON=0, head size 96, 256 query heads per KV head) the qblock step's own
+    Triton config runs instead; head 256 gets the tree's pick with the 64-key tiles that fit."""
     from attnbench.kernels.dispatch.heuristics import choose_config, tuned_tree_path
     from attnbench.kernels.hopper import host
 
@@ -143,7 +145,9 @@ def test_the_h100_runs_its_tuned_tree(monkeypatch, gluon):
     monkeypatch.setenv("ATTNBENCH_GLUON", "0")
     assert choose_config(long_prompts, H100_SM90).variant == "qblock"
     monkeypatch.delenv("ATTNBENCH_GLUON")
-    assert choose_config(BatchShape(4, 8192, 2048, 2048, 32, 8, 256), H100_SM90).variant == "qblock"  # head 256
+    head_256 = choose_config(BatchShape(4, 8192, 2048, 2048, 32, 8, 256), H100_SM90)
+    assert (head_256.variant, head_256.tile_size) == (("qblock_ws", 64) if gluon else ("qblock", 64))
+    assert choose_config(BatchShape(4, 8192, 2048, 2048, 32, 8, 96), H100_SM90).variant == "qblock"  # head 96
     assert choose_config(BatchShape(1, 512, 512, 512, 256, 1, 64), H100_SM90).variant == "qblock"  # 256 per KV head
     assert choose_config(long_prompts, Platform("cuda", 132, H100_SM90.device_name, "sm_80")).variant == "qblock"
 
@@ -314,8 +318,9 @@ def test_every_choice_of_auto_says_why(monkeypatch):
                                                      "qblock_ws's own tree")
     assert decide(SHAPES[2], H100).why == "the qblock step's own tree"
     assert decide(SHAPES[2], H100, "static_grid").why == "static_grid named: its own tree"
-    head_256 = BatchShape(4, 8192, 2048, 2048, 32, 8, 256)
-    assert decide(head_256, H100_SM90).why.startswith("the fitted tree picked qblock_ws, which does not run here")
-    for shape in (*SHAPES, spec, head_256):
+    head_96, head_256 = BatchShape(4, 8192, 2048, 2048, 32, 8, 96), BatchShape(4, 8192, 2048, 2048, 32, 8, 256)
+    assert decide(head_96, H100_SM90).why.startswith("the fitted tree picked qblock_ws, which does not run here")
+    assert decide(head_256, H100_SM90).why.endswith(", 64-key tiles: the largest that fit head size 256")
+    for shape in (*SHAPES, spec, head_96, head_256):
         for platform in (H100, H100_SM90, HOPPER_UNTUNED):
             assert decide(shape, platform).config == choose_config(shape, platform)

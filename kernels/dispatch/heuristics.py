@@ -193,6 +193,10 @@ def decide(shape: BatchShape, platform: Platform, variant: str = AUTO) -> Decisi
         config = replace(config, persistent=False)
         fitted += (f", one program per item: the longest sequence has {shape.max_seqlen_k} keys "
                    f"(persistent only up to {PERSISTENT_MAX_KEYS})")
+    if config.variant == GLUON_QBLOCK and config.tile_size > hopper.max_tile_size(shape.head_size):
+        # fitted on head 128: a head the tree never saw may not fit its tiles in shared memory
+        config = replace(config, tile_size=hopper.max_tile_size(shape.head_size))
+        fitted += f", {config.tile_size}-key tiles: the largest that fit head size {shape.head_size}"
     if config.variant != GLUON_QBLOCK or _gluon_runs(shape, platform):
         return Decision(config, fitted)
     # fitted where Gluon ran; here it cannot (ATTNBENCH_GLUON=0, no Gluon, heads the Gluon

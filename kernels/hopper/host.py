@@ -12,9 +12,16 @@ from functools import lru_cache
 from ..config import Platform
 
 BLOCK_M = 128  # rows of a Q-block: two warpgroups of 64
-HEAD_SIZES = (64, 128)
+HEAD_SIZES = (64, 128, 256)
 TILE_SIZES = (64, 128)
 ARCH = "sm_90"
+
+
+def max_tile_size(head_size: int) -> int:
+    """The largest KV tile that fits shared memory beside the Q-block: 128 keys up to head
+    size 128; 64 for head 256, whose K and V rings of 64-key tiles and 128-row Q-block take
+    224 KiB of the H100's 227 (128-key tiles would need 352)."""
+    return 128 if head_size <= 128 else 64
 
 
 GLUON_ENV = "ATTNBENCH_GLUON"  # "0": `auto` keeps Triton's kernels on Hopper too (A/B runs)
@@ -78,6 +85,9 @@ def launch_qblock(kernel, extra: dict, out, q, k_cache, v_cache, block_table, cu
 
     if tile_size not in TILE_SIZES:
         raise ValueError(f"tile_size: expected one of {TILE_SIZES}, got {tile_size}")
+    if tile_size > max_tile_size(q.shape[2]):
+        raise ValueError(f"tile_size: at most {max_tile_size(q.shape[2])} with head size {q.shape[2]} "
+                         f"(shared memory), got {tile_size}")
     if k_cache.stride() != v_cache.stride():  # the kernels address K and V with one set of offsets
         raise ValueError(f"v_cache: expected the strides of k_cache {tuple(k_cache.stride())}, "
                          f"got {tuple(v_cache.stride())}")

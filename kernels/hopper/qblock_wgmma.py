@@ -18,8 +18,8 @@ when each asynchronous operation is issued and waited for:
 Eight warps (two warpgroups) share a 128-row Q-block: each warpgroup's ``wgmma`` covers 64
 rows. ``P`` stays in registers as the A operand of ``P V`` (no shared-memory round trip).
 
-Hopper only (sm_90), head sizes 64 and 128, fp16/bf16; `supports` says whether a call can
-run here. Gluon has no interpreter, so this kernel is checked against the fp32 reference on
+Hopper only (sm_90), head sizes 64, 128 and 256 (64-key tiles), fp16/bf16; `supports`
+says whether a call can run here. Gluon has no interpreter, so this kernel is checked against the fp32 reference on
 the GPU (tests/test_kernels_hopper.py) and compiled for sm_90 on CPU-only machines.
 """
 

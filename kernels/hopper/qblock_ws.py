@@ -24,9 +24,9 @@ can overlap the other's matrix products, and neither spends issue slots on addre
 Registers are split by ``setmaxnreg``: 216 per consumer thread, 72 for the producer.
 
 Registered as the kernel ``qblock_ws`` (`STEP`, at the end: its configs, and the calls it
-refuses in one line). Hopper only (sm_90), head sizes 64 and 128, fp16/bf16. Gluon has no interpreter: checked
-against the fp32 reference on the GPU (tests/test_kernels_hopper.py), compiled for sm_90 on
-CPU-only machines.
+refuses in one line). Hopper only (sm_90), head sizes 64, 128 and 256 (64-key tiles),
+fp16/bf16. Gluon has no interpreter: checked against the fp32 reference on the GPU
+(tests/test_kernels_hopper.py), compiled for sm_90 on CPU-only machines.
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ from ..config import BatchShape, KernelConfig, Platform, Step
 from .blocks import (K_STAGES, V_STAGES, any_row_moved, cp_async, cta_barrier, kv_page_offsets, kv_page_rows,
                      kv_tile_offsets, kv_tile_slots, page_layout, program_item, program_rounds, qblock_item,
                      qblock_rows, rescale_rows, row_layout, softmax_tile, tiles_of_whole_pages, to_16bit_pairs)
-from .host import ONE_PER_ITEM, PERSISTENT, launch_qblock, unsupported_reason
+from .host import ONE_PER_ITEM, PERSISTENT, launch_qblock, max_tile_size, unsupported_reason
 
 NUM_WARPS = 4  # the default partition (consumer 0); consumer 1 and the producer are workers
 # the two workers (consumer 1, producer) get 4 warps each and 216 / 72 registers per thread
@@ -334,7 +334,9 @@ def qblock_ws_kernel(
     #    one program per item runs one each)
     kv_smem_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([TILE_SIZE, HEAD_SIZE], q_ptr.dtype.element_ty)
     HALF_M: gl.constexpr = BLOCK_M // 2  # rows per consumer
-    P_AT_PRODUCT: gl.constexpr = TILE_SIZE <= 64  # where P becomes a 16-bit operand (`_p_operand`)
+    # where P becomes a 16-bit operand (`_p_operand`): at the product where a 64-key tile
+    # leaves registers to carry it in fp32, but not beside head 256's 128-register accumulator
+    P_AT_PRODUCT: gl.constexpr = TILE_SIZE <= 64 and HEAD_SIZE <= 128
     q_smem_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([HALF_M, HEAD_SIZE], q_ptr.dtype.element_ty)
     q_smem = gl.allocate_shared_memory(q_ptr.dtype.element_ty, [2, HALF_M, HEAD_SIZE], q_smem_layout)
     k_smem = gl.allocate_shared_memory(q_ptr.dtype.element_ty, [K_STAGES, TILE_SIZE, HEAD_SIZE], kv_smem_layout)
@@ -401,8 +403,10 @@ LONG_KEYS_FROM = 1024  # max_seqlen_k above which LONG_KEYS runs
 
 
 def default_config(shape: BatchShape, p: Platform) -> KernelConfig:
-    """64-key tiles up to `LONG_KEYS_FROM` keys, 128-key ones past them (one program per work item)."""
-    return LONG_KEYS if shape.max_seqlen_k > LONG_KEYS_FROM else SHORT_KEYS
+    """64-key tiles up to `LONG_KEYS_FROM` keys, 128-key ones past them where they fit
+    (`host.max_tile_size`: not with head 256); one program per work item."""
+    long_keys = shape.max_seqlen_k > LONG_KEYS_FROM and max_tile_size(shape.head_size) >= LONG_KEYS.tile_size
+    return LONG_KEYS if long_keys else SHORT_KEYS
 
 
 def refuses(q, k_cache, v_cache) -> str | None:
