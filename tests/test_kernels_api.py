@@ -235,7 +235,7 @@ def test_hopper_kernels_overlap_softmax_with_pv(aot_builds):
     registers); Triton's own pipelining of the Q-block step waits for all (0)."""
     by_variant = {b["variant"]: b for b in aot_builds if b["target"] == "sm_90"}
     for variant in ("qblock_wgmma", "qblock_ws", "qblock_ws_pp", "qblock_ws_t64_lazy", "qblock_wgmma_h256",
-                    "qblock_ws_h256"):
+                    "qblock_ws_h256", "qblock_ws_h96"):
         build = by_variant[variant]
         assert build["matrix_instructions"] == ["wgmma"] and build["shared_bytes"] <= 227 * 1024, build
         assert 1 in build["wgmma_waits"], build

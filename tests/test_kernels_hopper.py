@@ -44,14 +44,21 @@ HEAD_CASES = {
     # logit softcap and a sliding window
     "gqa2-h256-bf16-bs16": (8, 4, 256, 16, torch.bfloat16, {}),
     "window-softcap-gqa2-h256-fp16-bs32": (4, 2, 256, 32, torch.float16, {"sliding_window": "random", "softcap": 2.0}),
+    # heads computed padded (`qblock_ws` only): Phi-3's 96 in 128 columns, 192 in 256
+    "mha-h96-bf16-bs16": (4, 4, 96, 16, torch.bfloat16, {}),
+    "window-gqa4-h96-fp16-bs48": (8, 2, 96, 48, torch.float16, {"sliding_window": "random"}),
+    "softcap-gqa2-h192-bf16-bs32": (4, 2, 192, 32, torch.bfloat16, {"softcap": 2.0}),
 }
 
 
-def tiled_cases(head_cases) -> list[tuple[str, int]]:
-    """(head case, tile size) for each tile size that fits the case's head size."""
-    from attnbench.kernels.hopper.host import TILE_SIZES, max_tile_size
+def tiled_cases(head_cases, kernel: str = "qblock_ws") -> list[tuple[str, int]]:
+    """(head case, tile size) for each case whose head ``kernel`` takes (`host.HEAD_SIZES`;
+    `qblock_ws` pads others: `host.PADDED_HEAD_SIZES`) and each tile size that fits it."""
+    from attnbench.kernels.hopper import host
 
-    return [(case, tile) for case in sorted(head_cases) for tile in TILE_SIZES if tile <= max_tile_size(HEAD_CASES[case][2])]
+    heads = host.PADDED_HEAD_SIZES if kernel.startswith("qblock_ws") else host.HEAD_SIZES
+    return [(case, tile) for case in sorted(head_cases) if HEAD_CASES[case][2] in heads
+            for tile in host.TILE_SIZES if tile <= host.max_tile_size(HEAD_CASES[case][2])]
 
 
 def prefill_seqs(rng: random.Random) -> list[tuple[int, int]]:
@@ -103,8 +110,8 @@ def _launch_run(kernel: str, batch: PagedBatch, tile_size: int) -> torch.Tensor:
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("composition", sorted(COMPOSITIONS))
-@pytest.mark.parametrize(("head_case", "tile_size"), tiled_cases(HEAD_CASES))
-@pytest.mark.parametrize("kernel", sorted(KERNEL_RUNS))
+@pytest.mark.parametrize(("kernel", "head_case", "tile_size"),
+                         [(kernel, *case) for kernel in sorted(KERNEL_RUNS) for case in tiled_cases(HEAD_CASES, kernel)])
 def test_hopper_kernel_matches_reference(kernel, head_case, composition, tile_size):
     """Every Hopper kernel and launch mode (`KERNEL_RUNS`)."""
     seed = fresh_seed()
@@ -151,7 +158,7 @@ def _check_call_and_replay(batch: PagedBatch, label: str, seed: int, config=None
 @pytest.mark.gpu
 @pytest.mark.parametrize("composition", sorted(COMPOSITIONS))
 @pytest.mark.parametrize("head_case", ["gqa4-h128-bf16-bs16", "window-softcap-mqa-h128-bf16-bs48",
-                                       "window-softcap-gqa2-h256-fp16-bs32"])
+                                       "window-softcap-gqa2-h256-fp16-bs32", "window-gqa4-h96-fp16-bs48"])
 def test_auto_on_hopper_matches_and_replays(head_case, composition):
     """The default call picks `qblock_ws` for prefill batches on an H100 (mixed ones of a few
     tokens per sequence the tuned tree may give Triton), runs it through `paged_attention`,

@@ -114,7 +114,9 @@ def test_hopper_prefill_and_mixed_batches_get_the_gluon_kernel(monkeypatch, gluo
     monkeypatch.delenv("ATTNBENCH_GLUON")
     head_256 = choose_config(BatchShape(4, 8192, 2048, 2048, 32, 8, 256), HOPPER_UNTUNED)  # 64-key tiles fit
     assert (head_256.variant, head_256.tile_size) == (("qblock_ws", 64) if gluon else ("qblock", 64))
-    assert choose_config(BatchShape(4, 8192, 2048, 2048, 32, 8, 96), HOPPER_UNTUNED).variant == "qblock"  # head 96
+    head_96 = choose_config(BatchShape(4, 8192, 2048, 2048, 32, 8, 96), HOPPER_UNTUNED)  # computed as 128
+    assert (head_96.variant, head_96.tile_size) == (("qblock_ws", 128) if gluon else ("qblock", 128))
+    assert choose_config(BatchShape(4, 8192, 2048, 2048, 32, 8, 80), HOPPER_UNTUNED).variant == "qblock"  # head 80
     assert choose_config(BatchShape(1, 512, 512, 512, 256, 1, 64), HOPPER_UNTUNED).variant == "qblock"  # 256 per KV head
 
 
@@ -125,8 +127,9 @@ def test_the_h100_runs_its_tuned_tree(monkeypatch, gluon):
     persistent launch only up to 1,024 keys), short ones 64-key tiles, and so do batches
     of many decodes and a serving step of decodes with a new prompt; decodes
     of a few long sequences run Triton's split-KV step; where Gluon cannot run (no Gluon,
-    ATTNBENCH_GLUON=0, head size 96, 256 query heads per KV head) the qblock step's own
-    Triton config runs instead; head 256 gets the tree's pick with the 64-key tiles that fit."""
+    ATTNBENCH_GLUON=0, head size 80, 256 query heads per KV head) the qblock step's own
+    Triton config runs instead; head 256 gets the tree's pick with the 64-key tiles that fit,
+    head 96 the tree's pick as it is (computed as 128)."""
     from attnbench.kernels.dispatch.heuristics import choose_config, tuned_tree_path
     from attnbench.kernels.hopper import host
 
@@ -147,7 +150,9 @@ def test_the_h100_runs_its_tuned_tree(monkeypatch, gluon):
     monkeypatch.delenv("ATTNBENCH_GLUON")
     head_256 = choose_config(BatchShape(4, 8192, 2048, 2048, 32, 8, 256), H100_SM90)
     assert (head_256.variant, head_256.tile_size) == (("qblock_ws", 64) if gluon else ("qblock", 64))
-    assert choose_config(BatchShape(4, 8192, 2048, 2048, 32, 8, 96), H100_SM90).variant == "qblock"  # head 96
+    assert choose_config(BatchShape(4, 8192, 2048, 2048, 32, 8, 96), H100_SM90).variant == \
+        ("qblock_ws" if gluon else "qblock")  # head 96, computed as 128
+    assert choose_config(BatchShape(4, 8192, 2048, 2048, 32, 8, 80), H100_SM90).variant == "qblock"  # head 80
     assert choose_config(BatchShape(1, 512, 512, 512, 256, 1, 64), H100_SM90).variant == "qblock"  # 256 per KV head
     assert choose_config(long_prompts, Platform("cuda", 132, H100_SM90.device_name, "sm_80")).variant == "qblock"
 
@@ -318,9 +323,9 @@ def test_every_choice_of_auto_says_why(monkeypatch):
                                                      "qblock_ws's own tree")
     assert decide(SHAPES[2], H100).why == "the qblock step's own tree"
     assert decide(SHAPES[2], H100, "static_grid").why == "static_grid named: its own tree"
-    head_96, head_256 = BatchShape(4, 8192, 2048, 2048, 32, 8, 96), BatchShape(4, 8192, 2048, 2048, 32, 8, 256)
-    assert decide(head_96, H100_SM90).why.startswith("the fitted tree picked qblock_ws, which does not run here")
+    head_80, head_256 = BatchShape(4, 8192, 2048, 2048, 32, 8, 80), BatchShape(4, 8192, 2048, 2048, 32, 8, 256)
+    assert decide(head_80, H100_SM90).why.startswith("the fitted tree picked qblock_ws, which does not run here")
     assert decide(head_256, H100_SM90).why.endswith(", 64-key tiles: the largest that fit head size 256")
-    for shape in (*SHAPES, spec, head_96, head_256):
+    for shape in (*SHAPES, spec, head_80, head_256):
         for platform in (H100, H100_SM90, HOPPER_UNTUNED):
             assert decide(shape, platform).config == choose_config(shape, platform)

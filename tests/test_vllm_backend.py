@@ -51,9 +51,10 @@ def test_backend_answers_what_the_kernels_support():
 def test_a_server_naming_the_gluon_kernel_takes_only_its_heads(monkeypatch):
     monkeypatch.setenv("ATTNBENCH_VARIANT", "qblock_ws")
     b = vllm_backend.AttnbenchBackend
-    assert [b.supports_head_size(h) for h in (64, 96, 128, 192, 256)] == [True, False, True, False, True]
+    assert [b.supports_head_size(h) for h in (64, 80, 96, 128, 160, 192, 256)] == [True, False, True, True, False,
+                                                                                 True, True]
     monkeypatch.setenv("ATTNBENCH_VARIANT", "qblock")
-    assert b.supports_head_size(96) and b.supports_head_size(192)
+    assert b.supports_head_size(80) and b.supports_head_size(160)
 
 
 def test_variant_comes_from_the_environment(monkeypatch):

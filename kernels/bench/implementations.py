@@ -165,9 +165,12 @@ def _hopper(kernel: str, tile_size: int, **options):
         except Exception as e:  # noqa: BLE001 - a Triton without Gluon's Hopper API
             raise Unsupported(f"needs Triton's Gluon (triton.experimental.gluon): {type(e).__name__}: {e}"[:300]) \
                 from None
-        reason = host.unsupported_reason(batch.q, batch.k_cache)
+        reason = host.unsupported_reason(batch.q, batch.k_cache, module.HEAD_SIZES)
         if reason:
             raise Unsupported(f"{kernel} {reason}")
+        if tile_size > host.max_tile_size(batch.head_size):
+            raise Unsupported(f"{kernel} {tile_size}-key tiles with head size {batch.head_size} "
+                              f"(at most {host.max_tile_size(batch.head_size)}: shared memory)")
         out = torch.empty_like(batch.q)
 
         def run():

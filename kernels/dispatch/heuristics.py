@@ -107,7 +107,7 @@ def _gluon_runs(shape: BatchShape, p: Platform) -> bool:
     """Whether `auto` may run the Gluon kernel here: an sm_90 GPU, Gluon's Hopper API, not
     switched off (``ATTNBENCH_GLUON=0``), and heads it takes (head size, query heads per KV head)."""
     return (p.arch == hopper.ARCH and hopper.chosen_by_auto()
-            and hopper.shape_reason(shape.head_size, shape.queries_per_kv) is None)
+            and hopper.shape_reason(shape.head_size, shape.queries_per_kv, hopper.PADDED_HEAD_SIZES) is None)
 
 
 def _tuned_module(device_name: str) -> str:

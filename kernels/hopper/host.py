@@ -12,16 +12,24 @@ from functools import lru_cache
 from ..config import Platform
 
 BLOCK_M = 128  # rows of a Q-block: two warpgroups of 64
-HEAD_SIZES = (64, 128, 256)
+HEAD_SIZES = (64, 128, 256)  # the widths the kernels compute in (powers of two: layouts, wgmma)
+PADDED_HEAD_SIZES = (64, 96, 128, 192, 256)  # the heads a kernel that pads takes (`head_pad`)
 TILE_SIZES = (64, 128)
 ARCH = "sm_90"
 
 
+def head_pad(head_size: int) -> int:
+    """The width a head is computed in: the smallest of `HEAD_SIZES` that holds it. A
+    kernel that pads (`qblock_ws`: heads of 96 and 192) zero-fills the columns past the
+    head in shared memory, so they add nothing to ``Q K^T`` and ``P V``, and never stores them."""
+    return next((w for w in HEAD_SIZES if w >= head_size), head_size)
+
+
 def max_tile_size(head_size: int) -> int:
-    """The largest KV tile that fits shared memory beside the Q-block: 128 keys up to head
-    size 128; 64 for head 256, whose K and V rings of 64-key tiles and 128-row Q-block take
-    224 KiB of the H100's 227 (128-key tiles would need 352)."""
-    return 128 if head_size <= 128 else 64
+    """The largest KV tile that fits shared memory beside the Q-block: 128 keys up to a
+    128-wide head; 64 for a 256-wide one (heads of 192 and 256), whose K and V rings of 64-key
+    tiles and 128-row Q-block take 224 KiB of the H100's 227 (128-key tiles would need 352)."""
+    return 128 if head_pad(head_size) <= 128 else 64
 
 
 GLUON_ENV = "ATTNBENCH_GLUON"  # "0": `auto` keeps Triton's kernels on Hopper too (A/B runs)
@@ -43,23 +51,23 @@ def available() -> bool:
     return True
 
 
-def shape_reason(head_size: int, queries_per_kv: int) -> str | None:
-    """Why the kernels cannot take heads of this shape, or None when they can."""
-    if head_size not in HEAD_SIZES:
-        return f"head size {head_size} (supported: {HEAD_SIZES})"
+def shape_reason(head_size: int, queries_per_kv: int, head_sizes: tuple[int, ...] = HEAD_SIZES) -> str | None:
+    """Why a kernel taking ``head_sizes`` cannot take heads of this shape, or None when it can."""
+    if head_size not in head_sizes:
+        return f"head size {head_size} (supported: {head_sizes})"
     if queries_per_kv > BLOCK_M:
         return f"{queries_per_kv} query heads per KV head (at most {BLOCK_M})"
     return None
 
 
-def unsupported_reason(q, k_cache) -> str | None:
-    """Why these kernels cannot run a call with these tensors here, or None when they can
-    (the caches' strides are `launch_qblock`'s check)."""
+def unsupported_reason(q, k_cache, head_sizes: tuple[int, ...] = HEAD_SIZES) -> str | None:
+    """Why a kernel taking ``head_sizes`` cannot run a call with these tensors here, or None
+    when it can (the caches' strides are `launch_qblock`'s check)."""
     if Platform.detect(q.device).arch != ARCH:  # cached: a lookup on the default call's path
         return "needs an sm_90 (Hopper) GPU"
     if not available():
         return "needs Triton's Gluon Hopper API (triton.experimental.gluon)"
-    return shape_reason(q.shape[2], q.shape[1] // k_cache.shape[2])
+    return shape_reason(q.shape[2], q.shape[1] // k_cache.shape[2], head_sizes)
 
 
 # how a kernel that walks a flat list of (Q-block, KV head) work items is launched
@@ -102,7 +110,8 @@ def launch_qblock(kernel, extra: dict, out, q, k_cache, v_cache, block_table, cu
         kernel, grid, compile_only,
         *per_token_args(g, out, q, k_cache, v_cache, block_table, cu_seqlens_q, seq_lens, scale, softcap,
                         sliding_window),
-        QPK=g.qpk, HEAD_SIZE=g.head_size, BLOCK_SIZE=g.block_size, TILE_SIZE=tile_size,
+        QPK=g.qpk, HEAD_SIZE=g.head_size, HEAD_PAD=head_pad(g.head_size), BLOCK_SIZE=g.block_size,
+        TILE_SIZE=tile_size,
         BLOCK_M=BLOCK_M, BLOCK_Q=block_q,
         USE_SOFTCAP=softcap > 0, USE_WINDOW=sliding_window is not None,
         **walk, **extra,

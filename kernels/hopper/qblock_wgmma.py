@@ -32,9 +32,11 @@ from triton.experimental.gluon.language.nvidia.ampere import async_copy
 
 from .blocks import (K_STAGES, V_STAGES, cp_async, cta_barrier, kv_tile_offsets, kv_tile_slots,
                      locate_qblock, qblock_rows, rescale_rows, row_layout, softmax_tile, tile_range)
+from . import host
 from .host import launch_qblock
 
 NUM_WARPS = 8  # two warpgroups, 64 rows of the 128-row Q-block each
+HEAD_SIZES = host.HEAD_SIZES  # the heads it takes: the widths it computes in, no padding
 
 
 @gluon.jit
@@ -63,11 +65,12 @@ def qblock_wgmma_kernel(
     stride_kb, stride_ks, stride_kh,
     stride_vb, stride_vs, stride_vh,  # equal to K's (launch_qblock checks): V reuses K's offsets
     stride_bt,
-    QPK: gl.constexpr, HEAD_SIZE: gl.constexpr,
+    QPK: gl.constexpr, HEAD_SIZE: gl.constexpr, HEAD_PAD: gl.constexpr,
     BLOCK_SIZE: gl.constexpr, TILE_SIZE: gl.constexpr,
     BLOCK_M: gl.constexpr, BLOCK_Q: gl.constexpr,
     USE_SOFTCAP: gl.constexpr, USE_WINDOW: gl.constexpr,
 ):
+    gl.static_assert(HEAD_PAD == HEAD_SIZE, "qblock_wgmma computes heads at their own width (HEAD_SIZES)")
     # -- layouts: S = Q K^T and O = P V on wgmma (8 warps along M: 64 rows per warpgroup);
     #    P as the register A operand of P V; 16-byte rows for loads, stores and cp.async
     s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[8, 1],

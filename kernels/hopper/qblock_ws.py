@@ -24,8 +24,8 @@ can overlap the other's matrix products, and neither spends issue slots on addre
 Registers are split by ``setmaxnreg``: 216 per consumer thread, 72 for the producer.
 
 Registered as the kernel ``qblock_ws`` (`STEP`, at the end: its configs, and the calls it
-refuses in one line). Hopper only (sm_90), head sizes 64, 128 and 256 (64-key tiles),
-fp16/bf16. Gluon has no interpreter: checked against the fp32 reference on the GPU
+refuses in one line). Hopper only (sm_90), head sizes 64, 128 and 256 (64-key tiles), and
+96 and 192 computed as 128 and 256 (`HEAD_SIZES`), fp16/bf16. Gluon has no interpreter: checked against the fp32 reference on the GPU
 (tests/test_kernels_hopper.py), compiled for sm_90 on CPU-only machines.
 """
 
@@ -40,12 +40,16 @@ from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared
                                                                warpgroup_mma_wait)
 
 from ..config import BatchShape, KernelConfig, Platform, Step
-from .blocks import (K_STAGES, V_STAGES, any_row_moved, cp_async, cta_barrier, kv_page_offsets, kv_page_rows,
-                     kv_tile_offsets, kv_tile_slots, page_layout, program_item, program_rounds, qblock_item,
-                     qblock_rows, rescale_rows, row_layout, softmax_tile, tiles_of_whole_pages, to_16bit_pairs)
-from .host import ONE_PER_ITEM, PERSISTENT, launch_qblock, max_tile_size, unsupported_reason
+from .blocks import (K_STAGES, V_STAGES, any_row_moved, cp_async, cta_barrier, head_columns, kv_page_offsets,
+                     kv_page_rows, kv_tile_offsets, kv_tile_slots, page_layout, program_item, program_rounds,
+                     qblock_item, qblock_rows, rescale_rows, row_layout, softmax_tile, tiles_of_whole_pages,
+                     to_16bit_pairs)
+from .host import ONE_PER_ITEM, PADDED_HEAD_SIZES, PERSISTENT, launch_qblock, max_tile_size, unsupported_reason
 
 NUM_WARPS = 4  # the default partition (consumer 0); consumer 1 and the producer are workers
+# the heads it takes: 64, 128 and 256 at their own width, 96 and 192 padded to 128 and 256
+# (`host.head_pad`: zero-filled columns, a third more tensor-core work, no more bytes read)
+HEAD_SIZES = PADDED_HEAD_SIZES
 # the two workers (consumer 1, producer) get 4 warps each and 216 / 72 registers per thread
 # (`warp_specialize` in the kernel); consumer 0 gets what is left of maxnreg x 12 warps
 LAUNCH_OPTIONS = {"maxnreg": 168}  # 168 x 384 threads fit the 64K registers of an SM
@@ -55,16 +59,22 @@ LAUNCH_OPTIONS = {"maxnreg": 168}  # 168 x 384 threads fit the 64K registers of 
 def _producer(k_ptr, v_ptr, cu_seqlens_q_ptr, seq_lens_ptr, block_table_ptr, num_seqs, num_q_blocks, num_items,
               sliding_window, stride_bt, stride_kb, stride_ks, stride_kh, stride_vh,
               k_smem, v_smem, k_ready, k_empty, v_ready, v_empty,
-              BLOCK_SIZE: gl.constexpr, TILE_SIZE: gl.constexpr, HEAD_SIZE: gl.constexpr, BLOCK_Q: gl.constexpr,
-              USE_WINDOW: gl.constexpr):
+              BLOCK_SIZE: gl.constexpr, TILE_SIZE: gl.constexpr, HEAD_SIZE: gl.constexpr, HEAD_PAD: gl.constexpr,
+              BLOCK_Q: gl.constexpr, USE_WINDOW: gl.constexpr):
     """Fill the K and V rings for every work item of this program, one tile ahead of the
     consumers as far as buffers allow. Where tiles are whole pages their addresses are
     computed per page (`blocks.kv_page_offsets`), else per row (`blocks.kv_tile_slots`:
     pages that straddle tiles, as 48-token pages do)."""
-    layout: gl.constexpr = row_layout(HEAD_SIZE, 4)
-    pages: gl.constexpr = page_layout(HEAD_SIZE, 4)
-    WHOLE_PAGES: gl.constexpr = tiles_of_whole_pages(TILE_SIZE, BLOCK_SIZE, HEAD_SIZE, 4)
-    tile_pages: gl.constexpr = [TILE_SIZE // BLOCK_SIZE, BLOCK_SIZE, HEAD_SIZE]
+    layout: gl.constexpr = row_layout(HEAD_PAD, 4)
+    pages: gl.constexpr = page_layout(HEAD_PAD, 4)
+    WHOLE_PAGES: gl.constexpr = tiles_of_whole_pages(TILE_SIZE, BLOCK_SIZE, HEAD_PAD, 4)
+    tile_pages: gl.constexpr = [TILE_SIZE // BLOCK_SIZE, BLOCK_SIZE, HEAD_PAD]
+    PADDED: gl.constexpr = HEAD_PAD != HEAD_SIZE
+    # a padded head's real columns, as each copy's mask sees them (used only when PADDED:
+    # the other heads' copies are masked by rows alone, or not at all)
+    page_cols = gl.expand_dims(gl.expand_dims(
+        head_columns(HEAD_SIZE, HEAD_PAD, gl.SliceLayout(0, gl.SliceLayout(1, pages))), 0), 1)
+    row_cols = gl.expand_dims(head_columns(HEAD_SIZE, HEAD_PAD, gl.SliceLayout(0, layout)), 0)
     t = gl.program_id(0) * 0  # tiles of this program's earlier items: the rings' position
     for r in range(program_rounds(num_items)):
         (kv_head, q_start, query_len, q_block_local, context_len, seq_len, bt_row, first_tile, first_masked,
@@ -80,19 +90,29 @@ def _producer(k_ptr, v_ptr, cu_seqlens_q_ptr, seq_lens_ptr, block_table_ptr, num
                 # addresses per page; masks only for the tile that reaches past the sequence
                 if (tile + 1) * TILE_SIZE <= seq_len:
                     offs = kv_page_offsets(bt_row, tile, seq_len, stride_kb, stride_ks, BLOCK_SIZE, TILE_SIZE,
-                                           HEAD_SIZE, pages, False)
-                    _fill(k_smem, v_smem, k_ready, k_empty, v_ready, v_empty, g, k_head, v_head, offs, None,
-                          tile_pages)
+                                           HEAD_PAD, pages, False)
+                    if PADDED:
+                        _fill(k_smem, v_smem, k_ready, k_empty, v_ready, v_empty, g, k_head, v_head, offs,
+                              page_cols, tile_pages)
+                    else:
+                        _fill(k_smem, v_smem, k_ready, k_empty, v_ready, v_empty, g, k_head, v_head, offs, None,
+                              tile_pages)
                 else:
                     offs = kv_page_offsets(bt_row, tile, seq_len, stride_kb, stride_ks, BLOCK_SIZE, TILE_SIZE,
-                                           HEAD_SIZE, pages, True)
-                    _fill(k_smem, v_smem, k_ready, k_empty, v_ready, v_empty, g, k_head, v_head, offs,
-                          kv_page_rows(tile, seq_len, BLOCK_SIZE, TILE_SIZE, pages), tile_pages)
+                                           HEAD_PAD, pages, True)
+                    rows = kv_page_rows(tile, seq_len, BLOCK_SIZE, TILE_SIZE, pages)
+                    if PADDED:
+                        rows = rows & page_cols
+                    _fill(k_smem, v_smem, k_ready, k_empty, v_ready, v_empty, g, k_head, v_head, offs, rows,
+                          tile_pages)
             else:
                 page, slot, in_seq = kv_tile_slots(bt_row, tile, seq_len, BLOCK_SIZE, TILE_SIZE, layout)
-                offs = kv_tile_offsets(page, slot, stride_kb, stride_ks, HEAD_SIZE, layout)  # K's and V's
-                _fill(k_smem, v_smem, k_ready, k_empty, v_ready, v_empty, g, k_head, v_head, offs,
-                      gl.expand_dims(in_seq, 1), [TILE_SIZE, HEAD_SIZE])
+                offs = kv_tile_offsets(page, slot, stride_kb, stride_ks, HEAD_PAD, layout)  # K's and V's
+                rows = gl.expand_dims(in_seq, 1)
+                if PADDED:
+                    rows = rows & row_cols
+                _fill(k_smem, v_smem, k_ready, k_empty, v_ready, v_empty, g, k_head, v_head, offs, rows,
+                      [TILE_SIZE, HEAD_PAD])
         t += end_tile - first_tile
 
 
@@ -115,14 +135,18 @@ def _fill(k_smem, v_smem, k_ready, k_empty, v_ready, v_empty, g, k_head, v_head,
 @gluon.jit
 def _q_rows(q_ptr, q_start, query_len, q_block_local, kv_head, stride_qt, stride_qh, row0,
             ROWS: gl.constexpr, BLOCK_Q: gl.constexpr, QPK: gl.constexpr, HEAD_SIZE: gl.constexpr,
-            layout: gl.constexpr):
-    """(pointers ``[ROWS, HEAD_SIZE]``, valid ``[ROWS, 1]``) of rows ``row0 .. row0 + ROWS
-    - 1`` of a Q-block in ``layout`` (`blocks.qblock_rows`)."""
+            HEAD_PAD: gl.constexpr, layout: gl.constexpr):
+    """(pointers ``[ROWS, HEAD_PAD]``, valid: ``[ROWS, 1]``, or ``[ROWS, HEAD_PAD]`` for a
+    padded head) of rows ``row0 .. row0 + ROWS - 1`` of a Q-block in ``layout``
+    (`blocks.qblock_rows`)."""
     tok, head, valid = qblock_rows(row0, q_block_local, query_len, kv_head, ROWS, BLOCK_Q, QPK,
                                    gl.SliceLayout(1, layout))
-    offs_d = gl.arange(0, HEAD_SIZE, layout=gl.SliceLayout(0, layout))
+    offs_d = gl.arange(0, HEAD_PAD, layout=gl.SliceLayout(0, layout))
     q_rows = (q_start + tok).to(gl.int64) * stride_qt + head * stride_qh
-    return q_ptr + gl.expand_dims(q_rows, 1) + gl.expand_dims(offs_d, 0), gl.expand_dims(valid, 1)
+    valid = gl.expand_dims(valid, 1)
+    if HEAD_PAD != HEAD_SIZE:
+        valid = valid & gl.expand_dims(offs_d < HEAD_SIZE, 0)
+    return q_ptr + gl.expand_dims(q_rows, 1) + gl.expand_dims(offs_d, 0), valid
 
 
 @gluon.jit
@@ -182,9 +206,9 @@ def _consumer_item(out_ptr, q_ptr, q_start, query_len, q_block_local, context_le
                    first_masked, end_tile, t, k, qk_scale, softcap, sliding_window, stride_qt, stride_qh, stride_ot,
                    stride_oh, q_smem, k_smem, v_smem, k_ready, k_empty, v_ready, v_empty, turns,
                    HALF: gl.constexpr, ROWS: gl.constexpr, QPK: gl.constexpr, HEAD_SIZE: gl.constexpr,
-                   TILE_SIZE: gl.constexpr, BLOCK_Q: gl.constexpr, USE_SOFTCAP: gl.constexpr,
-                   USE_WINDOW: gl.constexpr, PINGPONG: gl.constexpr, LAZY_RESCALE: gl.constexpr,
-                   P_AT_PRODUCT: gl.constexpr):
+                   HEAD_PAD: gl.constexpr, TILE_SIZE: gl.constexpr, BLOCK_Q: gl.constexpr,
+                   USE_SOFTCAP: gl.constexpr, USE_WINDOW: gl.constexpr, PINGPONG: gl.constexpr,
+                   LAZY_RESCALE: gl.constexpr, P_AT_PRODUCT: gl.constexpr):
     """One ``ROWS``-row half (``HALF`` 0 or 1) of one work item's Q-block: the overlapped
     loop of `qblock_wgmma`, fed by the producer's mbarriers, then the normalized rows
     stored. Its tiles sit at ring positions ``t, t + 1, ...`` and its product issues at turn
@@ -193,7 +217,7 @@ def _consumer_item(out_ptr, q_ptr, q_start, query_len, q_block_local, context_le
     s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                        instr_shape=[16, TILE_SIZE, 16])
     o_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
-                                                       instr_shape=[16, HEAD_SIZE, 16])
+                                                       instr_shape=[16, HEAD_PAD, 16])
     p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
     dtype: gl.constexpr = q_ptr.dtype.element_ty
     rows: gl.constexpr = gl.SliceLayout(1, s_layout)
@@ -204,7 +228,7 @@ def _consumer_item(out_ptr, q_ptr, q_start, query_len, q_block_local, context_le
     # (Copied by the producer instead, behind a pair of mbarriers per half, they cost more
     # than they saved; loaded during the previous item, no faster: docs/perf/kernels-h100.md.)
     q_ptrs, q_valid = _q_rows(q_ptr, q_start, query_len, q_block_local, kv_head, stride_qt, stride_qh,
-                              HALF * ROWS, ROWS, BLOCK_Q, QPK, HEAD_SIZE, row_layout(HEAD_SIZE, 4))
+                              HALF * ROWS, ROWS, BLOCK_Q, QPK, HEAD_SIZE, HEAD_PAD, row_layout(HEAD_PAD, 4))
     q = gl.load(q_ptrs, mask=q_valid, other=0.0)
     cta_barrier()
     q_smem.store(q)
@@ -214,7 +238,7 @@ def _consumer_item(out_ptr, q_ptr, q_start, query_len, q_block_local, context_le
 
     m_i = gl.full([ROWS], float("-inf"), gl.float32, layout=rows)
     l_i = gl.zeros([ROWS], gl.float32, layout=rows)
-    acc = gl.zeros([ROWS, HEAD_SIZE], gl.float32, layout=o_layout)
+    acc = gl.zeros([ROWS, HEAD_PAD], gl.float32, layout=o_layout)
     s_zero = gl.zeros([ROWS, TILE_SIZE], gl.float32, layout=s_layout)
 
     n = end_tile - first_tile
@@ -272,16 +296,19 @@ def _consumer_item(out_ptr, q_ptr, q_start, query_len, q_block_local, context_le
     # the stores that the accumulator's layout (pairs of columns per thread) would need
     l_o = gl.convert_layout(l_i, gl.SliceLayout(1, o_layout))
     o = (acc / gl.expand_dims(gl.where(l_o == 0.0, 1.0, l_o), 1)).to(dtype)
-    out_layout: gl.constexpr = row_layout(HEAD_SIZE, 4)
+    out_layout: gl.constexpr = row_layout(HEAD_PAD, 4)
     cta_barrier()
     q_smem.store(o)
     cta_barrier()
     o = q_smem.load(out_layout)
     tok_o, head_o, valid_o = qblock_rows(HALF * ROWS, q_block_local, query_len, kv_head, ROWS, BLOCK_Q, QPK,
                                          gl.SliceLayout(1, out_layout))
-    offs_do = gl.arange(0, HEAD_SIZE, layout=gl.SliceLayout(0, out_layout))
+    offs_do = gl.arange(0, HEAD_PAD, layout=gl.SliceLayout(0, out_layout))
     o_rows = (q_start + tok_o).to(gl.int64) * stride_ot + head_o * stride_oh
-    gl.store(out_ptr + gl.expand_dims(o_rows, 1) + gl.expand_dims(offs_do, 0), o, mask=gl.expand_dims(valid_o, 1))
+    o_valid = gl.expand_dims(valid_o, 1)
+    if HEAD_PAD != HEAD_SIZE:  # a padded head: its real columns only
+        o_valid = o_valid & gl.expand_dims(offs_do < HEAD_SIZE, 0)
+    gl.store(out_ptr + gl.expand_dims(o_rows, 1) + gl.expand_dims(offs_do, 0), o, mask=o_valid)
 
 
 @gluon.jit
@@ -289,7 +316,7 @@ def _consumer(out_ptr, q_ptr, cu_seqlens_q_ptr, seq_lens_ptr, block_table_ptr, n
               qk_scale, softcap, sliding_window, stride_qt, stride_qh, stride_ot, stride_oh, stride_bt,
               q_smem, k_smem, v_smem, k_ready, k_empty, v_ready, v_empty, turns,
               HALF: gl.constexpr, ROWS: gl.constexpr, QPK: gl.constexpr, HEAD_SIZE: gl.constexpr,
-              TILE_SIZE: gl.constexpr, BLOCK_Q: gl.constexpr, USE_SOFTCAP: gl.constexpr,
+              HEAD_PAD: gl.constexpr, TILE_SIZE: gl.constexpr, BLOCK_Q: gl.constexpr, USE_SOFTCAP: gl.constexpr,
               USE_WINDOW: gl.constexpr, PINGPONG: gl.constexpr, LAZY_RESCALE: gl.constexpr,
               P_AT_PRODUCT: gl.constexpr):
     """This half's part of every work item of the program, in the producer's order."""
@@ -303,8 +330,8 @@ def _consumer(out_ptr, q_ptr, cu_seqlens_q_ptr, seq_lens_ptr, block_table_ptr, n
         _consumer_item(out_ptr, q_ptr, q_start, query_len, q_block_local, context_len, kv_head, first_tile,
                        first_masked, end_tile, t, k, qk_scale, softcap, sliding_window, stride_qt, stride_qh,
                        stride_ot, stride_oh, q_smem, k_smem, v_smem, k_ready, k_empty, v_ready, v_empty, turns,
-                       HALF, ROWS, QPK, HEAD_SIZE, TILE_SIZE, BLOCK_Q, USE_SOFTCAP, USE_WINDOW, PINGPONG,
-                       LAZY_RESCALE, P_AT_PRODUCT)
+                       HALF, ROWS, QPK, HEAD_SIZE, HEAD_PAD, TILE_SIZE, BLOCK_Q, USE_SOFTCAP, USE_WINDOW,
+                       PINGPONG, LAZY_RESCALE, P_AT_PRODUCT)
         n = end_tile - first_tile
         t += n
         k += gl.where(n > 0, n + 1, 0)  # an item with tiles issues n + 1 times
@@ -321,7 +348,7 @@ def qblock_ws_kernel(
     stride_vb, stride_vs, stride_vh,  # equal to K's (launch_qblock checks): V reuses K's offsets
     stride_bt,
     num_q_blocks, num_items,
-    QPK: gl.constexpr, HEAD_SIZE: gl.constexpr,
+    QPK: gl.constexpr, HEAD_SIZE: gl.constexpr, HEAD_PAD: gl.constexpr,
     BLOCK_SIZE: gl.constexpr, TILE_SIZE: gl.constexpr,
     BLOCK_M: gl.constexpr, BLOCK_Q: gl.constexpr,
     USE_SOFTCAP: gl.constexpr, USE_WINDOW: gl.constexpr, PINGPONG: gl.constexpr, LAZY_RESCALE: gl.constexpr,
@@ -332,15 +359,16 @@ def qblock_ws_kernel(
     #    (`blocks.program_item`: one per round, dealt in snake order) go through them one
     #    after another, each partition counting the tiles of the items before (a launch of
     #    one program per item runs one each)
-    kv_smem_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([TILE_SIZE, HEAD_SIZE], q_ptr.dtype.element_ty)
+    #    (every buffer is ``HEAD_PAD`` wide: a padded head's extra columns hold zeros)
+    kv_smem_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([TILE_SIZE, HEAD_PAD], q_ptr.dtype.element_ty)
     HALF_M: gl.constexpr = BLOCK_M // 2  # rows per consumer
     # where P becomes a 16-bit operand (`_p_operand`): at the product where a 64-key tile
     # leaves registers to carry it in fp32, but not beside head 256's 128-register accumulator
-    P_AT_PRODUCT: gl.constexpr = TILE_SIZE <= 64 and HEAD_SIZE <= 128
-    q_smem_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([HALF_M, HEAD_SIZE], q_ptr.dtype.element_ty)
-    q_smem = gl.allocate_shared_memory(q_ptr.dtype.element_ty, [2, HALF_M, HEAD_SIZE], q_smem_layout)
-    k_smem = gl.allocate_shared_memory(q_ptr.dtype.element_ty, [K_STAGES, TILE_SIZE, HEAD_SIZE], kv_smem_layout)
-    v_smem = gl.allocate_shared_memory(q_ptr.dtype.element_ty, [V_STAGES, TILE_SIZE, HEAD_SIZE], kv_smem_layout)
+    P_AT_PRODUCT: gl.constexpr = TILE_SIZE <= 64 and HEAD_PAD <= 128
+    q_smem_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([HALF_M, HEAD_PAD], q_ptr.dtype.element_ty)
+    q_smem = gl.allocate_shared_memory(q_ptr.dtype.element_ty, [2, HALF_M, HEAD_PAD], q_smem_layout)
+    k_smem = gl.allocate_shared_memory(q_ptr.dtype.element_ty, [K_STAGES, TILE_SIZE, HEAD_PAD], kv_smem_layout)
+    v_smem = gl.allocate_shared_memory(q_ptr.dtype.element_ty, [V_STAGES, TILE_SIZE, HEAD_PAD], kv_smem_layout)
     k_ready = gl.allocate_shared_memory(gl.int64, [K_STAGES, 1], mbarrier.MBarrierLayout())
     k_empty = gl.allocate_shared_memory(gl.int64, [K_STAGES, 1], mbarrier.MBarrierLayout())
     v_ready = gl.allocate_shared_memory(gl.int64, [V_STAGES, 1], mbarrier.MBarrierLayout())
@@ -360,17 +388,17 @@ def qblock_ws_kernel(
         (_consumer, (out_ptr, q_ptr, cu_seqlens_q_ptr, seq_lens_ptr, block_table_ptr, num_seqs, num_q_blocks,
                      num_items, qk_scale, softcap, sliding_window, stride_qt, stride_qh, stride_ot, stride_oh,
                      stride_bt, q_smem.index(0), k_smem, v_smem, k_ready, k_empty, v_ready, v_empty, turns,
-                     0, HALF_M, QPK, HEAD_SIZE, TILE_SIZE, BLOCK_Q, USE_SOFTCAP, USE_WINDOW, PINGPONG,
+                     0, HALF_M, QPK, HEAD_SIZE, HEAD_PAD, TILE_SIZE, BLOCK_Q, USE_SOFTCAP, USE_WINDOW, PINGPONG,
                      LAZY_RESCALE, P_AT_PRODUCT)),
         (_consumer, (out_ptr, q_ptr, cu_seqlens_q_ptr, seq_lens_ptr, block_table_ptr, num_seqs, num_q_blocks,
                      num_items, qk_scale, softcap, sliding_window, stride_qt, stride_qh, stride_ot, stride_oh,
                      stride_bt, q_smem.index(1), k_smem, v_smem, k_ready, k_empty, v_ready, v_empty, turns,
-                     1, HALF_M, QPK, HEAD_SIZE, TILE_SIZE, BLOCK_Q, USE_SOFTCAP, USE_WINDOW, PINGPONG,
+                     1, HALF_M, QPK, HEAD_SIZE, HEAD_PAD, TILE_SIZE, BLOCK_Q, USE_SOFTCAP, USE_WINDOW, PINGPONG,
                      LAZY_RESCALE, P_AT_PRODUCT)),
         (_producer, (k_ptr, v_ptr, cu_seqlens_q_ptr, seq_lens_ptr, block_table_ptr, num_seqs, num_q_blocks,
                      num_items, sliding_window, stride_bt, stride_kb, stride_ks, stride_kh, stride_vh,
                      k_smem, v_smem, k_ready, k_empty, v_ready, v_empty,
-                     BLOCK_SIZE, TILE_SIZE, HEAD_SIZE, BLOCK_Q, USE_WINDOW)),
+                     BLOCK_SIZE, TILE_SIZE, HEAD_SIZE, HEAD_PAD, BLOCK_Q, USE_WINDOW)),
     ], [4, 4], [216, 72])  # worker warps and registers (module doc): consumer 1, producer
 
 
@@ -414,7 +442,7 @@ def refuses(q, k_cache, v_cache) -> str | None:
     if k_cache.stride() != v_cache.stride():
         return (f"addresses K and V with one set of offsets: v_cache strides {tuple(v_cache.stride())} "
                 f"differ from k_cache's {tuple(k_cache.stride())}")
-    return unsupported_reason(q, k_cache)
+    return unsupported_reason(q, k_cache, HEAD_SIZES)
 
 
 def launch_config(out, q, k_cache, v_cache, block_table, cu_seqlens_q, seq_lens, *, scale: float,
