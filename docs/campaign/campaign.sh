@@ -26,7 +26,8 @@
 #   tune:SUITE           `attnbench tune recipes/microbench/SUITE.yaml` over recipes/microbench/tune-space.yaml:
 #                        the sweep into tune/SUITE.csv, the fitted tree into tune/tuned_SUITE.py
 #   tree:SUITE           later jobs run the tree tune:SUITE fitted (ATTNBENCH_TUNED_TREE), not the shipped one;
-#                        tree:off runs the hand-written tree (what a GPU without a fitted tree gets)
+#                        tree:off runs the hand-written tree (what a GPU without a fitted tree gets);
+#                        tree:shipped goes back to the tree the package ships
 #   xcheck[:RUN]         `attnbench crosscheck run ${SUITE:-recipes/cross-check-h100.yaml} --only RUN` into
 #                        cross-check/RUN/ (XCHECK_ARGS: more options, e.g. "--side-by-side --load poisson")
 #   calibrate            `attnbench calibrate` at 256 and 1024 streams x 1/2/4/8 client processes
@@ -115,6 +116,7 @@ job() {
         --max-depth 5 --emit "$CAMPAIGN/tune/tuned_$arg.py" ;;
     tree)
       if [ "$arg" = off ]; then export ATTNBENCH_TUNED_TREE=off
+      elif [ "$arg" = shipped ]; then unset ATTNBENCH_TUNED_TREE
       else
         # the tree another lane may still be fitting: wait for its claim (held while tune runs)
         ( flock 9 ) 9> "$(ATTNBENCH_TUNED_TREE= claim "tune:$arg")"
