@@ -122,7 +122,7 @@ job() {
         ( flock 9 ) 9> "$(ATTNBENCH_TUNED_TREE= claim "tune:$arg")"
         export ATTNBENCH_TUNED_TREE=$CAMPAIGN/tune/tuned_$arg.py
       fi
-      echo "ATTNBENCH_TUNED_TREE=$ATTNBENCH_TUNED_TREE" ;;
+      echo "ATTNBENCH_TUNED_TREE=${ATTNBENCH_TUNED_TREE:-(the shipped tree)}" ;;
     xcheck)
       # shellcheck disable=SC2086  # XCHECK_ARGS: several options
       attnbench crosscheck run "${SUITE:-recipes/cross-check-h100.yaml}" --only "${arg:-api1-custom}" --models dummy \
