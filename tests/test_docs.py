@@ -215,3 +215,33 @@ def test_the_h100_knees_come_from_the_committed_searches():
     readme = (ROOT / "README.md").read_text()
     assert f"FA3 holds\n  {runs.loc['knee-flash', 'knee_rate']:.0f} req/s ({runs.loc['knee-flash', 'knee_tokens_per_joule']:.1f}" in readme
     assert f"attnbench's kernels {runs.loc['knee-custom', 'knee_rate']:.1f}, vLLM's Triton\n  backend {runs.loc['knee-triton', 'knee_rate']:.1f}, FlexAttention {runs.loc['knee-flex', 'knee_rate']:.1f} req/s" in readme
+
+
+def test_the_h100_workload_numbers_come_from_the_committed_summaries():
+    """README and docs/results/h100/README.md, section f: hit rate, median TTFT and TPOT,
+    output tokens per second and per joule of each workload run, as the committed summaries
+    of docs/results/h100/workloads hold them."""
+    from attnbench.analysis.collect import collect_results
+    from attnbench.analysis.normalize import aggregate
+
+    def three_figures(x):  # 19.0 and 5.10 keep their zero, 361 takes no point
+        return f"{x:#.3g}".rstrip(".")
+
+    agg = aggregate(collect_results(ROOT / "docs/results/h100/workloads/h100")).set_index("run")
+    assert len(agg) == 9 and (agg["failed"] == 0).all()
+    results = (ROOT / "docs/results/h100/README.md").read_text()
+    for run, r in agg.iterrows():
+        row = next(line for line in results.splitlines() if line.startswith(f"| {run} |"))
+        cells = [c.strip() for c in row.split("|")[1:-1]]
+        hit = "-" if r["prefix_cache_hit_pct"] != r["prefix_cache_hit_pct"] else f"{r['prefix_cache_hit_pct']:.1f}"
+        assert cells[3:] == [hit, three_figures(r["ttft"]), three_figures(r["tpot"]), f"{r['output_throughput']:,.0f}",
+                             three_figures(r["output_tokens_per_joule"])], row
+    ttft = agg["ttft"].round().astype(int)
+    readme = (ROOT / "README.md").read_text()
+    assert (f"TTFT falls {ttft['workloads-prefix-off-flash']} -> {ttft['workloads-prefix-on-flash']} ms on FA3, "
+            f"{ttft['workloads-prefix-off-custom']} -> {ttft['workloads-prefix-on-custom']} ms on attnbench's kernels,\n"
+            f"  {ttft['workloads-prefix-off-triton']} -> {ttft['workloads-prefix-on-triton']} ms") in readme
+    chat = agg["output_throughput"]
+    behind = [f"{100 * (1 - chat[f'workloads-chat-{b}'] / chat['workloads-chat-flash']):.1f}% less" for b in ("custom", "triton")]
+    assert f"FA3 {chat['workloads-chat-flash']:,.0f} output tok/s, attnbench's kernels {behind[0]}" in readme
+    assert f"vLLM's Triton backend {behind[1]}" in readme
