@@ -117,6 +117,10 @@ def test_hopper_prefill_and_mixed_batches_get_the_gluon_kernel(monkeypatch, gluo
     head_96 = choose_config(BatchShape(4, 8192, 2048, 2048, 32, 8, 96), HOPPER_UNTUNED)  # computed as 128
     assert (head_96.variant, head_96.tile_size) == (("qblock_ws", 128) if gluon else ("qblock", 128))
     assert choose_config(BatchShape(4, 8192, 2048, 2048, 32, 8, 80), HOPPER_UNTUNED).variant == "qblock"  # head 80
+    # short queries at heads the Gluon kernel pads or tiles at 64 keys keep the Triton step
+    for short_queries in (BatchShape(32, 64, 2, 4096, 16, 8, 256), BatchShape(32, 32, 1, 2048, 32, 32, 96)):
+        assert choose_config(short_queries, HOPPER_UNTUNED).variant == "qblock"
+    assert choose_config(BatchShape(32, 32, 1, 2048, 32, 8, 64), HOPPER_UNTUNED).variant == expected  # head 64: Gluon
     assert choose_config(BatchShape(1, 512, 512, 512, 256, 1, 64), HOPPER_UNTUNED).variant == "qblock"  # 256 per KV head
 
 
@@ -312,7 +316,8 @@ def test_every_choice_of_auto_says_why(monkeypatch):
     monkeypatch.setattr(host, "available", lambda: True)
     spec = BatchShape(8, 32, 4, 16384, 28, 4, 128)
     assert decide(spec, H100_SM90).why == ("split-KV: 4-token queries over 16384 keys; the Q-block step would launch "
-                                          "64 programs for 132 SMs, whatever the fitted tree")
+                                          "64 programs for 132 SMs (at most 66 split where the Gluon kernel runs), "
+                                          "whatever the fitted tree")
     assert decide(SHAPES[2], H100_SM90).why == ("the fitted tree (tuned_nvidia_h100_80gb_hbm3), one program per item: "
                                                "the longest sequence has 2048 keys (persistent only up to 1024)")
     short_decodes = BatchShape(64, 64, 1, 512, 32, 8, 128)  # persistent, as fitted
@@ -325,7 +330,31 @@ def test_every_choice_of_auto_says_why(monkeypatch):
     assert decide(SHAPES[2], H100, "static_grid").why == "static_grid named: its own tree"
     head_80, head_256 = BatchShape(4, 8192, 2048, 2048, 32, 8, 80), BatchShape(4, 8192, 2048, 2048, 32, 8, 256)
     assert decide(head_80, H100_SM90).why.startswith("the fitted tree picked qblock_ws, which does not run here")
+    gemma_decodes = BatchShape(24, 24, 1, 12288, 16, 8, 256)
+    assert decide(gemma_decodes, H100_SM90) == (
+        step("qblock").default_config(gemma_decodes, H100_SM90),
+        "the fitted tree picked qblock_ws, which is slower than Triton on 1-token queries at head size 256: "
+        "the qblock step's own tree")
+    assert decide(gemma_decodes, HOPPER_UNTUNED).why == ("the qblock step's own tree: qblock_ws is slower on 1-token "
+                                                         "queries at head size 256")
     assert decide(head_256, H100_SM90).why.endswith(", 64-key tiles: the largest that fit head size 256")
-    for shape in (*SHAPES, spec, head_80, head_256):
+    for shape in (*SHAPES, spec, head_80, head_256, gemma_decodes):
         for platform in (H100, H100_SM90, HOPPER_UNTUNED):
             assert decide(shape, platform).config == choose_config(shape, platform)
+
+
+@pytest.mark.parametrize("gluon", [True, False])
+def test_where_the_gluon_kernel_runs_a_decode_batch_splits_only_at_half_the_sms(monkeypatch, gluon):
+    """One wave of the Gluon kernel over about every SM beats the split's reduction; the
+    Triton step splits up to one program per SM. Decodes over 4k keys with 4 KV heads: 32
+    sequences give 128 programs on 132 SMs, 16 give 64, 8 give 32."""
+    from attnbench.kernels.dispatch.heuristics import choose_config
+    from attnbench.kernels.hopper import host
+
+    monkeypatch.setattr(host, "available", lambda: gluon)
+    h200 = Platform("cuda", 132, "NVIDIA H200", "sm_90")  # no tree ships for it
+    picks = [choose_config(BatchShape(n, n, 1, 4096, 28, 4, 128), h200).variant for n in (32, 16, 8)]
+    assert picks == (["qblock_ws", "parallel_tiled", "parallel_tiled"] if gluon
+                     else ["parallel_tiled", "parallel_tiled", "parallel_tiled"])
+    # a head the Gluon kernel does not run decodes at keeps the Triton step's split point
+    assert choose_config(BatchShape(16, 16, 1, 8192, 16, 8, 256), h200).variant == "parallel_tiled"

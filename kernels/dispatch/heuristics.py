@@ -47,7 +47,8 @@ def _auto(shape: BatchShape, p: Platform) -> Decision:
     segments of 64-token tiles all have work. (On the H100 a speculative batch of 8
     sequences x 4 queries over 16k tokens with 4 KV heads: 133 us split, 405 us not.)
     Otherwise, on an sm_90 GPU with Gluon's Hopper API and heads the Gluon kernel takes, it
-    runs that kernel, ``qblock_ws`` (unless ``ATTNBENCH_GLUON=0``). On the H100's training
+    runs that kernel, ``qblock_ws`` (unless ``ATTNBENCH_GLUON=0``; short queries only at
+    heads of 64 and 128, `_gluon_short_query_head`). On the H100's training
     set (docs/perf/h100/tune-2026-11-25-reduce1.csv), best config against best config, it
     takes 0.56-0.79x the Triton step's time on prefills and chunks, 0.65-1.01x on mixed
     batches, and 0.96-1.02x on the decodes the 2D grid runs (16 to 256 sequences, 512 to
@@ -62,6 +63,10 @@ def _auto(shape: BatchShape, p: Platform) -> Decision:
         return Decision(step(GLUON_QBLOCK).default_config(shape, p),
                         f"{shape.max_seqlen_q}-token queries that fill the 2D grid, on sm_90 with Gluon: "
                         f"{GLUON_QBLOCK}'s own tree")
+    if _gluon_can_run(shape, p):
+        return Decision(step("qblock").default_config(shape, p),
+                        f"the qblock step's own tree: {GLUON_QBLOCK} is slower on {shape.max_seqlen_q}-token queries "
+                        f"at head size {shape.head_size}")
     return Decision(step("qblock").default_config(shape, p), "the qblock step's own tree")
 
 
@@ -77,7 +82,7 @@ def _persistent_pays(shape: BatchShape) -> bool:
     its fixed shares cost more than that. Static shares cannot follow ragged lengths.
     The 2D grid's surplus Q-blocks also take places in the first round, which can push
     real work into a second round. On batches outside the training set (the held-out
-    grid, docs/perf/h100/heldout-2026-11-27-tuned.csv), one program per item was up to
+    grid, docs/perf/h100/heldout-tuned.csv), one program per item was up to
     1.8x faster there: a 512-token chunk over 30k keys took 814 us persistent and 445 us
     one per item."""
     return shape.max_seqlen_k <= PERSISTENT_MAX_KEYS
@@ -85,16 +90,30 @@ def _persistent_pays(shape: BatchShape) -> bool:
 
 def _split_why(shape: BatchShape, p: Platform) -> str:
     return (f"split-KV: {shape.max_seqlen_q}-token queries over {shape.max_seqlen_k} keys; the Q-block step would "
-            f"launch {_programs_2d(shape, p)} programs for {p.num_sms} SMs")
+            f"launch {_programs_2d(shape, p)} programs for {p.num_sms} SMs"
+            + (f" (at most {_split_max_programs(shape, p)} split where the Gluon kernel runs)" if _gluon_runs(shape, p) else ""))
 
 
 SHORT_QUERY = 16  # query tokens per sequence up to which `auto` may split the KV range
 
 
 def _split_kv(shape: BatchShape, p: Platform) -> bool:
-    """Short queries (at most `SHORT_QUERY`) over at least 1,024 keys whose Q-block step
-    would launch at most one program per SM: the split-KV step fills the GPU instead."""
-    return shape.max_seqlen_q <= SHORT_QUERY and shape.max_seqlen_k >= 1024 and _programs_2d(shape, p) <= p.num_sms
+    """Short queries (at most `SHORT_QUERY`) over at least 1,024 keys whose 2D grid would
+    leave SMs idle (`_split_max_programs`): the split-KV step fills the GPU instead."""
+    return (shape.max_seqlen_q <= SHORT_QUERY and shape.max_seqlen_k >= 1024
+            and _programs_2d(shape, p) <= _split_max_programs(shape, p))
+
+
+def _split_max_programs(shape: BatchShape, p: Platform) -> int:
+    """The most programs of the 2D grid at which splitting the KV range pays: one per SM
+    for the Triton step; half as many where the Gluon kernel runs the batch, whose one wave
+    over every SM beats the split's extra reduction. With about one program per SM (128 on
+    the H100's 132), the Gluon kernel took 0.88-0.95x the split-KV step's time (the
+    training set's B16 decode over 8k keys, the held-out grid's Qwen B32 over 4k and Llama
+    B16 over 32k keys); with half (64), the two were level (0.98-1.06x); with at most a
+    quarter (8-32), the split took 0.12-0.79x the Gluon kernel's time (decodes and 4-query
+    speculative decodes of both sets)."""
+    return p.num_sms // 2 if _gluon_runs(shape, p) else p.num_sms
 
 
 def _programs_2d(shape: BatchShape, p: Platform) -> int:
@@ -103,11 +122,29 @@ def _programs_2d(shape: BatchShape, p: Platform) -> int:
     return shape.num_seqs * -(-shape.max_seqlen_q // block_q) * shape.num_kv_heads
 
 
-def _gluon_runs(shape: BatchShape, p: Platform) -> bool:
-    """Whether `auto` may run the Gluon kernel here: an sm_90 GPU, Gluon's Hopper API, not
-    switched off (``ATTNBENCH_GLUON=0``), and heads it takes (head size, query heads per KV head)."""
+def _gluon_can_run(shape: BatchShape, p: Platform) -> bool:
+    """Whether the Gluon kernel can run this batch here: an sm_90 GPU, Gluon's Hopper API,
+    not switched off (``ATTNBENCH_GLUON=0``), heads it takes (head size, query heads per KV head)."""
     return (p.arch == hopper.ARCH and hopper.chosen_by_auto()
             and hopper.shape_reason(shape.head_size, shape.queries_per_kv, hopper.PADDED_HEAD_SIZES) is None)
+
+
+def _gluon_runs(shape: BatchShape, p: Platform) -> bool:
+    """Whether `auto` runs the Gluon kernel: where it can, except short queries at heads it
+    does not run at full speed (`_gluon_short_query_head`)."""
+    return _gluon_can_run(shape, p) and (shape.max_seqlen_q > SHORT_QUERY or _gluon_short_query_head(shape.head_size))
+
+
+def _gluon_short_query_head(head_size: int) -> bool:
+    """Whether batches of short queries (decodes, speculative decodes of up to `SHORT_QUERY`
+    tokens) at this head size go to the Gluon kernel: only where it computes the head at its
+    own width on 128-key tiles (64 and 128). A padded head (96, 192) streams unused columns
+    through the MMAs, and a 256-wide one has 64-key tiles, twice the pipeline steps per key,
+    which a decode's few rows cannot hide. On the H100's held-out grid
+    (docs/perf/h100/heldout-tuned.csv) the Gluon kernel took 1.17-1.42x the Triton step's
+    time on Gemma-2's decodes (head 256; 1.23x on its 2-query speculative ones) and 1.04x on
+    Phi-3's (head 96), where prefills and mixed batches at those heads took 0.66-0.80x."""
+    return hopper.head_pad(head_size) == head_size and hopper.max_tile_size(head_size) >= 128
 
 
 def _tuned_module(device_name: str) -> str:
@@ -199,10 +236,13 @@ def decide(shape: BatchShape, platform: Platform, variant: str = AUTO) -> Decisi
         fitted += f", {config.tile_size}-key tiles: the largest that fit head size {shape.head_size}"
     if config.variant != GLUON_QBLOCK or _gluon_runs(shape, platform):
         return Decision(config, fitted)
-    # fitted where Gluon ran; here it cannot (ATTNBENCH_GLUON=0, no Gluon, heads the Gluon
-    # kernel does not take): the Triton step it implements, with its own tree
+    # fitted where Gluon ran on head 128; here it cannot (ATTNBENCH_GLUON=0, no Gluon, heads
+    # the Gluon kernel does not take) or should not (short queries at a padded or 256-wide
+    # head): the Triton step it implements, with its own tree
+    why_not = (f"is slower than Triton on {shape.max_seqlen_q}-token queries at head size {shape.head_size}"
+               if _gluon_can_run(shape, platform) else "does not run here")
     return Decision(step("qblock").default_config(shape, platform),
-                    f"the fitted tree picked {GLUON_QBLOCK}, which does not run here: the qblock step's own tree")
+                    f"the fitted tree picked {GLUON_QBLOCK}, which {why_not}: the qblock step's own tree")
 
 
 def _probe_values(limit: int) -> list[int]:
