@@ -29,6 +29,7 @@ def next_power_of_2(n: int) -> int:
 # the registered kernel with a persistent launch and a fixed 128-row Q-block
 # (`hopper/qblock_ws.py`: the Q-block step in Gluon for Hopper, warp-specialized)
 GLUON_QBLOCK = "qblock_ws"
+SHORT_QUERY = 16  # query tokens per sequence up to which a batch counts as decodes (speculative ones too)
 # KernelConfig fields of older tuned trees and sweeps: ``kernel: gluon_ws`` on the qblock
 # step was the kernel registered since as ``qblock_ws`` (`KernelConfig.of`)
 _LEGACY_KERNELS = {"triton": None, "gluon_ws": GLUON_QBLOCK}

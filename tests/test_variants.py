@@ -211,6 +211,22 @@ def test_the_gluon_kernel_runs_128_row_q_blocks_and_alone_has_a_persistent_launc
     assert "kernel" not in KernelConfig("qblock").as_dict()
 
 
+def test_the_gluon_kernels_own_tree_runs_persistent_over_short_keys_unless_a_uniform_prefill():
+    """`qblock_ws`'s hand-written tree (what `auto` runs where no tree was fitted): persistent
+    up to 1,024 keys for batches with short queries (decodes, speculative decodes, mixed),
+    one program per item for uniform prefills and past 1,024 keys (64-key tiles at head 256)."""
+    def config(*shape):
+        return step("qblock_ws").default_config(BatchShape(*shape), H100_SM90)
+
+    assert config(64, 64, 1, 512, 32, 8, 128).persistent  # decodes
+    assert config(16, 64, 4, 1024, 32, 8, 128).persistent  # 4-query speculative decodes
+    assert config(9, 520, 512, 512, 32, 8, 128).persistent  # a prompt and 8 decodes
+    assert not config(16, 8192, 512, 512, 32, 8, 128).persistent  # 16 prompts of 512
+    assert not config(64, 64, 1, 1025, 32, 8, 128).persistent  # past 1,024 keys
+    assert not config(64, 64, 1, 4096, 16, 8, 256).persistent  # 64-key tiles, long keys
+    assert config(64, 64, 1, 512, 32, 8, 128).tile_size == 64
+
+
 def test_older_trees_and_sweeps_name_the_gluon_kernel_as_a_kernel_field():
     """Tuned trees and sweep rows written before the Gluon kernel had its own name said
     ``kernel: gluon_ws`` on the qblock step (`KernelConfig.of`)."""

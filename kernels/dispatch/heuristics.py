@@ -25,7 +25,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import NamedTuple
 
-from ..config import GLUON_QBLOCK, BatchShape, KernelConfig, Platform
+from ..config import GLUON_QBLOCK, SHORT_QUERY, BatchShape, KernelConfig, Platform
 from ..hopper import host as hopper
 from ..variants import AUTO, check_variant, step
 
@@ -92,9 +92,6 @@ def _split_why(shape: BatchShape, p: Platform) -> str:
     return (f"split-KV: {shape.max_seqlen_q}-token queries over {shape.max_seqlen_k} keys; the Q-block step would "
             f"launch {_programs_2d(shape, p)} programs for {p.num_sms} SMs"
             + (f" (at most {_split_max_programs(shape, p)} split where the Gluon kernel runs)" if _gluon_runs(shape, p) else ""))
-
-
-SHORT_QUERY = 16  # query tokens per sequence up to which `auto` may split the KV range
 
 
 def _split_kv(shape: BatchShape, p: Platform) -> bool:
