@@ -105,8 +105,13 @@ def test_hopper_prefill_and_mixed_batches_get_the_gluon_kernel(monkeypatch, gluo
         assert choose_config(shape, HOPPER_UNTUNED, "qblock").variant == "qblock"  # the paper's step: Triton
     one_decode, many_decodes = SHAPES[:2]
     assert choose_config(one_decode, HOPPER_UNTUNED).variant == "parallel_tiled"  # 8 programs for 114 SMs
-    assert choose_config(many_decodes, HOPPER_UNTUNED).variant == ("qblock_ws" if gluon else "qblock")
-    assert choose_config(many_decodes, HOPPER_UNTUNED).persistent is False  # the kernel's own tree
+    assert choose_config(many_decodes, HOPPER_UNTUNED).variant == "qblock"  # 512 programs over 4k keys: Triton
+    long_decodes = BatchShape(64, 64, 1, 8192, 32, 8, 128)
+    assert choose_config(long_decodes, HOPPER_UNTUNED).variant == ("qblock_ws" if gluon else "qblock")
+    assert choose_config(long_decodes, HOPPER_UNTUNED).persistent is False  # the kernel's own tree, past 1,024 keys
+    one_wave = BatchShape(16, 16, 1, 4096, 32, 8, 128)  # 128 programs for 114 SMs, 4k keys: Gluon where it runs
+    assert choose_config(one_wave, Platform("cuda", 132, "NVIDIA H200", "sm_90")).variant == (
+        "qblock_ws" if gluon else "parallel_tiled")
     serving_step = BatchShape(49, 304, 256, 512, 32, 8, 128)  # 48 decodes and a new prompt
     assert choose_config(serving_step, HOPPER_UNTUNED).tile_size == (64 if gluon else 128)
     monkeypatch.setenv("ATTNBENCH_GLUON", "0")  # the A/B switch
@@ -120,7 +125,7 @@ def test_hopper_prefill_and_mixed_batches_get_the_gluon_kernel(monkeypatch, gluo
     # short queries at heads the Gluon kernel pads or tiles at 64 keys keep the Triton step
     for short_queries in (BatchShape(32, 64, 2, 4096, 16, 8, 256), BatchShape(32, 32, 1, 2048, 32, 32, 96)):
         assert choose_config(short_queries, HOPPER_UNTUNED).variant == "qblock"
-    assert choose_config(BatchShape(32, 32, 1, 2048, 32, 8, 64), HOPPER_UNTUNED).variant == expected  # head 64: Gluon
+    assert choose_config(BatchShape(32, 64, 2, 2048, 32, 8, 64), HOPPER_UNTUNED).variant == expected  # head 64: Gluon
     assert choose_config(BatchShape(1, 512, 512, 512, 256, 1, 64), HOPPER_UNTUNED).variant == "qblock"  # 256 per KV head
 
 
@@ -353,8 +358,11 @@ def test_every_choice_of_auto_says_why(monkeypatch):
         "the qblock step's own tree")
     assert decide(gemma_decodes, HOPPER_UNTUNED).why == ("the qblock step's own tree: qblock_ws is slower on 1-token "
                                                          "queries at head size 256")
+    many_decodes = BatchShape(64, 64, 1, 4096, 32, 8, 128)
+    assert decide(many_decodes, HOPPER_UNTUNED).why == ("the qblock step's own tree: decodes over at most 4096 keys "
+                                                        "in 512 programs for 114 SMs")
     assert decide(head_256, H100_SM90).why.endswith(", 64-key tiles: the largest that fit head size 256")
-    for shape in (*SHAPES, spec, head_80, head_256, gemma_decodes):
+    for shape in (*SHAPES, spec, head_80, head_256, gemma_decodes, many_decodes):
         for platform in (H100, H100_SM90, HOPPER_UNTUNED):
             assert decide(shape, platform).config == choose_config(shape, platform)
 

@@ -48,7 +48,8 @@ def _auto(shape: BatchShape, p: Platform) -> Decision:
     sequences x 4 queries over 16k tokens with 4 KV heads: 133 us split, 405 us not.)
     Otherwise, on an sm_90 GPU with Gluon's Hopper API and heads the Gluon kernel takes, it
     runs that kernel, ``qblock_ws`` (unless ``ATTNBENCH_GLUON=0``; short queries only at
-    heads of 64 and 128, `_gluon_short_query_head`). On the H100's training
+    heads of 64 and 128, `_gluon_short_query_head`; not many decodes over short contexts,
+    `_many_short_decodes`). On the H100's training
     set (docs/perf/h100/tune-2026-11-25-reduce1.csv), best config against best config, it
     takes 0.56-0.79x the Triton step's time on prefills and chunks, 0.65-1.01x on mixed
     batches, and 0.96-1.02x on the decodes the 2D grid runs (16 to 256 sequences, 512 to
@@ -59,6 +60,10 @@ def _auto(shape: BatchShape, p: Platform) -> Decision:
     """
     if _split_kv(shape, p):
         return Decision(step("parallel_tiled").default_config(shape, p), _split_why(shape, p))
+    if _gluon_runs(shape, p) and _many_short_decodes(shape, p):
+        return Decision(step("qblock").default_config(shape, p),
+                        f"the qblock step's own tree: decodes over at most {MANY_DECODES_MAX_KEYS} keys in "
+                        f"{_programs_2d(shape, p)} programs for {p.num_sms} SMs")
     if _gluon_runs(shape, p):
         return Decision(step(GLUON_QBLOCK).default_config(shape, p),
                         f"{shape.max_seqlen_q}-token queries that fill the 2D grid, on sm_90 with Gluon: "
@@ -68,6 +73,25 @@ def _auto(shape: BatchShape, p: Platform) -> Decision:
                         f"the qblock step's own tree: {GLUON_QBLOCK} is slower on {shape.max_seqlen_q}-token queries "
                         f"at head size {shape.head_size}")
     return Decision(step("qblock").default_config(shape, p), "the qblock step's own tree")
+
+
+MANY_DECODES_MAX_KEYS = 4096  # longest sequence up to which many decodes keep the Triton step
+
+
+def _many_short_decodes(shape: BatchShape, p: Platform) -> bool:
+    """A decode batch over at most `MANY_DECODES_MAX_KEYS` keys whose Q-block step launches
+    more programs than there are SMs: where the hand-written tree keeps the Triton step on
+    Hopper. A decode fills 4-8 of the Gluon kernel's 128 Q-block rows, and its one program
+    per SM streams few tiles; the Triton step's 16-row Q-blocks and several programs per SM
+    do better once there are programs enough. On the H100's training set, best config
+    against best config, the Triton step took 0.98-1.00x the Gluon kernel's time on every
+    such decode batch (B32-B256 over 512-4k keys); on the held-out grid 0.87-0.99x the
+    Gluon kernel's own config (Llama-1B B64 over 4k, Qwen-0.5B B128 over 2k, Llama-8B B256
+    over 512, Llama-2 B16 over 4k). With at most one program per SM, or past 4k keys, the
+    Gluon kernel wins: 0.87-0.96x the Triton step's time (B16-B32 decodes over 512-8k keys
+    in 128 programs, B48-B64 over 8k)."""
+    return (shape.max_seqlen_q == 1 and shape.max_seqlen_k <= MANY_DECODES_MAX_KEYS
+            and _programs_2d(shape, p) > p.num_sms)
 
 
 PERSISTENT_MAX_KEYS = 1024  # longest sequence up to which a persistent launch may pay
