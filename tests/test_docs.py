@@ -245,3 +245,23 @@ def test_the_h100_workload_numbers_come_from_the_committed_summaries():
     behind = [f"{100 * (1 - chat[f'workloads-chat-{b}'] / chat['workloads-chat-flash']):.1f}% less" for b in ("custom", "triton")]
     assert f"FA3 {chat['workloads-chat-flash']:,.0f} output tok/s, attnbench's kernels {behind[0]}" in readme
     assert f"vLLM's Triton backend {behind[1]}" in readme
+
+
+def test_the_held_out_grid_numbers_come_from_the_committed_csvs():
+    """README and docs/perf/kernels-h100.md: `auto` over FA3 on the held-out grid, geomean
+    and worst, with the shipped tree and without it, as the report computes them from
+    docs/perf/h100/heldout-{tuned,untuned}.csv."""
+    from attnbench.analysis.collect import load_microbench
+    from attnbench.analysis.report import against_fa3_and_best
+
+    stated = {}
+    for tree in ("tuned", "untuned"):
+        lines = against_fa3_and_best(load_microbench(ROOT / f"docs/perf/h100/heldout-{tree}.csv"))
+        summary = next(line for line in lines if line.startswith("- `auto` / FA3 over 45 cases"))
+        stated[tree] = re.search(r"geomean (\d\.\d+)x, worst (\d\.\d+)x", summary).groups()
+    readme = (ROOT / "README.md").read_text()
+    assert (f"{stated['tuned'][0]}x FA3's time in geometric mean with the shipped\n  tree, {stated['untuned'][0]}x "
+            f"without it; worst {float(stated['tuned'][1]):.1f}x") in readme
+    perf = (ROOT / "docs/perf/kernels-h100.md").read_text()
+    assert (f"| FA3, geomean (worst) | {float(stated['tuned'][0]):.3f}x ({float(stated['tuned'][1]):.2f}x, "
+            f"Gemma-2 ragged decode) | {float(stated['untuned'][0]):.3f}x ({float(stated['untuned'][1]):.2f}x,") in perf
