@@ -148,8 +148,13 @@ def _suite_dirs(root: Path) -> list[Path]:
     return sorted(p for p in root.iterdir() if p.is_dir() and is_suite(p))
 
 
+UNFINISHED = "unfinished"  # the status of a repeat folder without a summary: never counted, always named
+
+
 def collect_results(root: str | Path) -> Collected:
-    """Every repeat under an attnbench results root (or one suite folder)."""
+    """Every repeat under an attnbench results root (or one suite folder). A repeat folder
+    without a summary (the run stopped inside it) is a row with status ``unfinished``, so
+    that the report names it among the repeats left out of the means."""
     root = Path(root)
     if not root.exists():
         raise CollectError(f"{root}: no such results directory")
@@ -164,7 +169,14 @@ def collect_results(root: str | Path) -> Collected:
     for suite_dir in suites:
         for run, repeat, rep_dir in iter_repeat_dirs(suite_dir):
             summary_path = rep_dir / SUMMARY_FILE
-            if not summary_path.exists():
+            if not summary_path.exists():  # begun, never summarized (a crash, Ctrl-C, a machine taken back)
+                recipe, prov = run_meta(rep_dir.parent)
+                sibling = next(rep_dir.parent.glob(f"r[0-9]*/{SUMMARY_FILE}"), None)  # its run's suite name
+                suite = (sibling and read_record(sibling, RepeatSummary, "summary").suite) or suite_dir.name
+                runs.append({"suite": suite, "run": run, "repeat": repeat, "status": UNFINISHED,
+                             "knee": bool((recipe.get("benchmark") or {}).get("knee")),
+                             **_serve_settings(recipe), **_provenance_columns(prov, recipe),
+                             "error": f"{rep_dir}: no {SUMMARY_FILE}", "source": str(rep_dir)})
                 continue
             summary = read_record(summary_path, RepeatSummary, "summary")
             if (summary.run or run) != run:

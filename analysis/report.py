@@ -41,6 +41,7 @@ class Analysis:
     knees: pd.DataFrame = field(default_factory=pd.DataFrame)  # one row per knee run (analysis/knee.py)
     knee_probes: pd.DataFrame = field(default_factory=pd.DataFrame)
     knee_figures: dict[str, list[Path]] = field(default_factory=dict)  # suite -> files
+    uncounted: list[str] = field(default_factory=list)  # runs with no repeat in the means: a warning each
 
     @property
     def figures(self) -> list[Path]:
@@ -86,6 +87,7 @@ def analyze(results: list[Path], out_dir: Path, *, microbench: list[Path] = (), 
         parts = parts if not data.runs.empty else []
     if parts:
         out.agg = split_experiments(aggregate(data, keep_degraded))
+        out.uncounted = _uncounted(data, set(out.agg["run"]))
         if baseline and baseline not in set(out.agg["run"]):
             raise CollectError(f"baseline run {baseline!r} not found; runs are {sorted(set(out.agg['run']))}")
         for suite in dict.fromkeys(out.agg["suite"]):
@@ -369,6 +371,17 @@ def against_fa3_and_best(mb: pd.DataFrame) -> list[str]:
     return lines + [""]
 
 
+def _uncounted(data: Collected, counted_runs: set[str]) -> list[str]:
+    """A warning for each run none of whose repeats is in the means (every one failed,
+    degraded, damaged or unfinished): it has no row in the tables, so it is named here."""
+    lines = []
+    for run, g in data.runs[~data.runs["run"].isin(counted_runs)].groupby("run", sort=False):
+        repeats = ", ".join(f"r{r.repeat} {r.status}" for r in g.sort_values("repeat").itertuples())
+        lines.append(f"- **warning**: `{run}`: no repeat counted ({repeats}); it is in no table or figure "
+                     "(`attnbench run --resume` measures it again).")
+    return lines
+
+
 def write_report(analysis: Analysis, path: Path, notes: tuple[str, ...] = ()) -> Path:
     """One Markdown report: provenance, tables, figures, conventions; ``notes`` (lines the
     caller adds, such as where archived records are) under the title."""
@@ -381,6 +394,7 @@ def write_report(analysis: Analysis, path: Path, notes: tuple[str, ...] = ()) ->
               "- Throughput: tokens (input + output for total) over the load's duration, warm-ups excluded.",
               f"- Aggregation over repeats: {CONVENTION}.",
               "- Normalized tables divide by the baseline run on the same GPU.", ""]
+    lines += analysis.uncounted + ([""] if analysis.uncounted else [])
     if analysis.agg is not None:
         agg = analysis.agg
         for suite in dict.fromkeys(agg["suite"]):

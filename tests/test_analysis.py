@@ -90,6 +90,25 @@ def test_a_cut_request_file_is_not_shown_as_a_measurement(tree):
     assert agg.loc["triton", "repeats"] == 2 and agg.loc["triton", "left_out"] == "r2 damaged"
 
 
+def test_a_repeat_stopped_before_its_summary_is_named_not_counted(tree, tmp_path):
+    """A repeat folder with records but no summary (a crash, Ctrl-C, a lease that ended in
+    it) is 'unfinished': out of the means, and the report says so and how to finish it."""
+    (tree / "talk" / "triton" / "r3" / "summary.json").unlink()
+    data = collect_results(tree)
+    row = data.runs[(data.runs["run"] == "triton") & (data.runs["repeat"] == 3)].iloc[0]
+    assert row["status"] == "unfinished" and row["suite"] == "talk" and row["attention_backend"] == "TRITON_ATTN"
+    agg = aggregate(data).set_index("run")
+    assert agg.loc["triton", "repeats"] == 2 and agg.loc["triton", "left_out"] == "r3 unfinished"
+    report = write_report(analyze([tree], tmp_path / "figs"), tmp_path / "report.md").read_text()
+    assert ("- **warning**: `triton`: left out of its means: r3 unfinished (`attnbench run --resume` measures "
+            "them again).") in report
+    for summary in (tree / "talk" / "triton").glob("r*/summary.json"):  # a run none of whose repeats finished
+        summary.unlink()
+    report = write_report(analyze([tree], tmp_path / "figs"), tmp_path / "report.md").read_text()
+    assert ("- **warning**: `triton`: no repeat counted (r1 unfinished, r2 unfinished, r3 unfinished); it is in "
+            "no table or figure (`attnbench run --resume` measures it again).") in report
+
+
 def test_aggregate_follows_the_talks_convention(tree):
     data = collect_results(tree)
     agg = aggregate(data).set_index("run")
