@@ -60,11 +60,11 @@ def _auto(shape: BatchShape, p: Platform) -> Decision:
     """
     if _split_kv(shape, p):
         return Decision(step("parallel_tiled").default_config(shape, p), _split_why(shape, p))
-    if _gluon_runs(shape, p) and _many_short_decodes(shape, p):
-        return Decision(step("qblock").default_config(shape, p),
-                        f"the qblock step's own tree: decodes over at most {MANY_DECODES_MAX_KEYS} keys in "
-                        f"{_programs_2d(shape, p)} programs for {p.num_sms} SMs")
     if _gluon_runs(shape, p):
+        if _many_short_decodes(shape, p):
+            return Decision(step("qblock").default_config(shape, p),
+                            f"the qblock step's own tree: decodes over at most {MANY_DECODES_MAX_KEYS} keys "
+                            f"in {_programs_2d(shape, p)} programs for {p.num_sms} SMs")
         return Decision(step(GLUON_QBLOCK).default_config(shape, p),
                         f"{shape.max_seqlen_q}-token queries that fill the 2D grid, on sm_90 with Gluon: "
                         f"{GLUON_QBLOCK}'s own tree")
@@ -113,9 +113,10 @@ def _persistent_pays(shape: BatchShape) -> bool:
 
 
 def _split_why(shape: BatchShape, p: Platform) -> str:
+    gluon = f" (at most {_split_max_programs(shape, p)} split where the Gluon kernel runs)" \
+        if _gluon_runs(shape, p) else ""
     return (f"split-KV: {shape.max_seqlen_q}-token queries over {shape.max_seqlen_k} keys; the Q-block step would "
-            f"launch {_programs_2d(shape, p)} programs for {p.num_sms} SMs"
-            + (f" (at most {_split_max_programs(shape, p)} split where the Gluon kernel runs)" if _gluon_runs(shape, p) else ""))
+            f"launch {_programs_2d(shape, p)} programs for {p.num_sms} SMs{gluon}")
 
 
 def _split_kv(shape: BatchShape, p: Platform) -> bool:
@@ -153,7 +154,8 @@ def _gluon_can_run(shape: BatchShape, p: Platform) -> bool:
 def _gluon_runs(shape: BatchShape, p: Platform) -> bool:
     """Whether `auto` runs the Gluon kernel: where it can, except short queries at heads it
     does not run at full speed (`_gluon_short_query_head`)."""
-    return _gluon_can_run(shape, p) and (shape.max_seqlen_q > SHORT_QUERY or _gluon_short_query_head(shape.head_size))
+    return _gluon_can_run(shape, p) and (shape.max_seqlen_q > SHORT_QUERY
+                                         or _gluon_short_query_head(shape.head_size))
 
 
 def _gluon_short_query_head(head_size: int) -> bool:

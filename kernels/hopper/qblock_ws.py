@@ -25,8 +25,9 @@ Registers are split by ``setmaxnreg``: 216 per consumer thread, 72 for the produ
 
 Registered as the kernel ``qblock_ws`` (`STEP`, at the end: its configs, and the calls it
 refuses in one line). Hopper only (sm_90), head sizes 64, 128 and 256 (64-key tiles), and
-96 and 192 computed as 128 and 256 (`HEAD_SIZES`), fp16/bf16. Gluon has no interpreter: checked against the fp32 reference on the GPU
-(tests/test_kernels_hopper.py), compiled for sm_90 on CPU-only machines.
+96 and 192 computed as 128 and 256 (`HEAD_SIZES`), fp16/bf16. Gluon has no interpreter:
+checked against the fp32 reference on the GPU (tests/test_kernels_hopper.py), compiled for
+sm_90 on CPU-only machines.
 """
 
 from __future__ import annotations
