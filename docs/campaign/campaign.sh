@@ -9,6 +9,13 @@
 #
 #   bash docs/campaign/campaign.sh start JOB...    from the repository root, after the vLLM bundle
 #   bash docs/campaign/campaign.sh wait            the same worker, WAIT_S more seconds
+#   bash docs/campaign/campaign.sh seed FILES_AT   here, between two leases: the runs a lease packed
+#                                                  (FILES_AT/results.tgz or its .part-* pieces) into
+#                                                  .carry/results, server logs and locks left out (a call
+#                                                  carries at most 64 MiB); name .carry in the carry of the
+#                                                  next lease's `start` call, which copies it into
+#                                                  $CAMPAIGN/results, so that `attnbench run --resume`
+#                                                  measures only what the last lease did not finish
 #   LANES=4 bash docs/campaign/campaign.sh start JOB...
 #                                                  one worker per GPU of the host (lane i sees GPU i
 #                                                  alone), each over the same jobs: a run another lane
@@ -40,7 +47,7 @@ set -u
 CAMPAIGN=${CAMPAIGN:-/tmp/campaign}
 MODELS_DIR=${MODELS_DIR:-/tmp/models}
 mkdir -p "$CAMPAIGN"
-cmd=${1:?start JOB... | wait}; shift
+cmd=${1:?start JOB... | wait | seed FILES_AT}; shift
 
 pack() {  # what the workers have so far, in pieces small enough for the trip back (16 MiB)
   [ -n "${OUT:-}" ] || return 0
@@ -161,10 +168,31 @@ job() {
   esac
 }
 
+seed() {  # a lease's packed runs into .carry/results, for the next lease's `start`
+  local from=${1:?usage: campaign.sh seed FILES_AT} to=${CARRY:-.carry} tgz
+  tgz=$from/results.tgz
+  if [ ! -f "$tgz" ]; then
+    if ! ls "$from"/results.tgz.part-* >/dev/null 2>&1; then
+      echo "seed: $from holds no results.tgz (nor results.tgz.part-*): expected a campaign's packed runs" >&2
+      exit 2
+    fi
+    tgz=$(mktemp)
+    cat "$from"/results.tgz.part-* > "$tgz"
+  fi
+  rm -rf "$to/results" && mkdir -p "$to"
+  tar xzf "$tgz" -C "$to" --exclude='*/server.log' --exclude='*/.lock' results || exit 1
+  du -sh "$to/results"
+}
+
 case $cmd in
+  seed) seed "$@" ;;
   start)
     if working; then
       echo "a worker is already running"; watch; exit 0
+    fi
+    # the runs an earlier lease measured (`seed`), so that this one resumes them
+    if [ -d "${CARRY:-.carry}/results" ] && [ ! -e "$CAMPAIGN/results" ]; then
+      cp -r "${CARRY:-.carry}/results" "$CAMPAIGN/results"
     fi
     . docs/campaign/gpu-setup.sh
     # the workers: each in its own session, so it outlives this call; PYTHONUNBUFFERED for a live log
@@ -187,5 +215,5 @@ case $cmd in
       esac
     done
     echo "=== $(date -u +%FT%TZ) all jobs done" ;;
-  *) echo "usage: campaign.sh start JOB... | wait" >&2; exit 2 ;;
+  *) echo "usage: campaign.sh start JOB... | wait | seed FILES_AT" >&2; exit 2 ;;
 esac

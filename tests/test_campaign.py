@@ -1,0 +1,61 @@
+"""docs/campaign/campaign.sh's `seed`: what one GPU lease measured, carried into the next.
+
+A lease packs its runs into results.tgz (split into .part-* pieces past 15 MB); `seed`
+unpacks them here into .carry/results without the server logs and run locks, small enough
+to travel with the next lease's call, where `start` puts them back for `--resume`.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import tarfile
+from pathlib import Path
+
+import pytest
+
+CAMPAIGN = Path(__file__).resolve().parents[1] / "docs" / "campaign" / "campaign.sh"
+
+
+def _packed_lease(tmp_path: Path) -> Path:
+    """A lease's `pack`: results/h100/<run>/{recipe.yaml, server.log, .lock, r1/summary.json}."""
+    run = tmp_path / "lease" / "results" / "h100" / "workloads-chat-flash"
+    (run / "r1").mkdir(parents=True)
+    (run / "r1" / "summary.json").write_text('{"run": "workloads-chat-flash"}')
+    (run / "r2").mkdir()
+    (run / "r2" / "requests.jsonl").write_text("{}\n")  # a repeat the lease ended in: --resume redoes it
+    (run / "recipe.yaml").write_text("name: workloads-chat-flash\n")
+    (run / "server.log").write_text("INFO " * 1000)
+    (run / ".lock").write_text("")
+    files_at = tmp_path / "files_at"
+    files_at.mkdir()
+    with tarfile.open(files_at / "results.tgz", "w:gz") as tar:
+        tar.add(tmp_path / "lease" / "results", arcname="results")
+    return files_at
+
+
+def _seed(files_at: Path, cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run(["bash", str(CAMPAIGN), "seed", str(files_at)], cwd=cwd, capture_output=True, text=True,
+                          env={"PATH": "/usr/bin:/bin", "CAMPAIGN": str(cwd / "campaign")}, timeout=60)
+
+
+@pytest.mark.parametrize("pieces", [False, True])
+def test_seed_carries_a_leases_runs_without_server_logs_or_locks(tmp_path, pieces):
+    files_at = _packed_lease(tmp_path)
+    if pieces:  # pack's split of a large archive
+        subprocess.run(["split", "-b", "300", "results.tgz", "results.tgz.part-"], cwd=files_at, check=True)
+        (files_at / "results.tgz").unlink()
+        assert len(list(files_at.glob("results.tgz.part-*"))) > 1
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    done = _seed(files_at, repo)
+    assert done.returncode == 0, done.stderr
+    run = repo / ".carry" / "results" / "h100" / "workloads-chat-flash"
+    kept = sorted(str(p.relative_to(run)) for p in run.rglob("*") if p.is_file())
+    assert kept == ["r1/summary.json", "r2/requests.jsonl", "recipe.yaml"]
+
+
+def test_seed_without_a_packed_lease_says_what_it_expected(tmp_path):
+    done = _seed(tmp_path, tmp_path)
+    assert done.returncode == 2
+    assert done.stderr.strip() == (f"seed: {tmp_path} holds no results.tgz (nor results.tgz.part-*): "
+                                   "expected a campaign's packed runs")
