@@ -19,8 +19,9 @@ Eight warps (two warpgroups) share a 128-row Q-block: each warpgroup's ``wgmma``
 rows. ``P`` stays in registers as the A operand of ``P V`` (no shared-memory round trip).
 
 Hopper only (sm_90), head sizes 64, 128 and 256 (64-key tiles), fp16/bf16; `supports`
-says whether a call can run here. Gluon has no interpreter, so this kernel is checked against the fp32 reference on
-the GPU (tests/test_kernels_hopper.py) and compiled for sm_90 on CPU-only machines.
+says whether a call can run here. Gluon has no interpreter, so this kernel is checked
+against the fp32 reference on the GPU (tests/test_kernels_hopper.py) and compiled for
+sm_90 on CPU-only machines.
 """
 
 from __future__ import annotations
@@ -32,11 +33,9 @@ from triton.experimental.gluon.language.nvidia.ampere import async_copy
 
 from .blocks import (K_STAGES, V_STAGES, cp_async, cta_barrier, kv_tile_offsets, kv_tile_slots,
                      locate_qblock, qblock_rows, rescale_rows, row_layout, softmax_tile, tile_range)
-from . import host
-from .host import launch_qblock
+from .host import HEAD_SIZES, launch_qblock  # HEAD_SIZES: the heads it takes, at their own width
 
 NUM_WARPS = 8  # two warpgroups, 64 rows of the 128-row Q-block each
-HEAD_SIZES = host.HEAD_SIZES  # the heads it takes: the widths it computes in, no padding
 
 
 @gluon.jit

@@ -441,11 +441,10 @@ def default_config(shape: BatchShape, p: Platform) -> KernelConfig:
     config took 0.92-1.00x its one-per-item time on such batches (decodes and mixed batches
     of 1-256 sequences over 256-1k keys) and 1.02-1.06x on uniform prefills, which keep one
     program per item."""
-    long_keys = shape.max_seqlen_k > LONG_KEYS_FROM and max_tile_size(shape.head_size) >= LONG_KEYS.tile_size
-    if long_keys:
-        return LONG_KEYS
+    if shape.max_seqlen_k > LONG_KEYS_FROM:
+        return LONG_KEYS if max_tile_size(shape.head_size) >= LONG_KEYS.tile_size else SHORT_KEYS
     uniform_prefill = shape.max_seqlen_q > SHORT_QUERY and shape.num_tokens == shape.num_seqs * shape.max_seqlen_q
-    return SHORT_KEYS if uniform_prefill or shape.max_seqlen_k > LONG_KEYS_FROM else SHORT_KEYS_PERSISTENT
+    return SHORT_KEYS if uniform_prefill else SHORT_KEYS_PERSISTENT
 
 
 def refuses(q, k_cache, v_cache) -> str | None:
