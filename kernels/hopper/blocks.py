@@ -100,9 +100,10 @@ def qblock_item(item, num_items, num_q_blocks, cu_seqlens_q_ptr, seq_lens_ptr, b
     """Work item ``item`` of a flat list of (Q-block, KV head) pairs, last Q-blocks first and
     KV heads innermost (under the causal mask the last Q-blocks see the most keys: for one
     sequence the list runs longest first): (KV head, first query row, query length, Q-block
-    within its sequence, context length, sequence length, block-table row, first tile, first
-    masked tile, end tile). A Q-block past its sequence's query, or an item past the list
-    (``item >= num_items``), has no tiles and no rows (query length 0)."""
+    within its sequence, context length, sequence length, block-table row, and its tile range
+    as `tile_range` gives it: first tile, first unmasked tile, first masked tile, end tile).
+    A Q-block past its sequence's query, or an item past the list (``item >= num_items``),
+    has no tiles and no rows (query length 0)."""
     in_list = item < num_items
     item = gl.minimum(item, num_items - 1)
     num_kv_heads = num_items // num_q_blocks
@@ -113,30 +114,38 @@ def qblock_item(item, num_items, num_q_blocks, cu_seqlens_q_ptr, seq_lens_ptr, b
     context_len = seq_len - query_len
     query_len = gl.where(in_list, query_len, 0)
     bt_row = block_table_ptr + seq.to(gl.int64) * stride_bt
-    first_tile, first_masked, end_tile = tile_range(context_len, query_len, q_block_local, sliding_window,
-                                                    BLOCK_Q, TILE_SIZE, USE_WINDOW)
+    first_tile, first_unmasked, first_masked, end_tile = tile_range(context_len, query_len, q_block_local,
+                                                                    sliding_window, BLOCK_Q, TILE_SIZE, USE_WINDOW)
     end_tile = gl.where(q_block_local * BLOCK_Q < query_len, end_tile, first_tile)
-    return (kv_head, q_start, query_len, q_block_local, context_len, seq_len, bt_row, first_tile, first_masked,
-            end_tile)
+    return (kv_head, q_start, query_len, q_block_local, context_len, seq_len, bt_row, first_tile, first_unmasked,
+            first_masked, end_tile)
 
 
 @gluon.jit
 def tile_range(context_len, query_len, q_block_local, sliding_window,
                BLOCK_Q: gl.constexpr, TILE_SIZE: gl.constexpr, USE_WINDOW: gl.constexpr):
-    """(first tile, first tile that needs masks, end tile) of a Q-block's KV range
-    (`steps.blocks.tile_ranges`): up to its last token (causal), from its first token's
-    window start; keys up to its first token are visible to every row, so whole tiles of
-    them need no mask. With a sliding window every tile is masked."""
+    """(first tile, first unmasked tile, first masked tile, end tile) of a Q-block's KV
+    range: from its first token's window start (or key 0) up to its last token (causal).
+    Only tiles in ``[first unmasked, first masked)`` are visible in full to every row and
+    skip the mask (`softmax_tile`): keys up to the Q-block's first token that lie inside its
+    last token's window. The tiles before are cut by the window for some rows, those from
+    ``first masked`` on by the causal diagonal. Without a window every tile from the first
+    is inside it (first unmasked = first tile); with one, a long sequence has a masked tile
+    or two at each end and its middle unmasked, as FlashAttention masks local attention.
+    (`steps.blocks.tile_ranges` masks every tile of a window.)"""
     first_pos = context_len + q_block_local * BLOCK_Q
     max_pos = context_len + gl.minimum(query_len, (q_block_local + 1) * BLOCK_Q) - 1
     end_tile = max_pos // TILE_SIZE + 1
+    first_masked = (first_pos + 1) // TILE_SIZE
     if USE_WINDOW:
+        # the last row sees keys from max_pos - window + 1 on; the first row's window starts
+        # at first_pos - window + 1 (the range's start)
         first_tile = gl.maximum(first_pos - sliding_window + 1, 0) // TILE_SIZE
-        first_masked = first_tile
+        first_unmasked = (gl.maximum(max_pos - sliding_window + 1, 0) + TILE_SIZE - 1) // TILE_SIZE
     else:
         first_tile = first_pos * 0
-        first_masked = (first_pos + 1) // TILE_SIZE
-    return first_tile, first_masked, end_tile
+        first_unmasked = first_tile
+    return first_tile, first_unmasked, first_masked, end_tile
 
 
 @gluon.jit
@@ -240,14 +249,27 @@ def to_16bit_pairs(x, dtype: gl.constexpr):
 
 
 @gluon.jit
-def softmax_tile(s, m_i, l_i, tile, first_masked, pos_q, qk_scale, softcap, sliding_window,
+def softcap_scores(s, qk_scale, softcap):
+    """Raw scores ``s`` capped, in base 2: ``softcap * tanh(s * scale / softcap) * log2(e)``
+    (``qk_scale`` is the base-2 scale: natural scale times log2(e)). One ``tanh.approx.f32``
+    per score, as FlashAttention 3 does it (relative error below 2^-10.9, under bf16's
+    rounding of P); through exp and a division it took two more special-function ops and
+    four more instructions per score, on a unit a quarter as wide as the FMA pipe."""
+    x = s * (qk_scale / LOG2E / softcap)
+    t = gl.inline_asm_elementwise("tanh.approx.f32 $0, $1;", "=f,f", [x], dtype=gl.float32, is_pure=True, pack=1)
+    return t * (softcap * LOG2E)
+
+
+@gluon.jit
+def softmax_tile(s, m_i, l_i, tile, first_unmasked, first_masked, pos_q, qk_scale, softcap, sliding_window,
                  TILE_SIZE: gl.constexpr, USE_SOFTCAP: gl.constexpr, USE_WINDOW: gl.constexpr,
                  LAZY_MAX: gl.constexpr):
     """Online softmax of one score tile ``s`` (raw ``Q K^T``) in base 2: returns ``P``
     (unnormalized), the factor ``alpha`` that rescales the old accumulator, and the new row
-    max and sum. Tiles before ``first_masked`` are visible in full to every row (one FMA per
-    score, no mask); later ones apply the causal / window mask. A row that has seen no
-    visible key keeps ``m = -inf, l = 0`` (`steps.blocks.attend_tiles`).
+    max and sum. Tiles in ``[first_unmasked, first_masked)`` (`tile_range`) are visible in
+    full to every row (one FMA per score, no mask); the others apply the causal / window
+    mask. A row that has seen no visible key keeps ``m = -inf, l = 0``
+    (`steps.blocks.attend_tiles`). A softcap squashes every score (`softcap_scores`).
 
     With ``LAZY_MAX`` a row keeps its running max until a tile raises it by more than
     `STALE_MAX_LOG2` (FlashAttention 4's conditional rescaling): ``P`` stays below
@@ -255,13 +277,11 @@ def softmax_tile(s, m_i, l_i, tile, first_masked, pos_q, qk_scale, softcap, slid
     for such rows, so most tiles leave the accumulator as it is (`rescale_rows`). The
     result is the same softmax: ``l`` and the accumulator share the stale max."""
     if USE_SOFTCAP:
-        # softcap acts on natural-scale scores: scale, squash, then move to base 2
-        x = s * (qk_scale / LOG2E) / softcap
-        s = softcap * (1.0 - 2.0 / (gl.exp(2.0 * x) + 1.0)) * LOG2E
+        s = softcap_scores(s, qk_scale, softcap)
         scale = 1.0
     else:
         scale = qk_scale
-    if tile >= first_masked:
+    if (tile >= first_masked) | (tile < first_unmasked):
         pos_k = tile * TILE_SIZE + gl.arange(0, TILE_SIZE, layout=gl.SliceLayout(0, s.type.layout))
         visible = gl.expand_dims(pos_k, 0) <= gl.expand_dims(pos_q, 1)
         if USE_WINDOW:

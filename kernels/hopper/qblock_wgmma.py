@@ -93,8 +93,8 @@ def qblock_wgmma_kernel(
     bt_row = block_table_ptr + seq.to(gl.int64) * stride_bt
     k_head = k_ptr + kv_head * stride_kh  # this program's KV head in each cache
     v_head = v_ptr + kv_head * stride_vh
-    first_tile, first_masked, end_tile = tile_range(context_len, query_len, q_block_local, sliding_window,
-                                                    BLOCK_Q, TILE_SIZE, USE_WINDOW)
+    first_tile, first_unmasked, first_masked, end_tile = tile_range(context_len, query_len, q_block_local,
+                                                                    sliding_window, BLOCK_Q, TILE_SIZE, USE_WINDOW)
 
     # -- shared memory: the Q-block, a ring of K tiles and a ring of V tiles
     q_smem = gl.allocate_shared_memory(dtype, [BLOCK_M, HEAD_SIZE], q_smem_layout)
@@ -131,8 +131,8 @@ def qblock_wgmma_kernel(
                        stride_kb, stride_ks, BLOCK_SIZE, TILE_SIZE, HEAD_SIZE, io_layout)
     s = warpgroup_mma(q_smem, k_smem.index(0).permute((1, 0)), s_zero, use_acc=False, is_async=True)
     s = warpgroup_mma_wait(num_outstanding=0, deps=(s,))
-    p, alpha, m_i, l_i = softmax_tile(s, m_i, l_i, first_tile, first_masked, pos_q, qk_scale, softcap,
-                                       sliding_window, TILE_SIZE, USE_SOFTCAP, USE_WINDOW, False)
+    p, alpha, m_i, l_i = softmax_tile(s, m_i, l_i, first_tile, first_unmasked, first_masked, pos_q, qk_scale,
+                                       softcap, sliding_window, TILE_SIZE, USE_SOFTCAP, USE_WINDOW, False)
     p_op = gl.convert_layout(p.to(dtype), p_layout)
 
     # -- steady state, tile j: S_j and P_{j-1} V_{j-1} in flight together; the softmax of
@@ -154,8 +154,8 @@ def qblock_wgmma_kernel(
                            bt_row, tile + 1, seq_len, stride_kb, stride_ks, BLOCK_SIZE, TILE_SIZE, HEAD_SIZE,
                            io_layout)
         s = warpgroup_mma_wait(num_outstanding=1, deps=(s,))
-        p, alpha, m_i, l_i = softmax_tile(s, m_i, l_i, tile, first_masked, pos_q, qk_scale, softcap,
-                                           sliding_window, TILE_SIZE, USE_SOFTCAP, USE_WINDOW, False)
+        p, alpha, m_i, l_i = softmax_tile(s, m_i, l_i, tile, first_unmasked, first_masked, pos_q, qk_scale,
+                                           softcap, sliding_window, TILE_SIZE, USE_SOFTCAP, USE_WINDOW, False)
         acc, p_op = warpgroup_mma_wait(num_outstanding=0, deps=(acc, p_op))
         p_op = gl.convert_layout(p.to(dtype), p_layout)
 

@@ -78,10 +78,10 @@ def _producer(k_ptr, v_ptr, cu_seqlens_q_ptr, seq_lens_ptr, block_table_ptr, num
     row_cols = gl.expand_dims(head_columns(HEAD_SIZE, HEAD_PAD, gl.SliceLayout(0, layout)), 0)
     t = gl.program_id(0) * 0  # tiles of this program's earlier items: the rings' position
     for r in range(program_rounds(num_items)):
-        (kv_head, q_start, query_len, q_block_local, context_len, seq_len, bt_row, first_tile, first_masked,
-         end_tile) = qblock_item(program_item(r), num_items, num_q_blocks, cu_seqlens_q_ptr, seq_lens_ptr,
-                                 block_table_ptr, num_seqs, sliding_window, stride_bt, BLOCK_Q, TILE_SIZE,
-                                 USE_WINDOW)
+        (kv_head, q_start, query_len, q_block_local, context_len, seq_len, bt_row, first_tile, first_unmasked,
+         first_masked, end_tile) = qblock_item(program_item(r), num_items, num_q_blocks, cu_seqlens_q_ptr,
+                                               seq_lens_ptr, block_table_ptr, num_seqs, sliding_window, stride_bt,
+                                               BLOCK_Q, TILE_SIZE, USE_WINDOW)
         k_head = k_ptr + kv_head * stride_kh  # the item's KV head in each cache
         v_head = v_ptr + kv_head * stride_vh
         for j in range(end_tile - first_tile):
@@ -204,8 +204,8 @@ def _pass_turn(turns, HALF: gl.constexpr, PINGPONG: gl.constexpr):
 
 @gluon.jit
 def _consumer_item(out_ptr, q_ptr, q_start, query_len, q_block_local, context_len, kv_head, first_tile,
-                   first_masked, end_tile, t, k, qk_scale, softcap, sliding_window, stride_qt, stride_qh, stride_ot,
-                   stride_oh, q_smem, k_smem, v_smem, k_ready, k_empty, v_ready, v_empty, turns,
+                   first_unmasked, first_masked, end_tile, t, k, qk_scale, softcap, sliding_window, stride_qt,
+                   stride_qh, stride_ot, stride_oh, q_smem, k_smem, v_smem, k_ready, k_empty, v_ready, v_empty, turns,
                    HALF: gl.constexpr, ROWS: gl.constexpr, QPK: gl.constexpr, HEAD_SIZE: gl.constexpr,
                    HEAD_PAD: gl.constexpr, TILE_SIZE: gl.constexpr, BLOCK_Q: gl.constexpr,
                    USE_SOFTCAP: gl.constexpr, USE_WINDOW: gl.constexpr, PINGPONG: gl.constexpr,
@@ -253,8 +253,8 @@ def _consumer_item(out_ptr, q_ptr, q_start, query_len, q_block_local, context_le
         _pass_turn(turns, HALF, PINGPONG)
         s = warpgroup_mma_wait(num_outstanding=0, deps=(s,))
         _release(k_empty.index(t % K_STAGES))
-        p, alpha, m_i, l_i = softmax_tile(s, m_i, l_i, first_tile, first_masked, pos_q, qk_scale, softcap,
-                                          sliding_window, TILE_SIZE, USE_SOFTCAP, USE_WINDOW, LAZY_RESCALE)
+        p, alpha, m_i, l_i = softmax_tile(s, m_i, l_i, first_tile, first_unmasked, first_masked, pos_q, qk_scale,
+                                          softcap, sliding_window, TILE_SIZE, USE_SOFTCAP, USE_WINDOW, LAZY_RESCALE)
         moved = _rows_moved(alpha, LAZY_RESCALE)
         p = _p_operand(p, dtype, p_layout, P_AT_PRODUCT, False)
 
@@ -273,8 +273,9 @@ def _consumer_item(out_ptr, q_ptr, q_start, query_len, q_block_local, context_le
             _pass_turn(turns, HALF, PINGPONG)
             s = warpgroup_mma_wait(num_outstanding=1, deps=(s,))
             _release(k_empty.index(g % K_STAGES))
-            p, alpha, m_i, l_i = softmax_tile(s, m_i, l_i, first_tile + j, first_masked, pos_q, qk_scale, softcap,
-                                              sliding_window, TILE_SIZE, USE_SOFTCAP, USE_WINDOW, LAZY_RESCALE)
+            p, alpha, m_i, l_i = softmax_tile(s, m_i, l_i, first_tile + j, first_unmasked, first_masked, pos_q,
+                                              qk_scale, softcap, sliding_window, TILE_SIZE, USE_SOFTCAP, USE_WINDOW,
+                                              LAZY_RESCALE)
             moved = _rows_moved(alpha, LAZY_RESCALE)  # its reduction while P V is on the tensor cores
             acc, p_op = warpgroup_mma_wait(num_outstanding=0, deps=(acc, p_op))
             _release(v_empty.index((g - 1) % V_STAGES))
@@ -324,14 +325,14 @@ def _consumer(out_ptr, q_ptr, cu_seqlens_q_ptr, seq_lens_ptr, block_table_ptr, n
     t = gl.program_id(0) * 0  # tiles of this program's earlier items: the rings' position
     k = gl.program_id(0) * 0  # product issues of its earlier items: the turns' position
     for r in range(program_rounds(num_items)):
-        (kv_head, q_start, query_len, q_block_local, context_len, seq_len, bt_row, first_tile, first_masked,
-         end_tile) = qblock_item(program_item(r), num_items, num_q_blocks, cu_seqlens_q_ptr, seq_lens_ptr,
-                                 block_table_ptr, num_seqs, sliding_window, stride_bt, BLOCK_Q, TILE_SIZE,
-                                 USE_WINDOW)
+        (kv_head, q_start, query_len, q_block_local, context_len, seq_len, bt_row, first_tile, first_unmasked,
+         first_masked, end_tile) = qblock_item(program_item(r), num_items, num_q_blocks, cu_seqlens_q_ptr,
+                                               seq_lens_ptr, block_table_ptr, num_seqs, sliding_window, stride_bt,
+                                               BLOCK_Q, TILE_SIZE, USE_WINDOW)
         _consumer_item(out_ptr, q_ptr, q_start, query_len, q_block_local, context_len, kv_head, first_tile,
-                       first_masked, end_tile, t, k, qk_scale, softcap, sliding_window, stride_qt, stride_qh,
-                       stride_ot, stride_oh, q_smem, k_smem, v_smem, k_ready, k_empty, v_ready, v_empty, turns,
-                       HALF, ROWS, QPK, HEAD_SIZE, HEAD_PAD, TILE_SIZE, BLOCK_Q, USE_SOFTCAP, USE_WINDOW,
+                       first_unmasked, first_masked, end_tile, t, k, qk_scale, softcap, sliding_window, stride_qt,
+                       stride_qh, stride_ot, stride_oh, q_smem, k_smem, v_smem, k_ready, k_empty, v_ready, v_empty,
+                       turns, HALF, ROWS, QPK, HEAD_SIZE, HEAD_PAD, TILE_SIZE, BLOCK_Q, USE_SOFTCAP, USE_WINDOW,
                        PINGPONG, LAZY_RESCALE, P_AT_PRODUCT)
         n = end_tile - first_tile
         t += n
