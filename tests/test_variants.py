@@ -133,9 +133,10 @@ def test_hopper_prefill_and_mixed_batches_get_the_gluon_kernel(monkeypatch, gluo
 def test_the_h100_runs_its_tuned_tree(monkeypatch, gluon):
     """The H100's fitted tree (kernels/dispatch/tuned_nvidia_h100_80gb_hbm3.py): long
     prompts run the Gluon kernel at 128-key tiles, one program per work item (the tree's
-    persistent launch only up to 1,024 keys), short ones 64-key tiles, and so do batches
-    of many decodes and a serving step of decodes with a new prompt; decodes
-    of a few long sequences run Triton's split-KV step; where Gluon cannot run (no Gluon,
+    persistent launch only up to 1,024 keys), short ones 64-key tiles, and so does a
+    serving step of decodes with a new prompt; many decodes over at most 4k keys keep the
+    Triton step whatever the tree (`_many_short_decodes`); decodes of a few long sequences
+    run Triton's split-KV step; where Gluon cannot run (no Gluon,
     ATTNBENCH_GLUON=0, head size 80, 256 query heads per KV head) the qblock step's own
     Triton config runs instead; head 256 gets the tree's pick with the 64-key tiles that fit,
     head 96 the tree's pick as it is (computed as 128)."""
@@ -152,8 +153,8 @@ def test_the_h100_runs_its_tuned_tree(monkeypatch, gluon):
         assert (config.variant, config.tile_size, config.persistent) == expected
     assert choose_config(SHAPES[0], H100_SM90).variant == "parallel_tiled"  # one 13k decode
     serving_step = BatchShape(49, 304, 256, 512, 32, 8, 128)  # 48 decodes and a new prompt
-    for shape in (SHAPES[1], serving_step):  # and 64 decodes of 4k
-        assert choose_config(shape, H100_SM90).variant == ("qblock_ws" if gluon else "qblock")
+    assert choose_config(serving_step, H100_SM90).variant == ("qblock_ws" if gluon else "qblock")
+    assert choose_config(SHAPES[1], H100_SM90).variant == "qblock"  # 64 decodes of 4k: 512 programs
     monkeypatch.setenv("ATTNBENCH_GLUON", "0")
     assert choose_config(long_prompts, H100_SM90).variant == "qblock"
     monkeypatch.delenv("ATTNBENCH_GLUON")
@@ -179,8 +180,8 @@ def test_a_fitted_persistent_launch_runs_only_over_short_sequences(monkeypatch, 
                     "    return {'variant': 'qblock_ws', 'tile_size': 128, 'block_m': 128, 'persistent': True}\n")
     monkeypatch.setenv("ATTNBENCH_TUNED_TREE", str(tree))
     chunk_over_30k = BatchShape(1, 512, 512, 30720, 32, 8, 128)
-    short_decodes = BatchShape(64, 64, 1, PERSISTENT_MAX_KEYS, 32, 8, 128)
-    long_decodes = BatchShape(64, 64, 1, PERSISTENT_MAX_KEYS + 1, 32, 8, 128)
+    short_decodes = BatchShape(16, 16, 1, PERSISTENT_MAX_KEYS, 32, 8, 128)  # 128 programs
+    long_decodes = BatchShape(16, 16, 1, PERSISTENT_MAX_KEYS + 1, 32, 8, 128)
     assert decide(short_decodes, H100_SM90).config.persistent is True
     for shape in (chunk_over_30k, long_decodes):
         config, why = decide(shape, H100_SM90)
@@ -306,13 +307,15 @@ def test_a_tuned_tree_does_not_extrapolate_to_short_queries_that_cannot_fill_the
     would run one like a prefill: 8 sequences x 4 queries over 16k keys with 4 KV heads get
     64 programs on 132 SMs. The occupancy rule splits the KV range whatever the tree; on
     every case the tree was fitted on, it picks what the tree picks, but for the persistent
-    launch past 1,024 keys (`test_a_fitted_persistent_launch_runs_only_over_short_sequences`)."""
+    launch past 1,024 keys (`test_a_fitted_persistent_launch_runs_only_over_short_sequences`)
+    and the Triton step on decodes of more programs than SMs over at most 4k keys
+    (`heuristics._many_short_decodes`: six of the 28 cases)."""
     import csv
     from dataclasses import replace
     from pathlib import Path
 
     from attnbench.kernels.bench.tune import best_per_case, shape_of
-    from attnbench.kernels.dispatch.heuristics import choose_config
+    from attnbench.kernels.dispatch.heuristics import _many_short_decodes, choose_config
     from attnbench.kernels.dispatch.tuned_nvidia_h100_80gb_hbm3 import choose as tree
     from attnbench.kernels.hopper import host
 
@@ -321,11 +324,18 @@ def test_a_tuned_tree_does_not_extrapolate_to_short_queries_that_cannot_fill_the
     assert KernelConfig.of(tree(spec, H100_SM90)).variant == "qblock_ws"
     assert choose_config(spec, H100_SM90).variant == "parallel_tiled"
     rows = list(csv.DictReader((Path(__file__).parents[1] / "docs/perf/h100/tune-2026-11-25-reduce1.csv").open()))
+    triton_decodes = []
     for case, row in best_per_case(rows).items():
         shape = replace(shape_of(row), head_size=128)
         fitted = KernelConfig.of(tree(shape, H100_SM90))
         persistent = fitted.persistent and shape.max_seqlen_k <= 1024
-        assert choose_config(shape, H100_SM90) == replace(fitted, persistent=persistent), case
+        if _many_short_decodes(shape, H100_SM90):
+            triton_decodes.append(case)
+            assert choose_config(shape, H100_SM90) == step("qblock").default_config(shape, H100_SM90), case
+        else:
+            assert choose_config(shape, H100_SM90) == replace(fitted, persistent=persistent), case
+    assert sorted(triton_decodes) == ["decode-b128-ctx4k", "decode-b256-ctx1k", "decode-b32-ctx4k",
+                                      "decode-b64-ctx2k", "decode-b64-ctx4k", "decode-b64-ctx512"]
 
 
 def test_every_choice_of_auto_says_why(monkeypatch):
@@ -341,7 +351,7 @@ def test_every_choice_of_auto_says_why(monkeypatch):
                                           "whatever the fitted tree")
     assert decide(SHAPES[2], H100_SM90).why == ("the fitted tree (tuned_nvidia_h100_80gb_hbm3), one program per item: "
                                                "the longest sequence has 2048 keys (persistent only up to 1024)")
-    short_decodes = BatchShape(64, 64, 1, 512, 32, 8, 128)  # persistent, as fitted
+    short_decodes = BatchShape(16, 16, 1, 512, 32, 8, 128)  # persistent, as fitted
     assert decide(short_decodes, H100_SM90) == (KernelConfig("qblock_ws", tile_size=128, block_m=128, num_warps=12,
                                                              persistent=True),
                                                 "the fitted tree (tuned_nvidia_h100_80gb_hbm3)")
@@ -361,6 +371,9 @@ def test_every_choice_of_auto_says_why(monkeypatch):
     many_decodes = BatchShape(64, 64, 1, 4096, 32, 8, 128)
     assert decide(many_decodes, HOPPER_UNTUNED).why == ("the qblock step's own tree: decodes over at most 4096 keys "
                                                         "in 512 programs for 114 SMs")
+    assert decide(many_decodes, H100_SM90) == (step("qblock").default_config(many_decodes, H100_SM90),
+                                               "the qblock step's own tree: decodes over at most 4096 keys in 512 "
+                                               "programs for 132 SMs, whatever the fitted tree")
     assert decide(head_256, H100_SM90).why.endswith(", 64-key tiles: the largest that fit head size 256")
     for shape in (*SHAPES, spec, head_80, head_256, gemma_decodes, many_decodes):
         for platform in (H100, H100_SM90, HOPPER_UNTUNED):

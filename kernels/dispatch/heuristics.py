@@ -62,9 +62,7 @@ def _auto(shape: BatchShape, p: Platform) -> Decision:
         return Decision(step("parallel_tiled").default_config(shape, p), _split_why(shape, p))
     if _gluon_runs(shape, p):
         if _many_short_decodes(shape, p):
-            return Decision(step("qblock").default_config(shape, p),
-                            f"the qblock step's own tree: decodes over at most {MANY_DECODES_MAX_KEYS} keys "
-                            f"in {_programs_2d(shape, p)} programs for {p.num_sms} SMs")
+            return Decision(step("qblock").default_config(shape, p), _many_short_decodes_why(shape, p))
         return Decision(step(GLUON_QBLOCK).default_config(shape, p),
                         f"{shape.max_seqlen_q}-token queries that fill the 2D grid, on sm_90 with Gluon: "
                         f"{GLUON_QBLOCK}'s own tree")
@@ -80,18 +78,24 @@ MANY_DECODES_MAX_KEYS = 4096  # longest sequence up to which many decodes keep t
 
 def _many_short_decodes(shape: BatchShape, p: Platform) -> bool:
     """A decode batch over at most `MANY_DECODES_MAX_KEYS` keys whose Q-block step launches
-    more programs than there are SMs: where the hand-written tree keeps the Triton step on
-    Hopper. A decode fills 4-8 of the Gluon kernel's 128 Q-block rows, and its one program
-    per SM streams few tiles; the Triton step's 16-row Q-blocks and several programs per SM
-    do better once there are programs enough. On the H100's training set, best config
-    against best config, the Triton step took 0.98-1.00x the Gluon kernel's time on every
-    such decode batch (B32-B256 over 512-4k keys); on the held-out grid 0.87-0.99x the
-    Gluon kernel's own config (Llama-1B B64 over 4k, Qwen-0.5B B128 over 2k, Llama-8B B256
-    over 512, Llama-2 B16 over 4k). With at most one program per SM, or past 4k keys, the
-    Gluon kernel wins: 0.87-0.96x the Triton step's time (B16-B32 decodes over 512-8k keys
-    in 128 programs, B48-B64 over 8k)."""
+    more programs than there are SMs: where `auto` keeps the Triton step on Hopper, with or
+    without a fitted tree. A decode fills 4-8 of the Gluon kernel's 128 Q-block rows, and
+    its one program per SM streams few tiles; the Triton step's 16-row Q-blocks and several
+    programs per SM do better once there are programs enough. On the H100's training set,
+    best config against best config, the Triton step took 0.98-1.00x the Gluon kernel's
+    time on every such decode batch (B32-B256 over 512-4k keys), and 0.95-1.01x the time of
+    the config the shipped tree fitted there picks (docs/perf/h100/tune-2026-11-25-reduce1.csv);
+    on the held-out grid 0.91-0.99x the fitted tree's pick (Llama-1B B64 over 4k, Qwen-0.5B
+    B128 over 2k, Llama-8B B256 over 512, Llama-2 B16 over 4k). With at most one program
+    per SM, or past 4k keys, the Gluon kernel wins: 0.87-0.96x the Triton step's time
+    (B16-B32 decodes over 512-8k keys in 128 programs, B48-B64 over 8k)."""
     return (shape.max_seqlen_q == 1 and shape.max_seqlen_k <= MANY_DECODES_MAX_KEYS
             and _programs_2d(shape, p) > p.num_sms)
+
+
+def _many_short_decodes_why(shape: BatchShape, p: Platform) -> str:
+    return (f"the qblock step's own tree: decodes over at most {MANY_DECODES_MAX_KEYS} keys "
+            f"in {_programs_2d(shape, p)} programs for {p.num_sms} SMs")
 
 
 PERSISTENT_MAX_KEYS = 1024  # longest sequence up to which a persistent launch may pay
@@ -247,6 +251,9 @@ def decide(shape: BatchShape, platform: Platform, variant: str = AUTO) -> Decisi
         # occupancy rule holds whatever the tree (decodes keep the tree's own split)
         return Decision(step("parallel_tiled").default_config(shape, platform),
                         _split_why(shape, platform) + ", whatever the fitted tree")
+    if _gluon_runs(shape, platform) and _many_short_decodes(shape, platform):
+        return Decision(step("qblock").default_config(shape, platform), _many_short_decodes_why(shape, platform)
+                        + ", whatever the fitted tree")
     config = KernelConfig.of(tuned(shape, platform))
     fitted = f"the fitted tree ({os.environ.get(TREE_ENV) or _tuned_module(platform.device_name)})"
     if config.persistent and not _persistent_pays(shape):
