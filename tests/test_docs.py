@@ -249,6 +249,31 @@ def test_the_h100_workload_numbers_come_from_the_committed_summaries():
     assert f"vLLM's Triton backend {behind[1]}" in readme
 
 
+def test_the_h100_kernels_beside_fa3_come_from_the_committed_summaries():
+    """docs/results/h100/README.md, section g: total tokens per second (mean, min-max), TTFT,
+    ITL, GPU power and output tokens per joule of CUSTOM and FLASH_ATTN on Llama and Qwen, and
+    CUSTOM's deficit on Llama, as the committed summaries of docs/results/h100/shapes hold them."""
+    from attnbench.analysis.collect import collect_results
+    from attnbench.analysis.normalize import aggregate
+
+    agg = aggregate(collect_results(ROOT / "docs/results/h100/shapes/h100")).set_index("run")
+    assert len(agg) == 4 and (agg["failed"] == 0).all() and (agg["repeats"] == 3).all()
+    text = (ROOT / "docs/results/h100/README.md").read_text()
+    results = text[text.index("## g. "):text.index("## Wall time")]  # section d names two of the runs too
+    for run, r in agg.iterrows():
+        row = next(line for line in results.splitlines() if line.startswith(f"| {run} |"))
+        cells = [c.strip() for c in row.split("|")[1:-1]]
+        tok = (f"{r['total_token_throughput']:,.0f} ({r['total_token_throughput_lo']:,.0f}-"
+               f"{r['total_token_throughput_hi']:,.0f})")
+        assert cells[3:] == [tok, f"{r['ttft']:,.0f}", f"{r['itl']:.1f}", f"{r['mean_power_w']:.0f}",
+                             f"{r['output_tokens_per_joule']:.1f}"], row
+    tok = agg["total_token_throughput"]
+    behind = 100 * (1 - tok["backends-custom"] / tok["backends-flash"])
+    assert f"**Llama-3.1-8B: CUSTOM is {behind:.1f}% behind FA3**" in results
+    ratio = tok["shapes-qwen7b-custom"] / tok["shapes-qwen7b-flash"]
+    assert f"CUSTOM puts out {ratio:.2f}x FA3's tokens per second there" in results
+
+
 def test_the_held_out_grid_numbers_come_from_the_committed_csvs():
     """README and docs/perf/kernels-h100.md: `auto` over FA3 on the held-out grid, geomean
     and worst, with the shipped tree and without it, as the report computes them from
