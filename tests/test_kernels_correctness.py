@@ -16,7 +16,7 @@ import torch
 
 from attnbench.kernels import PagedBatch, paged_attention
 from attnbench.kernels.config import KernelConfig
-from kernel_checks import build_head_case, fresh_seed, mismatch, poisoned_like
+from kernel_checks import DEVICE, build_head_case, fresh_seed, mismatch, poison_past_sequences, poisoned_like
 
 # (q heads, kv heads, head size, KV block size, dtype, extras)
 HEAD_CASES = {
@@ -108,6 +108,25 @@ EXTRA_CONFIGS = [
 def test_config_matches_reference(config, head_case, composition):
     seed = fresh_seed()
     run_and_check(build_case(head_case, composition, seed), seed, config=config)
+
+
+@pytest.mark.parametrize("config", [KernelConfig("qblock", tile_size=16, block_m=32),
+                                    KernelConfig("parallel_tiled", tile_size=16, num_segments=3),
+                                    KernelConfig("static_grid", tile_size=16, num_segments=2)],
+                         ids=lambda c: c.variant)
+def test_a_window_of_many_tiles_masks_only_its_edges(config):
+    """A window several tiles wide: each Q-block's tiles split into those the window cuts,
+    a mask-free middle and those on the diagonal (`steps.blocks.tile_ranges`), each segment
+    of a split taking its share of all three. Windows of 50-120 keys over 16-key tiles, with
+    decodes, speculative decodes and chunks long enough for the middle to exist."""
+    seed = fresh_seed()
+    rng = random.Random(seed)
+    seqs = [(1, rng.randint(150, 400)), (rng.randint(2, 6), rng.randint(100, 300)),
+            (rng.randint(60, 150), rng.randint(0, 200))]
+    batch = PagedBatch.build(seqs, num_q_heads=4, num_kv_heads=2, head_size=64, block_size=16,
+                             dtype=torch.bfloat16, device=DEVICE, sliding_window=rng.randint(50, 120), seed=seed)
+    poison_past_sequences(batch)
+    run_and_check(batch, seed, config=config)
 
 
 def test_explicit_scale_is_used():

@@ -145,8 +145,8 @@ def attend_tiles(
     block table. Scores are kept in base 2 (``qk_scale`` includes log2(e)); ``m_i`` is the
     running row max, ``l_i`` the running sum of exponentials, ``acc`` the unnormalized
     output. ``MASKED=False`` is for tiles every row sees in full (below the causal
-    diagonal, inside the sequence, no window): no mask is built at all, which is most of a
-    prefill. With masks, a row that has seen no visible key keeps ``m_i = -inf, l_i = 0,
+    diagonal, inside the sequence and every row's window: `tile_ranges`): no mask is built
+    at all, which is most of a prefill. With masks, a row that has seen no visible key keeps ``m_i = -inf, l_i = 0,
     acc = 0``: the sentinel the segment reductions rely on.
     """
     offs_d = tl.arange(0, HEAD_PAD)
@@ -197,21 +197,24 @@ def attend_tiles(
 @triton.jit
 def tile_ranges(context_len, q_block_local, max_pos, sliding_window,
                 BLOCK_Q: tl.constexpr, TILE_SIZE: tl.constexpr, USE_WINDOW: tl.constexpr):
-    """(first tile, first tile that needs masks, end tile) of a Q-block's KV range.
+    """(first tile, first unmasked tile, first masked tile, end tile) of a Q-block's KV range.
 
     Keys up to the Q-block's first position are visible to every row, so whole tiles of
     them need no mask; the tiles after that reach the causal diagonal. With a sliding
-    window every tile is masked (rows see different windows).
+    window the range starts at the first row's window; its leading tiles, up to the first
+    one inside the last row's window, are cut by the window for some rows and masked too.
+    Without one, the first unmasked tile is the first tile.
     """
     first_pos = context_len + q_block_local * BLOCK_Q
     end_tile = max_pos // TILE_SIZE + 1
+    first_masked = (first_pos + 1) // TILE_SIZE
     if USE_WINDOW:
         first_tile = tl.maximum(first_pos - sliding_window + 1, 0) // TILE_SIZE
-        first_masked = first_tile
+        first_unmasked = tl.cdiv(tl.maximum(max_pos - sliding_window + 1, 0), TILE_SIZE)
     else:
         first_tile = 0
-        first_masked = (first_pos + 1) // TILE_SIZE
-    return first_tile, first_masked, end_tile
+        first_unmasked = 0
+    return first_tile, first_unmasked, first_masked, end_tile
 
 
 @triton.jit
@@ -275,17 +278,25 @@ def attend_qblock(
     # the Q-block's KV tiles: up to its last token's position (causal), from its first
     # token's window start (sliding window); this segment's share of them
     max_pos = tl.max(tl.where(row_valid, pos_q, 0), axis=0)
-    first_tile, first_masked, end_tile = tile_ranges(context_len, q_block_local, max_pos, sliding_window,
-                                                     BLOCK_Q, TILE_SIZE, USE_WINDOW)
+    first_tile, first_unmasked, first_masked, end_tile = tile_ranges(context_len, q_block_local, max_pos,
+                                                                     sliding_window, BLOCK_Q, TILE_SIZE, USE_WINDOW)
     tiles_per_segment = tl.cdiv(end_tile - first_tile, num_segments)
     seg_first = first_tile + segment * tiles_per_segment
     seg_end = tl.minimum(seg_first + tiles_per_segment, end_tile)
 
-    # mask-free tiles first, then the ones that reach the diagonal / window edge
+    # the tiles the window cuts (with one), the mask-free tiles, then the ones that reach
+    # the diagonal (the online softmax takes tiles in any order)
     m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
     acc = tl.zeros([BLOCK_M, HEAD_PAD], dtype=tl.float32)
     bt_row = block_table_ptr + tl.cast(seq, tl.int64) * stride_bt
+    if USE_WINDOW:
+        acc, m_i, l_i = attend_tiles(acc, m_i, l_i, q, pos_q, seg_first, tl.minimum(seg_end, first_unmasked),
+                                     k_ptr, v_ptr, bt_row, seq_len, kv_head,
+                                     stride_kb, stride_ks, stride_kh, stride_vb, stride_vs, stride_vh,
+                                     qk_scale, softcap, sliding_window, HEAD_SIZE, HEAD_PAD, BLOCK_SIZE,
+                                     TILE_SIZE, USE_SOFTCAP, USE_WINDOW, True)
+        seg_first = tl.maximum(seg_first, first_unmasked)
     acc, m_i, l_i = attend_tiles(acc, m_i, l_i, q, pos_q, seg_first, tl.minimum(seg_end, first_masked),
                                  k_ptr, v_ptr, bt_row, seq_len, kv_head,
                                  stride_kb, stride_ks, stride_kh, stride_vb, stride_vs, stride_vh,
