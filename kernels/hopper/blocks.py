@@ -131,8 +131,8 @@ def tile_range(context_len, query_len, q_block_local, sliding_window,
     last token's window. The tiles before are cut by the window for some rows, those from
     ``first masked`` on by the causal diagonal. Without a window every tile from the first
     is inside it (first unmasked = first tile); with one, a long sequence has a masked tile
-    or two at each end and its middle unmasked, as FlashAttention masks local attention.
-    (`steps.blocks.tile_ranges` masks every tile of a window.)"""
+    or two at each end and its middle unmasked, as FlashAttention masks local attention
+    (the ranges of `steps.blocks.tile_ranges`)."""
     first_pos = context_len + q_block_local * BLOCK_Q
     max_pos = context_len + gl.minimum(query_len, (q_block_local + 1) * BLOCK_Q) - 1
     end_tile = max_pos // TILE_SIZE + 1
