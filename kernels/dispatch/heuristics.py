@@ -48,7 +48,7 @@ def _auto(shape: BatchShape, p: Platform) -> Decision:
     sequences x 4 queries over 16k tokens with 4 KV heads: 133 us split, 405 us not.)
     Otherwise, on an sm_90 GPU with Gluon's Hopper API and heads the Gluon kernel takes, it
     runs that kernel, ``qblock_ws`` (unless ``ATTNBENCH_GLUON=0``; short queries only at
-    heads of 64 and 128, `_gluon_short_query_head`; not many decodes over short contexts,
+    heads of 64, 128 and 256, `_gluon_short_query_head`; not many decodes over short contexts,
     `_many_short_decodes`). On the H100's training
     set (docs/perf/h100/tune-2026-11-25-reduce1.csv), best config against best config, it
     takes 0.56-0.79x the Triton step's time on prefills and chunks, 0.65-1.01x on mixed
@@ -164,14 +164,15 @@ def _gluon_runs(shape: BatchShape, p: Platform) -> bool:
 
 def _gluon_short_query_head(head_size: int) -> bool:
     """Whether batches of short queries (decodes, speculative decodes of up to `SHORT_QUERY`
-    tokens) at this head size go to the Gluon kernel: only where it computes the head at its
-    own width on 128-key tiles (64 and 128). A padded head (96, 192) streams unused columns
-    through the MMAs, and a 256-wide one has 64-key tiles, twice the pipeline steps per key,
-    which a decode's few rows cannot hide. On the H100's held-out grid
-    (docs/perf/h100/heldout-tuned.csv) the Gluon kernel took 1.17-1.42x the Triton step's
-    time on Gemma-2's decodes (head 256; 1.23x on its 2-query speculative ones) and 1.04x on
-    Phi-3's (head 96), where prefills and mixed batches at those heads took 0.66-0.80x."""
-    return hopper.head_pad(head_size) == head_size and hopper.max_tile_size(head_size) >= 128
+    tokens) at this head size go to the Gluon kernel: where it computes the head at its own
+    width (64, 128 and 256). A padded head (96, 192) streams unused columns through the MMAs,
+    which a decode's few rows cannot hide: on the H100's held-out grid
+    (docs/perf/h100/heldout-tuned.csv) the Gluon kernel took 1.03x the Triton step's time on
+    Phi-3's decodes (head 96), where it takes 0.66-0.80x on its prefills. At head 256 it
+    took 0.87-1.01x on Gemma-2's decodes, ragged decodes and 2-query speculative decodes,
+    once it masked only the tiles a window cuts and capped scores with one tanh each
+    (before that, 1.17-1.42x)."""
+    return hopper.head_pad(head_size) == head_size
 
 
 def _tuned_module(device_name: str) -> str:
