@@ -60,9 +60,10 @@ def _auto(shape: BatchShape, p: Platform) -> Decision:
     """
     if _split_kv(shape, p):
         return Decision(step("parallel_tiled").default_config(shape, p), _split_why(shape, p))
+    triton_decodes = _triton_for_many_decodes(shape, p)
+    if triton_decodes is not None:
+        return triton_decodes
     if _gluon_runs(shape, p):
-        if _many_short_decodes(shape, p):
-            return Decision(step("qblock").default_config(shape, p), _many_short_decodes_why(shape, p))
         return Decision(step(GLUON_QBLOCK).default_config(shape, p),
                         f"{shape.max_seqlen_q}-token queries that fill the 2D grid, on sm_90 with Gluon: "
                         f"{GLUON_QBLOCK}'s own tree")
@@ -93,9 +94,14 @@ def _many_short_decodes(shape: BatchShape, p: Platform) -> bool:
             and _programs_2d(shape, p) > p.num_sms)
 
 
-def _many_short_decodes_why(shape: BatchShape, p: Platform) -> str:
-    return (f"the qblock step's own tree: decodes over at most {MANY_DECODES_MAX_KEYS} keys "
-            f"in {_programs_2d(shape, p)} programs for {p.num_sms} SMs")
+def _triton_for_many_decodes(shape: BatchShape, p: Platform) -> Decision | None:
+    """The Triton step's own config where the Gluon kernel would run `_many_short_decodes`,
+    with why; None elsewhere. Holds with or without a fitted tree."""
+    if not (_gluon_runs(shape, p) and _many_short_decodes(shape, p)):
+        return None
+    return Decision(step("qblock").default_config(shape, p),
+                    f"the qblock step's own tree: decodes over at most {MANY_DECODES_MAX_KEYS} keys "
+                    f"in {_programs_2d(shape, p)} programs for {p.num_sms} SMs")
 
 
 PERSISTENT_MAX_KEYS = 1024  # longest sequence up to which a persistent launch may pay
@@ -252,9 +258,9 @@ def decide(shape: BatchShape, platform: Platform, variant: str = AUTO) -> Decisi
         # occupancy rule holds whatever the tree (decodes keep the tree's own split)
         return Decision(step("parallel_tiled").default_config(shape, platform),
                         _split_why(shape, platform) + ", whatever the fitted tree")
-    if _gluon_runs(shape, platform) and _many_short_decodes(shape, platform):
-        return Decision(step("qblock").default_config(shape, platform), _many_short_decodes_why(shape, platform)
-                        + ", whatever the fitted tree")
+    triton_decodes = _triton_for_many_decodes(shape, platform)
+    if triton_decodes is not None:
+        return triton_decodes._replace(why=triton_decodes.why + ", whatever the fitted tree")
     config = KernelConfig.of(tuned(shape, platform))
     fitted = f"the fitted tree ({os.environ.get(TREE_ENV) or _tuned_module(platform.device_name)})"
     if config.persistent and not _persistent_pays(shape):
