@@ -144,6 +144,10 @@ class BatchShape:
     num_q_heads: int
     num_kv_heads: int
     head_size: int
+    # keys summed over the batch's sequences; None where the caller cannot know them, as in
+    # a CUDA graph, which serves any lengths up to max_seqlen_k: then every sequence
+    # counts as long as the longest
+    sum_seqlen_k: int | None = None
 
     @property
     def queries_per_kv(self) -> int:
@@ -156,6 +160,16 @@ class BatchShape:
     @property
     def decode_only(self) -> bool:
         return self.max_seqlen_q == 1
+
+    @property
+    def full_length_share(self) -> float:
+        """The batch's keys as a share of what it would hold if every sequence were as long
+        as the longest (1.0 for a uniform batch or unknown lengths; 1/num_seqs at most
+        ragged): how much of a one-program-per-sequence launch's time the longest
+        sequences' programs alone take."""
+        if self.sum_seqlen_k is None:
+            return 1.0
+        return min(1.0, self.sum_seqlen_k / (self.num_seqs * self.max_seqlen_k))
 
 
 @dataclass(frozen=True)

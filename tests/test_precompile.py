@@ -33,7 +33,10 @@ def _random_shape(rng: random.Random, heads: tuple[int, int, int]) -> BatchShape
     else:
         q_lens = [rng.choice([1, rng.randint(1, 40), rng.randint(1, max_tokens // n)]) for _ in range(n)]
     kv = [rng.randint(q, max_len) for q in q_lens]
-    return BatchShape(n, sum(q_lens), max(q_lens), max(kv), *heads)
+    if rng.random() < 0.5:  # a few long sequences among short ones: a ragged batch
+        kv = [rng.randint(q, max_len) if rng.random() < 0.2 else q + rng.randint(0, 40) for q in q_lens]
+    sum_k = rng.choice([None, sum(kv)])  # unknown (a captured graph) or summed by the caller
+    return BatchShape(n, sum(q_lens), max(q_lens), max(kv), *heads, sum_k)
 
 
 @pytest.mark.parametrize("platform", [H100, H100_SM90, MI300X], ids=["h100", "h100-sm90", "mi300x"])

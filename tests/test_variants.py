@@ -8,6 +8,7 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
+from dataclasses import replace
 
 import pytest
 
@@ -297,8 +298,9 @@ def test_auto_splits_the_kv_range_of_short_queries_that_cannot_fill_the_gpu(monk
     two_d = ("qblock", "qblock_ws")  # the 2D grid: qblock_ws where Gluon runs
     many = BatchShape(16, 128, 8, 4096, 32, 8, 128)
     assert choose_config(many, H100_SM90).variant in two_d
-    short_context = BatchShape(8, 32, 4, 512, 28, 4, 128)
+    short_context = BatchShape(8, 32, 4, 256, 28, 4, 128)  # under 512 keys: too few tiles to split
     assert choose_config(short_context, H100_SM90).variant in two_d
+    assert choose_config(BatchShape(1, 1, 1, 512, 32, 8, 128), H100_SM90).variant == "parallel_tiled"
     prompt = BatchShape(8, 256, 32, 16384, 28, 4, 128)  # over 16 queries: not a short query
     assert choose_config(prompt, H100_SM90).variant in two_d
 
@@ -312,7 +314,6 @@ def test_a_tuned_tree_does_not_extrapolate_to_short_queries_that_cannot_fill_the
     and the Triton step on decodes of more programs than SMs over at most 4k keys
     (`heuristics._many_short_decodes`: six of the 28 cases)."""
     import csv
-    from dataclasses import replace
     from pathlib import Path
 
     from attnbench.kernels.bench.tune import best_per_case, shape_of
@@ -379,6 +380,38 @@ def test_every_choice_of_auto_says_why(monkeypatch):
     for shape in (*SHAPES, spec, head_80, head_256, padded_decodes, many_decodes):
         for platform in (H100, H100_SM90, HOPPER_UNTUNED):
             assert decide(shape, platform).config == choose_config(shape, platform)
+
+
+@pytest.mark.parametrize("tree", ["shipped", "off"])
+def test_a_ragged_decode_splits_where_its_longest_sequences_would_idle_the_gpu(monkeypatch, tree):
+    """Counted at the longest sequence's length, a ragged decode's programs may not fill the
+    GPU although there are more of them than SMs: 4 Gemma-2 sequences over 12k keys and 20
+    over 1k (192 programs) count 46, and split their keys with or without a fitted tree
+    (no tree reads the sum of keys). Unknown lengths (a captured graph) count as uniform;
+    a batch ragged but long enough throughout (48 Llama-8B sequences, 86 full-length
+    programs) keeps the 2D grid."""
+    from attnbench.kernels.dispatch.heuristics import decide
+    from attnbench.kernels.hopper import host
+
+    monkeypatch.setattr(host, "available", lambda: True)
+    if tree == "off":
+        monkeypatch.setenv("ATTNBENCH_TUNED_TREE", "off")
+    gemma = BatchShape(24, 24, 1, 12288, 16, 8, 256, sum_seqlen_k=20 * 1024 + 4 * 12288)
+    assert gemma.full_length_share == pytest.approx(69632 / (24 * 12288))
+    split = decide(gemma, H100_SM90)
+    assert split.config == step("parallel_tiled").default_config(gemma, H100_SM90)
+    assert split.why.startswith("split-KV: 1-token queries over 12288 keys; the Q-block step would launch 192 "
+                                "programs, 46 at the longest sequence's length (69632 keys in 24 sequences) "
+                                "for 132 SMs (at most 66 split where the Gluon kernel runs)")
+    assert split.why.endswith(", whatever the fitted tree") == (tree == "shipped")
+    for unknown in (replace(gemma, sum_seqlen_k=None), replace(gemma, sum_seqlen_k=24 * 12288)):
+        assert decide(unknown, H100_SM90).config.variant == "qblock_ws"
+    llama = BatchShape(48, 48, 1, 16384, 32, 8, 128, sum_seqlen_k=176128)
+    assert decide(llama, H100_SM90).config.variant == "qblock_ws"
+    # the Triton step splits up to one program per SM: there the Llama batch splits too
+    monkeypatch.setattr(host, "available", lambda: False)
+    assert decide(llama, H100_SM90).config.variant == "parallel_tiled"
+    assert decide(replace(llama, sum_seqlen_k=None), H100_SM90).config.variant == "qblock"
 
 
 @pytest.mark.parametrize("gluon", [True, False])

@@ -72,18 +72,52 @@ def test_layer_refuses_what_the_kernels_lack():
         vllm_backend.AttnbenchImpl(8, 64, 0.125, 2, [0.5] * 8, None, "auto")
 
 
-def _vllm_metadata(batch: PagedBatch):
-    """vLLM's TritonAttentionMetadata for ``batch``: the fields forward reads; the rest
-    (the builder's 3D scratch buffers, cascade and multimodal extras) empty."""
-    from vllm.v1.attention.backends.triton_attn import TritonAttentionMetadata
-
+def _vllm_metadata(batch: PagedBatch, captured: bool = False):
+    """The plugin builder's metadata for ``batch``: the fields forward reads, with the keys
+    summed as the builder sums them (None as in a captured graph); the rest (the builder's
+    3D scratch buffers, cascade and multimodal extras) empty."""
     known = dict(num_actual_tokens=batch.num_tokens, max_query_len=batch.max_seqlen_q,
                  query_start_loc=batch.cu_seqlens_q, max_seq_len=batch.max_seqlen_k,
                  seq_lens=batch.seq_lens, block_table=batch.block_table, causal=True,
-                 slot_mapping=_slot_mapping(batch))
-    rest = {f.name: None for f in dataclasses.fields(TritonAttentionMetadata)
+                 slot_mapping=_slot_mapping(batch),
+                 sum_seq_len=None if captured else vllm_backend.summed_seq_lens(
+                     batch.seq_lens.cpu(), batch.max_seqlen_k, batch.num_seqs))
+    rest = {f.name: None for f in dataclasses.fields(vllm_backend.AttnbenchMetadata)
             if f.name not in known and f.default is dataclasses.MISSING}
-    return TritonAttentionMetadata(**known, **rest)
+    return vllm_backend.AttnbenchMetadata(**known, **rest)
+
+
+def test_the_builder_sums_the_keys_within_what_the_kernels_accept():
+    lens = torch.tensor([12, 3, 0, 7])
+    assert vllm_backend.summed_seq_lens(lens, 12, 4) == 22
+    assert vllm_backend.summed_seq_lens(lens, 20, 4) == 22
+    assert vllm_backend.summed_seq_lens(torch.tensor([5, 5]), 12, 2) == 12  # an upper bound past the sum
+    assert vllm_backend.summed_seq_lens(torch.tensor([30, 30]), 12, 2) == 24  # a bound past max_seq_len
+    assert vllm_backend.summed_seq_lens(None, 12, 4) is None  # a vLLM without the host copy
+
+
+def test_a_ragged_decode_splits_its_keys_in_eager_steps_but_not_in_a_captured_graph(monkeypatch):
+    """4 long and 20 short decodes (as the held-out grid's Gemma-2 batch): the Q-block grid
+    would wait on the long sequences' programs, so eager steps split the keys; a captured
+    graph replays for any lengths and keeps the uniform batch's choice."""
+    monkeypatch.setenv("ATTNBENCH_VARIANT", "auto")
+    monkeypatch.setenv("ATTNBENCH_TUNED_TREE", "off")
+    monkeypatch.setattr(vllm_backend, "server_limits", lambda: LIMITS)
+    monkeypatch.setattr(Platform, "detect", classmethod(lambda cls, device: Platform("cuda", 132, "NVIDIA H100")))
+    seqs = [(1, 1900)] * 2 + [(1, 40)] * 30
+    batch = PagedBatch.build(seqs, num_q_heads=16, num_kv_heads=8, head_size=64, block_size=16,
+                             dtype=torch.bfloat16, device=DEVICE, seed=fresh_seed())
+    storage = torch.cat([batch.k_cache, batch.v_cache], dim=-1).permute(0, 2, 1, 3)
+    impl = vllm_backend.AttnbenchImpl(16, 64, 0.125, 8, None, None, "auto")
+    impl.precompiled = True  # what is compiled is another test's: here, what launches
+    kernels = {}
+    for captured in (False, True):
+        output = torch.empty(batch.num_tokens, 16 * 64, dtype=torch.bfloat16, device=DEVICE)
+        with captured_launches() as recorded:
+            impl.forward(torch.nn.Module(), batch.q, None, None, storage, _vllm_metadata(batch, captured), output)
+        kernels[captured] = [r.name for r in recorded]
+    assert kernels[False] == ["segmented_attention_kernel", "reduce_segments_kernel"], kernels
+    assert kernels[True] == ["qblock_attention_kernel"], kernels
 
 
 def _slot_mapping(batch: PagedBatch) -> torch.Tensor:

@@ -138,7 +138,12 @@ class PagedBatch:
     def shape(self) -> BatchShape:
         """The facts the heuristics choose a kernel config from."""
         return BatchShape(self.num_seqs, self.num_tokens, self.max_seqlen_q, self.max_seqlen_k,
-                          self.num_q_heads, self.num_kv_heads, self.head_size)
+                          self.num_q_heads, self.num_kv_heads, self.head_size, self.sum_seqlen_k)
+
+    @property
+    def sum_seqlen_k(self) -> int:
+        """Keys summed over the batch's sequences (the CSV's ``sum_seq_lens``)."""
+        return sum(s.seq_len for s in self.seqs)
 
     def attention_kwargs(self) -> dict:
         """Keyword arguments for `attnbench.kernels.paged_attention` (and the reference)."""
@@ -146,7 +151,7 @@ class PagedBatch:
             q=self.q, k_cache=self.k_cache, v_cache=self.v_cache,
             block_table=self.block_table, cu_seqlens_q=self.cu_seqlens_q,
             seq_lens=self.seq_lens, max_seqlen_q=self.max_seqlen_q,
-            max_seqlen_k=self.max_seqlen_k, sliding_window=self.sliding_window,
+            max_seqlen_k=self.max_seqlen_k, sum_seqlen_k=self.sum_seqlen_k, sliding_window=self.sliding_window,
             softcap=self.softcap,
         )
 

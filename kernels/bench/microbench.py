@@ -103,7 +103,7 @@ def _case_columns(suite: MicrobenchSuite, case: Case, batch: PagedBatch, ceiling
         "suite": suite.name, "case": case.name, "group": case.group,
         "num_seqs": batch.num_seqs, "num_tokens": batch.num_tokens,
         "max_seqlen_q": batch.max_seqlen_q, "max_seqlen_k": batch.max_seqlen_k,
-        "sum_seq_lens": sum(s.seq_len for s in batch.seqs),
+        "sum_seq_lens": batch.sum_seqlen_k,
         "decode_share": round(batch.decode_share, 4),
         "num_q_heads": batch.num_q_heads, "num_kv_heads": batch.num_kv_heads,
         "head_size": batch.head_size, "block_size": batch.block_size, "dtype": suite.dtype,

@@ -131,7 +131,8 @@ class _Sizes(NamedTuple):
 
 class _Layout:
     """A validated layout: its sizes, the default softmax scale, the configs chosen for it so
-    far by (max_seqlen_q, max_seqlen_k, variant), every one of those checked, and why each
+    far by (max_seqlen_q, max_seqlen_k, keys in whole longest sequences, variant), every one
+    of those checked, and why each
     kernel asked about refuses tensors of this layout (`config.Step.refuses`)."""
 
     __slots__ = ("sizes", "default_scale", "configs", "refusals")
@@ -149,21 +150,22 @@ class _Layout:
             self.refusals[variant] = refusal(variant, q, k_cache, v_cache)
         return self.refusals[variant]
 
-    def choose(self, max_seqlen_q: int, max_seqlen_k: int, variant: str, q, k_cache, v_cache) -> KernelConfig:
-        """The config for these max lengths (checked here, once), remembered. Where ``auto``
+    def choose(self, max_seqlen_q: int, max_seqlen_k: int, full_length_seqs: int | None, variant: str,
+               q, k_cache, v_cache) -> KernelConfig:
+        """The config for these lengths (checked here, once), remembered. Where ``auto``
         picked a kernel that refuses these tensors, the Triton Q-block step's config runs
         (the Gluon kernel's step, on K and V caches with different strides); a kernel named
         that refuses them is a ValueError naming it."""
         _check_lengths(max_seqlen_q, max_seqlen_k)
-        config = _config_for(*self.sizes, max_seqlen_q, max_seqlen_k, variant)
+        config = _config_for(*self.sizes, max_seqlen_q, max_seqlen_k, full_length_seqs, variant)
         why = self.refusal(config.variant, q, k_cache, v_cache)
         if why is not None and variant != AUTO:
             raise ValueError(f"variant: {variant!r} cannot run this call: {why}")
         if why is not None:
-            config = _config_for(*self.sizes, max_seqlen_q, max_seqlen_k, "qblock")
+            config = _config_for(*self.sizes, max_seqlen_q, max_seqlen_k, full_length_seqs, "qblock")
         if len(self.configs) >= self.MAX_CONFIGS:
             self.configs.clear()
-        self.configs[(max_seqlen_q, max_seqlen_k, variant)] = config
+        self.configs[(max_seqlen_q, max_seqlen_k, full_length_seqs, variant)] = config
         return config
 
 
@@ -207,10 +209,28 @@ def _checked_layout(q, k_cache, v_cache, block_table, cu_seqlens_q, seq_lens, ou
 
 @lru_cache(maxsize=4096)
 def _config_for(num_seqs: int, num_tokens: int, num_q_heads: int, num_kv_heads: int, head_size: int,
-                device: torch.device, max_seqlen_q: int, max_seqlen_k: int, variant: str) -> KernelConfig:
-    """`choose_config` for a batch shape on a device, cached (the trees are pure functions)."""
-    shape = BatchShape(num_seqs, num_tokens, max_seqlen_q, max_seqlen_k, num_q_heads, num_kv_heads, head_size)
+                device: torch.device, max_seqlen_q: int, max_seqlen_k: int, full_length_seqs: int | None,
+                variant: str) -> KernelConfig:
+    """`choose_config` for a batch shape on a device, cached (the trees are pure functions).
+    ``full_length_seqs``: the batch's keys in units of the longest sequence, rounded up
+    (`_full_length_seqs`); None where unknown."""
+    sum_seqlen_k = None if full_length_seqs is None else full_length_seqs * max_seqlen_k
+    shape = BatchShape(num_seqs, num_tokens, max_seqlen_q, max_seqlen_k, num_q_heads, num_kv_heads, head_size,
+                       sum_seqlen_k)
     return choose_config(shape, Platform.detect(device), variant)
+
+
+def _full_length_seqs(sum_seqlen_k: int | None, num_seqs: int, max_seqlen_k: int) -> int | None:
+    """``sum_seqlen_k`` in units of the longest sequence, rounded up: how many sequences'
+    worth of keys the batch holds (the heuristics read only that share, and configs are
+    remembered per count rather than per key). None (unknown) stays None."""
+    if sum_seqlen_k is None:
+        return None
+    if isinstance(sum_seqlen_k, bool) or not isinstance(sum_seqlen_k, int) \
+            or not 0 < max_seqlen_k <= sum_seqlen_k <= num_seqs * max_seqlen_k:
+        _fail("sum_seqlen_k", f"None or an int from max_seqlen_k={max_seqlen_k} to num_seqs x max_seqlen_k="
+              f"{num_seqs * max_seqlen_k} (the batch's keys, summed over its sequences)", sum_seqlen_k)
+    return -(-sum_seqlen_k // max_seqlen_k)
 
 
 def paged_attention(
@@ -230,6 +250,7 @@ def paged_attention(
     variant: str = "auto",
     config: KernelConfig | None = None,
     check_metadata: bool = False,
+    sum_seqlen_k: int | None = None,
 ) -> torch.Tensor:
     """Paged attention over a ragged batch in vLLM's layout (see `bench/reference.py`).
 
@@ -237,15 +258,23 @@ def paged_attention(
     "qblock", "parallel_tiled", "static_grid", and "qblock_ws" on Hopper) or lets the
     heuristics choose ("auto"). ``config`` overrides the
     heuristics' launch parameters (its ``variant`` then wins). ``scale`` (> 0) defaults
-    to ``head_size ** -0.5``. Returns ``out`` (allocated when None). Bad shapes, dtypes and
+    to ``head_size ** -0.5``. ``sum_seqlen_k``: the batch's keys summed over its sequences,
+    or an upper bound, where the caller knows it on the host (vLLM's
+    ``seq_lens_cpu_upper_bound``); it lets ``auto`` see a ragged batch. None (default) counts every sequence as long as the
+    longest: what a captured CUDA graph, which replays for any lengths, must assume.
+    Returns ``out`` (allocated when None). Bad shapes, dtypes and
     layouts raise ValueError naming the argument; ``check_metadata=True`` also checks the
     metadata's values, which costs a host sync (module doc).
     """
     layout = _checked_layout(q, k_cache, v_cache, block_table, cu_seqlens_q, seq_lens, out,
                              sliding_window, softcap, check_metadata, max_seqlen_q, max_seqlen_k)
+    if check_metadata and sum_seqlen_k is not None and sum_seqlen_k < (keys := int(seq_lens.sum())):
+        _fail("sum_seqlen_k", f"at least the batch's keys, sum(seq_lens)={keys} (an upper bound will do)",
+              sum_seqlen_k)
     if config is None:
-        config = layout.configs.get((max_seqlen_q, max_seqlen_k, variant)) \
-            or layout.choose(max_seqlen_q, max_seqlen_k, variant, q, k_cache, v_cache)
+        full_seqs = _full_length_seqs(sum_seqlen_k, layout.sizes.num_seqs, max_seqlen_k)
+        config = layout.configs.get((max_seqlen_q, max_seqlen_k, full_seqs, variant)) \
+            or layout.choose(max_seqlen_q, max_seqlen_k, full_seqs, variant, q, k_cache, v_cache)
     else:
         _check_lengths(max_seqlen_q, max_seqlen_k)
         if variant not in ("auto", config.variant):

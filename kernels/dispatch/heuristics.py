@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import math
 import os
 import re
 from dataclasses import replace
@@ -43,8 +44,9 @@ def _auto(shape: BatchShape, p: Platform) -> Decision:
 
     Split the tiles across programs only when the 2D grid cannot fill the GPU: a batch of
     short queries (decodes, and speculative decodes of up to 16 tokens, as FA3 splits them)
-    whose Q-block step would launch at most one program per SM, long enough that 16
-    segments of 64-token tiles all have work. (On the H100 a speculative batch of 8
+    whose Q-block step would launch at most one program per SM, counted at the longest
+    sequence's length where the caller knows the batch's keys (a ragged batch counts
+    fewer), over at least 512 keys (`_split_kv`). (On the H100 a speculative batch of 8
     sequences x 4 queries over 16k tokens with 4 KV heads: 133 us split, 405 us not.)
     Otherwise, on an sm_90 GPU with Gluon's Hopper API and heads the Gluon kernel takes, it
     runs that kernel, ``qblock_ws`` (unless ``ATTNBENCH_GLUON=0``; short queries only at
@@ -125,15 +127,42 @@ def _persistent_pays(shape: BatchShape) -> bool:
 def _split_why(shape: BatchShape, p: Platform) -> str:
     gluon = f" (at most {_split_max_programs(shape, p)} split where the Gluon kernel runs)" \
         if _gluon_runs(shape, p) else ""
+    ragged = ""
+    if shape.full_length_share < 1:
+        ragged = (f", {_full_length_programs(shape, p)} at the longest sequence's length "
+                  f"({shape.sum_seqlen_k} keys in {shape.num_seqs} sequences)")
     return (f"split-KV: {shape.max_seqlen_q}-token queries over {shape.max_seqlen_k} keys; the Q-block step would "
-            f"launch {_programs_2d(shape, p)} programs for {p.num_sms} SMs{gluon}")
+            f"launch {_programs_2d(shape, p)} programs{ragged} for {p.num_sms} SMs{gluon}")
+
+
+SPLIT_MIN_KEYS = 512  # longest sequence from which a batch of short queries may split its keys
 
 
 def _split_kv(shape: BatchShape, p: Platform) -> bool:
-    """Short queries (at most `SHORT_QUERY`) over at least 1,024 keys whose 2D grid would
-    leave SMs idle (`_split_max_programs`): the split-KV step fills the GPU instead."""
-    return (shape.max_seqlen_q <= SHORT_QUERY and shape.max_seqlen_k >= 1024
-            and _programs_2d(shape, p) <= _split_max_programs(shape, p))
+    """Short queries (at most `SHORT_QUERY`) over at least `SPLIT_MIN_KEYS` keys whose 2D
+    grid would leave SMs idle, counted at the longest sequence's length
+    (`_full_length_programs` at most `_split_max_programs`): the split-KV step fills the GPU
+    instead. From 512 keys: on the H100's held-out grid a Llama-8B decode over 512 keys (8
+    programs) took 14.0 us split, 16.7 us in the Gluon kernel, 18.4 us in the Triton step."""
+    return (shape.max_seqlen_q <= SHORT_QUERY and shape.max_seqlen_k >= SPLIT_MIN_KEYS
+            and _full_length_programs(shape, p) <= _split_max_programs(shape, p))
+
+
+def _split_for_raggedness(shape: BatchShape, p: Platform) -> bool:
+    """Whether a batch that `_split_kv` splits would not split were it uniform: the batch
+    is ragged enough that its longest sequences' programs alone outlast the rest."""
+    return _split_kv(shape, p) and not _split_kv(replace(shape, sum_seqlen_k=None), p)
+
+
+def _full_length_programs(shape: BatchShape, p: Platform) -> int:
+    """The 2D grid's programs counted in units of the longest sequence's (`_programs_2d`
+    times `BatchShape.full_length_share`, rounded up). One program per (sequence, Q-block,
+    KV head) ends with its longest program; the GPU is full only while the batch's work,
+    in such units, is at least a program per SM. A uniform batch counts every program; a
+    ragged decode counts few: 4 of 24 Gemma-2 sequences over 12k keys and 20 over 1k (192
+    programs) count 46. There, on the H100's held-out grid, one program per item took
+    372 us (the Gluon kernel) and 428 us (the Triton step), the split-KV step 253 us."""
+    return math.ceil(_programs_2d(shape, p) * shape.full_length_share)
 
 
 def _split_max_programs(shape: BatchShape, p: Platform) -> int:
@@ -252,10 +281,11 @@ def decide(shape: BatchShape, platform: Platform, variant: str = AUTO) -> Decisi
     tuned = _tuned_tree(platform.device_name)
     if tuned is None:
         return _auto(shape, platform)
-    if shape.max_seqlen_q > 1 and _split_kv(shape, platform):
+    if shape.max_seqlen_q > 1 and _split_kv(shape, platform) or _split_for_raggedness(shape, platform):
         # speculative decodes that cannot fill the GPU: no fitted tree has seen one (the
-        # shipped tree's training set has none), and a tree extrapolates from prefills; the
-        # occupancy rule holds whatever the tree (decodes keep the tree's own split)
+        # shipped tree's training set has none), and a tree extrapolates from prefills;
+        # ragged decodes: a tree reads no sum of keys (its training batches are uniform).
+        # The occupancy rule holds whatever the tree (uniform decodes keep the tree's split)
         return Decision(step("parallel_tiled").default_config(shape, platform),
                         _split_why(shape, platform) + ", whatever the fitted tree")
     triton_decodes = _triton_for_many_decodes(shape, platform)
@@ -301,7 +331,8 @@ def reachable_configs(variant: str, platform: Platform, num_q_heads: int, num_kv
     server's limits (sequences per batch, tokens per batch, tokens per sequence).
 
     Found by probing the trees on a grid of batch shapes dense around every power of two
-    (decode-only batches, one long query among decodes, all queries equally long), so a
+    (decode-only batches, one long query among decodes, all queries equally long; each with
+    lengths unknown and at its most ragged), so a
     server can compile them all before it serves (`api.precompile`). The trees are plain
     functions, so this is a search, not a proof; `tests/test_precompile.py` checks it
     against random batches.
@@ -322,8 +353,11 @@ def reachable_configs(variant: str, platform: Platform, num_q_heads: int, num_kv
                 for kv_len in kv_lens:
                     if kv_len < q_len:
                         continue
-                    shape = BatchShape(n, tokens, q_len, kv_len, num_q_heads, num_kv_heads, head_size)
-                    found.setdefault(choose_config(shape, platform, variant))
+                    # unknown lengths (every sequence as long as the longest), and the most
+                    # ragged batch: one sequence that long, the others no longer than their queries
+                    for sum_k in {None, kv_len + (n - 1) * q_len}:
+                        shape = BatchShape(n, tokens, q_len, kv_len, num_q_heads, num_kv_heads, head_size, sum_k)
+                        found.setdefault(choose_config(shape, platform, variant))
     return tuple(found)
 
 

@@ -34,11 +34,12 @@ from __future__ import annotations
 
 import os
 import time
+from dataclasses import dataclass
 from typing import ClassVar
 
 import torch
 from vllm.logger import init_logger
-from vllm.v1.attention.backend import AttentionCGSupport, AttentionType
+from vllm.v1.attention.backend import AttentionCGSupport, AttentionType, CommonAttentionMetadata
 from vllm.v1.attention.backends.triton_attn import (
     TritonAttentionBackend,
     TritonAttentionImpl,
@@ -79,10 +80,42 @@ def server_limits() -> tuple[int, int, int]:
     return sched.max_num_seqs, sched.max_num_batched_tokens, config.model_config.max_model_len
 
 
+def summed_seq_lens(lens: torch.Tensor | None, max_seq_len: int, num_seqs: int) -> int | None:
+    """The keys of a batch from vLLM's host copy of its lengths (None where vLLM gives
+    none), held within what `paged_attention` accepts (``max_seq_len`` to ``num_seqs x
+    max_seq_len``) whatever the slack of vLLM's bound and padding."""
+    if lens is None or max_seq_len < 1 or num_seqs < 1:
+        return None
+    return min(max(int(lens.sum()), max_seq_len), max_seq_len * num_seqs)
+
+
+@dataclass
+class AttnbenchMetadata(TritonAttentionMetadata):
+    """vLLM's Triton metadata and the batch's keys, summed on the host."""
+
+    # keys summed over the batch's sequences, from vLLM's host copy of the lengths (an upper
+    # bound under async speculative decoding); None in a captured graph, which replays for
+    # any lengths up to max_seq_len (`paged_attention`'s ``sum_seqlen_k``)
+    sum_seq_len: int | None = None
+
+
 class AttnbenchMetadataBuilder(TritonAttentionMetadataBuilder):
-    """vLLM's Triton metadata, with full CUDA graphs only for uniform batches (module doc)."""
+    """vLLM's Triton metadata, with full CUDA graphs only for uniform batches (module doc),
+    and the batch's keys summed, so that ``auto`` sees a ragged batch."""
 
     _cudagraph_support: ClassVar[AttentionCGSupport] = AttentionCGSupport.UNIFORM_BATCH
+
+    def build(self, common_prefix_len: int, common_attn_metadata: CommonAttentionMetadata,
+              fast_build: bool = False) -> AttnbenchMetadata:
+        metadata = super().build(common_prefix_len, common_attn_metadata, fast_build)
+        lens = getattr(common_attn_metadata, "seq_lens_cpu_upper_bound", None)
+        return AttnbenchMetadata(**vars(metadata),
+                                 sum_seq_len=summed_seq_lens(lens, metadata.max_seq_len, metadata.seq_lens.shape[0]))
+
+    def build_for_cudagraph_capture(self, common_attn_metadata: CommonAttentionMetadata) -> AttnbenchMetadata:
+        metadata = super().build_for_cudagraph_capture(common_attn_metadata)
+        metadata.sum_seq_len = None  # the graph replays for any lengths: the config must hold for all
+        return metadata
 
 
 class AttnbenchImpl(TritonAttentionImpl):
@@ -164,6 +197,7 @@ class AttnbenchImpl(TritonAttentionImpl):
             query[:n], key_cache, value_cache, attn_metadata.block_table,
             attn_metadata.query_start_loc, attn_metadata.seq_lens,
             max_seqlen_q=attn_metadata.max_query_len, max_seqlen_k=attn_metadata.max_seq_len,
+            sum_seqlen_k=getattr(attn_metadata, "sum_seq_len", None),
             scale=self.scale, out=out, sliding_window=self.window, softcap=self.logits_soft_cap,
             variant=self.variant,  # the default call reads no tensor value: no sync, graph-safe
         )
