@@ -63,7 +63,8 @@ BAD_INPUTS = {
     "out shape": (lambda b: _bad(b, out=torch.empty_like(b.q[:-1])), ["out", "shape of q"]),
     "sum_seqlen_k over every sequence at the longest": (lambda b: _bad(b, sum_seqlen_k=3 * 21 + 1),
                                                         ["sum_seqlen_k", "num_seqs x max_seqlen_k=63"]),
-    "sum_seqlen_k under the longest sequence": (lambda b: _bad(b, sum_seqlen_k=20), ["sum_seqlen_k", "max_seqlen_k=21"]),
+    "sum_seqlen_k under the longest sequence": (lambda b: _bad(b, sum_seqlen_k=20),
+                                                ["sum_seqlen_k", "max_seqlen_k=21"]),
     "sum_seqlen_k not an int": (lambda b: _bad(b, sum_seqlen_k=45.0), ["sum_seqlen_k", "an int"]),
     "sum_seqlen_k under the keys": (lambda b: _bad(b, sum_seqlen_k=44), ["sum_seqlen_k", "sum(seq_lens)=45"]),
 }

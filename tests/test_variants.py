@@ -246,7 +246,7 @@ def test_older_trees_and_sweeps_name_the_gluon_kernel_as_a_kernel_field():
 
 
 def test_the_gluon_kernel_is_refused_by_name_where_it_cannot_run_and_auto_falls_back(monkeypatch):
-    """Named (as a variant or in a config) on a call it cannot run (heads of 96; on the CPU,
+    """Named (as a variant or in a config) on a call it cannot run (heads of 80; on the CPU,
     any call: no sm_90), `qblock_ws` is a one-line ValueError; the microbenchmark records
     it as unsupported there. Where `auto` picked it and it refuses the call, the Triton
     Q-block step runs it."""
@@ -258,9 +258,9 @@ def test_the_gluon_kernel_is_refused_by_name_where_it_cannot_run_and_auto_falls_
     from attnbench.kernels.bench.implementations import Unsupported, prepare
     from attnbench.kernels.dispatch.heuristics import choose_config
 
-    batch = PagedBatch.build([(20, 5)], num_q_heads=4, num_kv_heads=2, head_size=96, block_size=16,
+    batch = PagedBatch.build([(20, 5)], num_q_heads=4, num_kv_heads=2, head_size=80, block_size=16,
                              dtype=torch.float16, device=DEVICE, seed=0)
-    why = r"(needs an sm_90 \(Hopper\) GPU|head size 96 \(supported: \(64, 128\)\))"
+    why = r"(needs an sm_90 \(Hopper\) GPU|head size 80 \(supported: \(64, 96, 128, 192, 256\)\))"
     config = KernelConfig("qblock_ws", tile_size=64, block_m=128)
     with pytest.raises(ValueError, match=rf"config: variant 'qblock_ws' cannot run this call: {why}"):
         paged_attention(**batch.attention_kwargs(), config=config)

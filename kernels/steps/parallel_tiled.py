@@ -52,7 +52,8 @@ def segmented_attention_kernel(
         q_ptr, k_ptr, v_ptr, block_table_ptr, seq, q_start, query_len, q_block_local, seq_len, kv_head,
         segment, NUM_SEGMENTS, qk_scale, softcap, sliding_window,
         stride_qt, stride_qh, stride_kb, stride_ks, stride_kh, stride_vb, stride_vs, stride_vh, stride_bt,
-        QPK, HEAD_SIZE, HEAD_PAD, BLOCK_SIZE, TILE_SIZE, BLOCK_M, BLOCK_Q, USE_SOFTCAP, USE_WINDOW)
+        QPK, HEAD_SIZE, HEAD_PAD, BLOCK_SIZE, TILE_SIZE, BLOCK_M, BLOCK_Q, USE_SOFTCAP, USE_WINDOW,
+        False)  # masks its whole range: segments of a few tiles run slower in three loops
 
     # store the partial result (an empty segment stores the -inf / 0 sentinel)
     row = ((q_start + tok).to(tl.int64) * num_q_heads + head) * NUM_SEGMENTS + segment
