@@ -144,9 +144,9 @@ class BatchShape:
     num_q_heads: int
     num_kv_heads: int
     head_size: int
-    # keys summed over the batch's sequences; None where the caller cannot know them, as in
-    # a CUDA graph, which serves any lengths up to max_seqlen_k: then every sequence
-    # counts as long as the longest
+    # keys summed over the batch's sequences; None where the caller does not know them, as
+    # in a CUDA graph, which replays for any lengths up to max_seqlen_k: then the choice
+    # must hold for any (`heuristics`: full-length programs, many decodes)
     sum_seqlen_k: int | None = None
 
     @property

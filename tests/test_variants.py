@@ -107,9 +107,11 @@ def test_hopper_prefill_and_mixed_batches_get_the_gluon_kernel(monkeypatch, gluo
     one_decode, many_decodes = SHAPES[:2]
     assert choose_config(one_decode, HOPPER_UNTUNED).variant == "parallel_tiled"  # 8 programs for 114 SMs
     assert choose_config(many_decodes, HOPPER_UNTUNED).variant == "qblock"  # 512 programs over 4k keys: Triton
-    long_decodes = BatchShape(64, 64, 1, 8192, 32, 8, 128)
+    long_decodes = BatchShape(64, 64, 1, 8192, 32, 8, 128, sum_seqlen_k=64 * 8192)
     assert choose_config(long_decodes, HOPPER_UNTUNED).variant == ("qblock_ws" if gluon else "qblock")
     assert choose_config(long_decodes, HOPPER_UNTUNED).persistent is False  # the kernel's own tree, past 1,024 keys
+    # lengths unknown up to 8k (a captured graph): the Triton step, which holds for any
+    assert choose_config(replace(long_decodes, sum_seqlen_k=None), HOPPER_UNTUNED).variant == "qblock"
     one_wave = BatchShape(16, 16, 1, 4096, 32, 8, 128)  # 128 programs for 114 SMs, 4k keys: Gluon where it runs
     assert choose_config(one_wave, Platform("cuda", 132, "NVIDIA H200", "sm_90")).variant == (
         "qblock_ws" if gluon else "parallel_tiled")
@@ -377,6 +379,9 @@ def test_every_choice_of_auto_says_why(monkeypatch):
                                                "the qblock step's own tree: decodes over at most 4096 keys in 512 "
                                                "programs for 132 SMs, whatever the fitted tree")
     assert decide(head_256, H100_SM90).why.endswith(", 64-key tiles: the largest that fit head size 256")
+    captured = BatchShape(500, 500, 1, 8192, 32, 8, 128)  # a decode graph captured at max_model_len
+    assert decide(captured, H100_SM90).why == ("the qblock step's own tree: decodes over unknown lengths up to 8192 "
+                                              "keys in 4000 programs for 132 SMs, whatever the fitted tree")
     for shape in (*SHAPES, spec, head_80, head_256, padded_decodes, many_decodes):
         for platform in (H100, H100_SM90, HOPPER_UNTUNED):
             assert decide(shape, platform).config == choose_config(shape, platform)
@@ -387,7 +392,7 @@ def test_a_ragged_decode_splits_where_its_longest_sequences_would_idle_the_gpu(m
     """Counted at the longest sequence's length, a ragged decode's programs may not fill the
     GPU although there are more of them than SMs: 4 Gemma-2 sequences over 12k keys and 20
     over 1k (192 programs) count 46, and split their keys with or without a fitted tree
-    (no tree reads the sum of keys). Unknown lengths (a captured graph) count as uniform;
+    (no tree reads the sum of keys). Unknown lengths (a captured graph) do not split;
     a batch ragged but long enough throughout (48 Llama-8B sequences, 86 full-length
     programs) keeps the 2D grid."""
     from attnbench.kernels.dispatch.heuristics import decide
@@ -404,8 +409,9 @@ def test_a_ragged_decode_splits_where_its_longest_sequences_would_idle_the_gpu(m
                                 "programs, 46 at the longest sequence's length (69632 keys in 24 sequences) "
                                 "for 132 SMs (at most 66 split where the Gluon kernel runs)")
     assert split.why.endswith(", whatever the fitted tree") == (tree == "shipped")
-    for unknown in (replace(gemma, sum_seqlen_k=None), replace(gemma, sum_seqlen_k=24 * 12288)):
-        assert decide(unknown, H100_SM90).config.variant == "qblock_ws"
+    assert decide(replace(gemma, sum_seqlen_k=24 * 12288), H100_SM90).config.variant == "qblock_ws"  # uniform
+    # unknown lengths (a captured graph): no split, and many decodes keep the Triton step (`_many_short_decodes`)
+    assert decide(replace(gemma, sum_seqlen_k=None), H100_SM90).config.variant == "qblock"
     llama = BatchShape(48, 48, 1, 16384, 32, 8, 128, sum_seqlen_k=176128)
     assert decide(llama, H100_SM90).config.variant == "qblock_ws"
     # the Triton step splits up to one program per SM: there the Llama batch splits too

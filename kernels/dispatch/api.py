@@ -260,9 +260,9 @@ def paged_attention(
     heuristics' launch parameters (its ``variant`` then wins). ``scale`` (> 0) defaults
     to ``head_size ** -0.5``. ``sum_seqlen_k``: the batch's keys summed over its sequences,
     or an upper bound, where the caller knows it on the host (vLLM's
-    ``seq_lens_cpu_upper_bound``); it lets ``auto`` see a ragged batch. None (default)
-    counts every sequence as long as the longest: what a captured CUDA graph, which
-    replays for any lengths, must assume. Returns ``out`` (allocated when None). Bad
+    ``seq_lens_cpu_upper_bound``); it lets ``auto`` see a ragged batch. None (default):
+    the lengths are unknown up to ``max_seqlen_k``, as in a captured CUDA graph, which
+    replays for any; ``auto`` then picks what holds for any lengths. Returns ``out`` (allocated when None). Bad
     shapes, dtypes and layouts raise ValueError naming the argument; ``check_metadata=True`` also checks the
     metadata's values, which costs a host sync (module doc).
     """

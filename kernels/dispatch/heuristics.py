@@ -91,9 +91,18 @@ def _many_short_decodes(shape: BatchShape, p: Platform) -> bool:
     on the held-out grid 0.91-0.99x the fitted tree's pick (Llama-1B B64 over 4k, Qwen-0.5B
     B128 over 2k, Llama-8B B256 over 512, Llama-2 B16 over 4k). With at most one program
     per SM, or past 4k keys, the Gluon kernel wins: 0.87-0.96x the Triton step's time
-    (B16-B32 decodes over 512-8k keys in 128 programs, B48-B64 over 8k)."""
-    return (shape.max_seqlen_q == 1 and shape.max_seqlen_k <= MANY_DECODES_MAX_KEYS
-            and _programs_2d(shape, p) > p.num_sms)
+    (B16-B32 decodes over 512-8k keys in 128 programs, B48-B64 over 8k).
+
+    Where the caller does not know the lengths (``sum_seqlen_k`` None: a captured CUDA
+    graph, which replays for any lengths up to ``max_seqlen_k``, vLLM's max_model_len),
+    many decodes keep the Triton step whatever ``max_seqlen_k``: its small Q-blocks, several
+    per SM, balance whatever lengths come. On the decode steps of the talk's burst (H100,
+    recipes/microbench/burst-steps.yaml: B48-B500 over 300-1,500 keys, ragged or not) the
+    Triton step took 0.94-1.04x FA3's time, and the Gluon kernel that such a graph replayed
+    before 1.05-1.20x; past 4k keys on uniform lengths the Triton step takes at most 1.10x
+    the Gluon kernel's time (the held-out grid's B48-B64 decodes over 8k keys)."""
+    return (shape.max_seqlen_q == 1 and _programs_2d(shape, p) > p.num_sms
+            and (shape.max_seqlen_k <= MANY_DECODES_MAX_KEYS or shape.sum_seqlen_k is None))
 
 
 def _triton_for_many_decodes(shape: BatchShape, p: Platform) -> Decision | None:
@@ -101,9 +110,11 @@ def _triton_for_many_decodes(shape: BatchShape, p: Platform) -> Decision | None:
     with why; None elsewhere. Holds with or without a fitted tree."""
     if not (_gluon_runs(shape, p) and _many_short_decodes(shape, p)):
         return None
+    over = (f"over at most {MANY_DECODES_MAX_KEYS} keys" if shape.max_seqlen_k <= MANY_DECODES_MAX_KEYS
+            else f"over unknown lengths up to {shape.max_seqlen_k} keys")
     return Decision(step("qblock").default_config(shape, p),
-                    f"the qblock step's own tree: decodes over at most {MANY_DECODES_MAX_KEYS} keys "
-                    f"in {_programs_2d(shape, p)} programs for {p.num_sms} SMs")
+                    f"the qblock step's own tree: decodes {over} in {_programs_2d(shape, p)} programs "
+                    f"for {p.num_sms} SMs")
 
 
 PERSISTENT_MAX_KEYS = 1024  # longest sequence up to which a persistent launch may pay

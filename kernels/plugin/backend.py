@@ -22,7 +22,9 @@ chunked-local lookback, multimodal prefix ranges, batch invariance.
 CUDA graphs: the launch grids depend only on the token and sequence counts, which a
 captured graph fixes, so full graphs are declared for uniform batches (decode, and spec
 decode with a fixed query length); mixed batches run piecewise, attention eager. The
-kernel configuration (``auto``) is chosen when a graph is captured and replayed as is.
+kernel configuration (``auto``) is chosen when a graph is captured and replayed as is, so
+there the builder gives no sum of keys and ``auto`` picks what holds for any lengths up
+to max_model_len (vLLM captures with that as max_seq_len); eager steps give the sum.
 
 No compilation while serving: the first forward with real metadata (vLLM's warm-up and
 graph capture, before the server answers ``/health``) compiles every binary the variant
