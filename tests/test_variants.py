@@ -388,6 +388,28 @@ def test_every_choice_of_auto_says_why(monkeypatch):
 
 
 @pytest.mark.parametrize("tree", ["shipped", "off"])
+def test_prefills_of_many_work_items_launch_persistent(monkeypatch, tree):
+    """Uniform prefills over at most 1,024 keys launch the Gluon kernel persistent from 24
+    work items per SM (`host.many_items`), with or without a fitted tree (fitted on prefills
+    of at most 16 per SM): 48 Llama-8B prompts of 384 tokens give 4,608 items for 132 SMs;
+    16 of 512 give 2,048 and keep one program per item, as 48 of 2k do (past 1,024 keys)."""
+    from attnbench.kernels.dispatch.heuristics import decide
+    from attnbench.kernels.hopper import host
+
+    monkeypatch.setattr(host, "available", lambda: True)
+    if tree == "off":
+        monkeypatch.setenv("ATTNBENCH_TUNED_TREE", "off")
+    many = decide(BatchShape(48, 48 * 384, 384, 384, 32, 8, 128), H100_SM90)
+    assert (many.config.variant, many.config.tile_size, many.config.persistent) == ("qblock_ws", 64, True)
+    if tree == "shipped":
+        assert many.why.endswith(", persistent: at least 24 work items per SM over at most 1024 keys")
+    for few in (BatchShape(16, 16 * 512, 512, 512, 32, 8, 128), BatchShape(48, 48 * 2048, 2048, 2048, 32, 8, 128)):
+        assert decide(few, H100_SM90).config.persistent is False
+    assert host.many_items(48 * 384, 4, 8, 132) and not host.many_items(16 * 512, 4, 8, 132)
+    assert host.many_items(40 * 512, 7, 4, 132)  # Qwen-7B: Q-blocks of 18 tokens x 7 heads, 4,552 of them
+
+
+@pytest.mark.parametrize("tree", ["shipped", "off"])
 def test_a_ragged_decode_splits_where_its_longest_sequences_would_idle_the_gpu(monkeypatch, tree):
     """Counted at the longest sequence's length, a ragged decode's programs may not fill the
     GPU although there are more of them than SMs: 4 Gemma-2 sequences over 12k keys and 20

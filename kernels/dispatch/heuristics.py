@@ -308,6 +308,13 @@ def decide(shape: BatchShape, platform: Platform, variant: str = AUTO) -> Decisi
         config = replace(config, persistent=False)
         fitted += (f", one program per item: the longest sequence has {shape.max_seqlen_k} keys "
                    f"(persistent only up to {PERSISTENT_MAX_KEYS})")
+    elif config.variant == GLUON_QBLOCK and not config.persistent and _persistent_pays(shape) \
+            and shape.max_seqlen_q > SHORT_QUERY \
+            and hopper.many_items(shape.num_tokens, shape.queries_per_kv, shape.num_kv_heads, platform.num_sms):
+        # fitted on prefills of at most 16 items per SM: with many more, persistent pays
+        config = replace(config, persistent=True)
+        fitted += (f", persistent: at least {hopper.PERSISTENT_MIN_ITEMS_PER_SM} work items per SM "
+                   f"over at most {PERSISTENT_MAX_KEYS} keys")
     if config.variant == GLUON_QBLOCK and config.tile_size > hopper.max_tile_size(shape.head_size):
         # fitted on head 128: a head the tree never saw may not fit its tiles in shared memory
         config = replace(config, tile_size=hopper.max_tile_size(shape.head_size))

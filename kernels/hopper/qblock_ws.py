@@ -45,7 +45,8 @@ from .blocks import (K_STAGES, V_STAGES, any_row_moved, cp_async, cta_barrier, h
                      kv_page_rows, kv_tile_offsets, kv_tile_slots, page_layout, program_item, program_rounds,
                      qblock_item, qblock_rows, rescale_rows, row_layout, softmax_tile, tiles_of_whole_pages,
                      to_16bit_pairs)
-from .host import ONE_PER_ITEM, PADDED_HEAD_SIZES, PERSISTENT, launch_qblock, max_tile_size, unsupported_reason
+from .host import (ONE_PER_ITEM, PADDED_HEAD_SIZES, PERSISTENT, launch_qblock, many_items, max_tile_size,
+                   unsupported_reason)
 
 NUM_WARPS = 4  # the default partition (consumer 0); consumer 1 and the producer are workers
 # the heads it takes: 64, 128 and 256 at their own width, 96 and 192 padded to 128 and 256
@@ -441,11 +442,13 @@ def default_config(shape: BatchShape, p: Platform) -> KernelConfig:
     short, so a program's start is a real share of each. On the H100's training set this
     config took 0.92-1.00x its one-per-item time on such batches (decodes and mixed batches
     of 1-256 sequences over 256-1k keys) and 1.02-1.06x on uniform prefills, which keep one
-    program per item."""
+    program per item unless they have many items per SM (`host.many_items`)."""
     if shape.max_seqlen_k > LONG_KEYS_FROM:
         return LONG_KEYS if max_tile_size(shape.head_size) >= LONG_KEYS.tile_size else SHORT_KEYS
     uniform_prefill = shape.max_seqlen_q > SHORT_QUERY and shape.num_tokens == shape.num_seqs * shape.max_seqlen_q
-    return SHORT_KEYS if uniform_prefill else SHORT_KEYS_PERSISTENT
+    if uniform_prefill and not many_items(shape.num_tokens, shape.queries_per_kv, shape.num_kv_heads, p.num_sms):
+        return SHORT_KEYS
+    return SHORT_KEYS_PERSISTENT
 
 
 def refuses(q, k_cache, v_cache) -> str | None:
