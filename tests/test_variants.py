@@ -297,6 +297,11 @@ def test_auto_splits_the_kv_range_of_short_queries_that_cannot_fill_the_gpu(monk
     monkeypatch.setenv("ATTNBENCH_TUNED_TREE", "off")
     spec = BatchShape(8, 32, 4, 16384, 28, 4, 128)
     assert choose_config(spec, H100_SM90).variant == "parallel_tiled"
+    # the tiles the H100 measured on sm_90 (`_split_config`); the step's own elsewhere
+    assert (choose_config(spec, H100_SM90).tile_size, choose_config(spec, H100).tile_size) == (128, 64)
+    short = choose_config(BatchShape(2, 2, 1, 640, 32, 8, 128), H100_SM90)
+    assert (short.tile_size, short.num_stages, short.num_segments) == (32, 2, 32)
+    assert choose_config(BatchShape(2, 2, 1, 16384, 16, 8, 256), H100_SM90).tile_size == 64  # head 256
     two_d = ("qblock", "qblock_ws")  # the 2D grid: qblock_ws where Gluon runs
     many = BatchShape(16, 128, 8, 4096, 32, 8, 128)
     assert choose_config(many, H100_SM90).variant in two_d

@@ -61,7 +61,7 @@ def _auto(shape: BatchShape, p: Platform) -> Decision:
     The paper's steps themselves (``variant="qblock"``, Fig. 7-8) stay Triton.
     """
     if _split_kv(shape, p):
-        return Decision(step("parallel_tiled").default_config(shape, p), _split_why(shape, p))
+        return Decision(_split_config(shape, p), _split_why(shape, p))
     triton_decodes = _triton_for_many_decodes(shape, p)
     if triton_decodes is not None:
         return triton_decodes
@@ -147,6 +147,27 @@ def _split_why(shape: BatchShape, p: Platform) -> str:
 
 
 SPLIT_MIN_KEYS = 512  # longest sequence from which a batch of short queries may split its keys
+
+
+SPLIT_SHORT_KEYS = 2560  # longest sequence up to which a split takes 32-key tiles (Hopper)
+
+
+def _split_config(shape: BatchShape, p: Platform) -> KernelConfig:
+    """The split-KV step's config where `auto` splits (the step's own tree where a fitted
+    tree does not decide). On sm_90, the tiles the H100 measured: up to
+    `SPLIT_SHORT_KEYS` keys, 32-key tiles in 32 segments, as the shipped tree fitted for its
+    decodes (on the training set's decodes over 1-4k keys, and on the 256-768-key decodes
+    of recipes/microbench/rules.yaml, 0.79-0.88x the step's own config's time); past them,
+    128-key tiles up to a 128-wide head (the rules' speculative decodes over 8-32k keys:
+    0.86-0.98x; its ragged decodes 0.87-1.04x; at head 256 they took 1.18x, and keep 64)."""
+    config = step("parallel_tiled").default_config(shape, p)
+    if p.arch != hopper.ARCH:
+        return config
+    if shape.max_seqlen_k <= SPLIT_SHORT_KEYS:
+        return replace(config, tile_size=32, num_stages=2, num_segments=32)
+    if hopper.head_pad(shape.head_size) <= 128:
+        return replace(config, tile_size=128)
+    return config
 
 
 def _split_kv(shape: BatchShape, p: Platform) -> bool:
@@ -297,7 +318,7 @@ def decide(shape: BatchShape, platform: Platform, variant: str = AUTO) -> Decisi
         # shipped tree's training set has none), and a tree extrapolates from prefills;
         # ragged decodes: a tree reads no sum of keys (its training batches are uniform).
         # The occupancy rule holds whatever the tree (uniform decodes keep the tree's split)
-        return Decision(step("parallel_tiled").default_config(shape, platform),
+        return Decision(_split_config(shape, platform),
                         _split_why(shape, platform) + ", whatever the fitted tree")
     triton_decodes = _triton_for_many_decodes(shape, platform)
     if triton_decodes is not None:
