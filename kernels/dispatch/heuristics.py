@@ -166,7 +166,7 @@ def _split_config(shape: BatchShape, p: Platform) -> KernelConfig:
     if shape.max_seqlen_k <= SPLIT_SHORT_KEYS:
         return replace(config, tile_size=32, num_stages=2, num_segments=32)
     if hopper.head_pad(shape.head_size) <= 128:
-        return replace(config, tile_size=128)
+        return replace(config, tile_size=128, num_stages=2)  # 2 stages as fitted (3: the same time)
     return config
 
 
