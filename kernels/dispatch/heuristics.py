@@ -155,11 +155,11 @@ SPLIT_SHORT_KEYS = 2560  # longest sequence up to which a split takes 32-key til
 def _split_config(shape: BatchShape, p: Platform) -> KernelConfig:
     """The split-KV step's config where `auto` splits (the step's own tree where a fitted
     tree does not decide). On sm_90, the tiles the H100 measured: up to
-    `SPLIT_SHORT_KEYS` keys, 32-key tiles in 32 segments, as the shipped tree fitted for its
-    decodes (on the training set's decodes over 1-4k keys, and on the 256-768-key decodes
-    of recipes/microbench/rules.yaml, 0.79-0.88x the step's own config's time); past them,
+    `SPLIT_SHORT_KEYS` keys, 32-key tiles in 32 segments, what the shipped tree fitted for
+    the training set's decodes over 1k keys (on the 256-768-key decodes of
+    recipes/microbench/rules.yaml, 0.79-0.88x the step's own config's time); past them,
     128-key tiles up to a 128-wide head (the rules' speculative decodes over 8-32k keys:
-    0.86-0.98x; its ragged decodes 0.87-1.04x; at head 256 they took 1.18x, and keep 64)."""
+    0.85-0.98x; its ragged decodes 0.87-1.04x; at head 256 they took 1.18x, and keep 64)."""
     config = step("parallel_tiled").default_config(shape, p)
     if p.arch != hopper.ARCH:
         return config
