@@ -159,15 +159,14 @@ def _split_config(shape: BatchShape, p: Platform) -> KernelConfig:
     the training set's decodes over 1k keys (on the 256-768-key decodes of
     recipes/microbench/rules.yaml, 0.79-0.88x the step's own config's time); past them,
     128-key tiles up to a 128-wide head (the rules' speculative decodes over 8-32k keys:
-    0.85-0.98x; its ragged decodes 0.87-1.04x; at head 256 they took 1.18x, and keep 64)."""
+    0.85-0.98x; its ragged decodes 0.87-1.04x). Heads computed as 256 keep the step's own
+    config: measured only at 64 and 128 wide (128-key tiles took 1.18x at head 256)."""
     config = step("parallel_tiled").default_config(shape, p)
-    if p.arch != hopper.ARCH:
+    if p.arch != hopper.ARCH or hopper.head_pad(shape.head_size) > 128:
         return config
     if shape.max_seqlen_k <= SPLIT_SHORT_KEYS:
         return replace(config, tile_size=32, num_stages=2, num_segments=32)
-    if hopper.head_pad(shape.head_size) <= 128:
-        return replace(config, tile_size=128, num_stages=2)  # 2 stages as fitted (3: the same time)
-    return config
+    return replace(config, tile_size=128, num_stages=2)  # 2 stages as fitted (3: the same time)
 
 
 def _split_kv(shape: BatchShape, p: Platform) -> bool:
