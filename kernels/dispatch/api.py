@@ -262,9 +262,10 @@ def paged_attention(
     or an upper bound, where the caller knows it on the host (vLLM's
     ``seq_lens_cpu_upper_bound``); it lets ``auto`` see a ragged batch. None (default):
     the lengths are unknown up to ``max_seqlen_k``, as in a captured CUDA graph, which
-    replays for any; ``auto`` then picks what holds for any lengths. Returns ``out`` (allocated when None). Bad
-    shapes, dtypes and layouts raise ValueError naming the argument; ``check_metadata=True`` also checks the
-    metadata's values, which costs a host sync (module doc).
+    replays for any; ``auto`` then picks what holds for any lengths. Returns ``out``
+    (allocated when None). Bad shapes, dtypes and layouts raise ValueError naming the
+    argument; ``check_metadata=True`` also checks the metadata's values, which costs a
+    host sync (module doc).
     """
     layout = _checked_layout(q, k_cache, v_cache, block_table, cu_seqlens_q, seq_lens, out,
                              sliding_window, softcap, check_metadata, max_seqlen_q, max_seqlen_k)

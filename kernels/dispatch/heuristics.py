@@ -149,32 +149,13 @@ def _split_why(shape: BatchShape, p: Platform) -> str:
 SPLIT_MIN_KEYS = 512  # longest sequence from which a batch of short queries may split its keys
 
 
-SPLIT_SHORT_KEYS = 2560  # longest sequence up to which a split takes 32-key tiles (Hopper)
-
-
-def _split_config(shape: BatchShape, p: Platform) -> KernelConfig:
-    """The split-KV step's config where `auto` splits (the step's own tree where a fitted
-    tree does not decide). On sm_90, the tiles the H100 measured: up to
-    `SPLIT_SHORT_KEYS` keys, 32-key tiles in 32 segments, what the shipped tree fitted for
-    the training set's decodes over 1k keys (on the 256-768-key decodes of
-    recipes/microbench/rules.yaml, 0.79-0.88x the step's own config's time); past them,
-    128-key tiles up to a 128-wide head (the rules' speculative decodes over 8-32k keys:
-    0.85-0.98x; its ragged decodes 0.87-1.04x). Heads computed as 256 keep the step's own
-    config: measured only at 64 and 128 wide (128-key tiles took 1.18x at head 256)."""
-    config = step("parallel_tiled").default_config(shape, p)
-    if p.arch != hopper.ARCH or hopper.head_pad(shape.head_size) > 128:
-        return config
-    if shape.max_seqlen_k <= SPLIT_SHORT_KEYS:
-        return replace(config, tile_size=32, num_stages=2, num_segments=32)
-    return replace(config, tile_size=128, num_stages=2)  # 2 stages as fitted (3: the same time)
-
-
 def _split_kv(shape: BatchShape, p: Platform) -> bool:
     """Short queries (at most `SHORT_QUERY`) over at least `SPLIT_MIN_KEYS` keys whose 2D
     grid would leave SMs idle, counted at the longest sequence's length
     (`_full_length_programs` at most `_split_max_programs`): the split-KV step fills the GPU
-    instead. From 512 keys: on the H100's held-out grid a Llama-8B decode over 512 keys (8
-    programs) took 14.0 us split, 16.7 us in the Gluon kernel, 18.4 us in the Triton step."""
+    instead. From 512 keys: on the H100 (recipes/microbench/rules.yaml, split-min-keys) every
+    decode of 1-4 sequences from 384 keys took less time split than in the Gluon kernel or
+    the Triton step, and at 256 keys the Triton step won."""
     return (shape.max_seqlen_q <= SHORT_QUERY and shape.max_seqlen_k >= SPLIT_MIN_KEYS
             and _full_length_programs(shape, p) <= _split_max_programs(shape, p))
 
@@ -194,6 +175,26 @@ def _full_length_programs(shape: BatchShape, p: Platform) -> int:
     programs) count 46. There, on the H100's held-out grid, one program per item took
     372 us (the Gluon kernel) and 428 us (the Triton step), the split-KV step 253 us."""
     return math.ceil(_programs_2d(shape, p) * shape.full_length_share)
+
+
+SPLIT_SHORT_KEYS = 2560  # longest sequence up to which a split takes 32-key tiles (Hopper)
+
+
+def _split_config(shape: BatchShape, p: Platform) -> KernelConfig:
+    """The split-KV step's config where `auto` splits (the step's own tree where a fitted
+    tree does not decide). On sm_90, the tiles the H100 measured: up to
+    `SPLIT_SHORT_KEYS` keys, 32-key tiles in 32 segments, what the shipped tree fitted for
+    the training set's decodes over 1k keys (on the 256-768-key decodes of
+    recipes/microbench/rules.yaml, 0.79-0.88x the step's own config's time); past them,
+    128-key tiles up to a 128-wide head (the rules' speculative decodes over 8-32k keys:
+    0.85-0.98x; its ragged decodes 0.87-1.04x). Heads computed as 256 keep the step's own
+    config: measured only at 64 and 128 wide (128-key tiles took 1.18x at head 256)."""
+    config = step("parallel_tiled").default_config(shape, p)
+    if p.arch != hopper.ARCH or hopper.head_pad(shape.head_size) > 128:
+        return config
+    if shape.max_seqlen_k <= SPLIT_SHORT_KEYS:
+        return replace(config, tile_size=32, num_stages=2, num_segments=32)
+    return replace(config, tile_size=128, num_stages=2)  # 2 stages as fitted (3: the same time)
 
 
 def _split_max_programs(shape: BatchShape, p: Platform) -> int:
@@ -312,7 +313,7 @@ def decide(shape: BatchShape, platform: Platform, variant: str = AUTO) -> Decisi
     tuned = _tuned_tree(platform.device_name)
     if tuned is None:
         return _auto(shape, platform)
-    if shape.max_seqlen_q > 1 and _split_kv(shape, platform) or _split_for_raggedness(shape, platform):
+    if (shape.max_seqlen_q > 1 and _split_kv(shape, platform)) or _split_for_raggedness(shape, platform):
         # speculative decodes that cannot fill the GPU: no fitted tree has seen one (the
         # shipped tree's training set has none), and a tree extrapolates from prefills;
         # ragged decodes: a tree reads no sum of keys (its training batches are uniform).
