@@ -96,6 +96,26 @@ def test_the_builder_sums_the_keys_within_what_the_kernels_accept():
     assert vllm_backend.summed_seq_lens(None, 12, 4) is None  # a vLLM without the host copy
 
 
+def test_the_builder_adds_the_summed_keys_to_vllms_metadata_except_for_a_capture(monkeypatch):
+    """`AttnbenchMetadataBuilder` on top of vLLM's Triton builder (its ``build`` stubbed: it
+    needs a whole vLLM config): every field of vLLM's metadata carried over, the keys summed
+    from vLLM's host bound, and none while a CUDA graph is captured."""
+    from vllm.v1.attention.backends.triton_attn import TritonAttentionMetadata, TritonAttentionMetadataBuilder
+
+    known = dict(num_actual_tokens=3, max_query_len=1, max_seq_len=12, seq_lens=torch.tensor([12, 3, 5]), causal=True)
+    rest = {f.name: None for f in dataclasses.fields(TritonAttentionMetadata)
+            if f.name not in known and f.default is dataclasses.MISSING}
+    monkeypatch.setattr(TritonAttentionMetadataBuilder, "build",
+                        lambda self, *args, **kwargs: TritonAttentionMetadata(**known, **rest))
+    common = type("Common", (), {"seq_lens_cpu_upper_bound": torch.tensor([12, 3, 5])})()
+    builder = object.__new__(vllm_backend.AttnbenchMetadataBuilder)
+    eager = builder.build(0, common)
+    assert isinstance(eager, vllm_backend.AttnbenchMetadata) and eager.sum_seq_len == 20
+    assert all(getattr(eager, name) is value for name, value in {**known, **rest}.items())
+    captured = builder.build_for_cudagraph_capture(common)
+    assert captured.sum_seq_len is None and captured.seq_lens.tolist() == [1, 1, 1]  # vLLM's capture lengths
+
+
 def test_a_ragged_decode_splits_its_keys_in_eager_steps_but_not_in_a_captured_graph(monkeypatch):
     """4 long and 20 short decodes (as the held-out grid's Gemma-2 batch): the Q-block grid
     would wait on the long sequences' programs, so eager steps split the keys; a captured

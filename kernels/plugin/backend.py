@@ -34,9 +34,9 @@ can pick for batches within the server's limits (`api.precompile`), so vLLM's JI
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import time
-from dataclasses import dataclass
 from typing import ClassVar
 
 import torch
@@ -91,7 +91,7 @@ def summed_seq_lens(lens: torch.Tensor | None, max_seq_len: int, num_seqs: int) 
     return min(max(int(lens.sum()), max_seq_len), max_seq_len * num_seqs)
 
 
-@dataclass
+@dataclasses.dataclass
 class AttnbenchMetadata(TritonAttentionMetadata):
     """vLLM's Triton metadata and the batch's keys, summed on the host."""
 
@@ -111,7 +111,8 @@ class AttnbenchMetadataBuilder(TritonAttentionMetadataBuilder):
               fast_build: bool = False) -> AttnbenchMetadata:
         metadata = super().build(common_prefix_len, common_attn_metadata, fast_build)
         lens = getattr(common_attn_metadata, "seq_lens_cpu_upper_bound", None)
-        return AttnbenchMetadata(**vars(metadata),
+        fields = {f.name: getattr(metadata, f.name) for f in dataclasses.fields(metadata) if f.init}
+        return AttnbenchMetadata(**fields,
                                  sum_seq_len=summed_seq_lens(lens, metadata.max_seq_len, metadata.seq_lens.shape[0]))
 
     def build_for_cudagraph_capture(self, common_attn_metadata: CommonAttentionMetadata) -> AttnbenchMetadata:
