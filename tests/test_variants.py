@@ -411,8 +411,10 @@ def test_prefills_of_many_work_items_launch_persistent(monkeypatch, tree):
         assert many.why.endswith(", persistent: at least 24 work items per SM over at most 1024 keys")
     for few in (BatchShape(16, 16 * 512, 512, 512, 32, 8, 128), BatchShape(48, 48 * 2048, 2048, 2048, 32, 8, 128)):
         assert decide(few, H100_SM90).config.persistent is False
-    assert host.many_items(48 * 384, 4, 8, 132) and not host.many_items(16 * 512, 4, 8, 132)
-    assert host.many_items(40 * 512, 7, 4, 132)  # Qwen-7B: Q-blocks of 18 tokens x 7 heads, 4,552 of them
+    assert host.many_items(BatchShape(48, 48 * 384, 384, 384, 32, 8, 128), 132)
+    assert not host.many_items(BatchShape(16, 16 * 512, 512, 512, 32, 8, 128), 132)
+    # Qwen-7B: Q-blocks of 18 tokens x 7 heads, 4,552 of them
+    assert host.many_items(BatchShape(40, 40 * 512, 512, 512, 28, 4, 128), 132)
 
 
 @pytest.mark.parametrize("tree", ["shipped", "off"])

@@ -161,9 +161,9 @@ def _split_kv(shape: BatchShape, p: Platform) -> bool:
 
 
 def _split_for_raggedness(shape: BatchShape, p: Platform) -> bool:
-    """Whether a batch that `_split_kv` splits would not split were it uniform: the batch
+    """Of a batch `_split_kv` splits: whether it would not split were it uniform, i.e. it
     is ragged enough that its longest sequences' programs alone outlast the rest."""
-    return _split_kv(shape, p) and not _split_kv(replace(shape, sum_seqlen_k=None), p)
+    return not _split_kv(replace(shape, sum_seqlen_k=None), p)
 
 
 def _full_length_programs(shape: BatchShape, p: Platform) -> int:
@@ -313,7 +313,7 @@ def decide(shape: BatchShape, platform: Platform, variant: str = AUTO) -> Decisi
     tuned = _tuned_tree(platform.device_name)
     if tuned is None:
         return _auto(shape, platform)
-    if (shape.max_seqlen_q > 1 and _split_kv(shape, platform)) or _split_for_raggedness(shape, platform):
+    if _split_kv(shape, platform) and (shape.max_seqlen_q > 1 or _split_for_raggedness(shape, platform)):
         # speculative decodes that cannot fill the GPU: no fitted tree has seen one (the
         # shipped tree's training set has none), and a tree extrapolates from prefills;
         # ragged decodes: a tree reads no sum of keys (its training batches are uniform).
@@ -329,9 +329,8 @@ def decide(shape: BatchShape, platform: Platform, variant: str = AUTO) -> Decisi
         config = replace(config, persistent=False)
         fitted += (f", one program per item: the longest sequence has {shape.max_seqlen_k} keys "
                    f"(persistent only up to {PERSISTENT_MAX_KEYS})")
-    elif config.variant == GLUON_QBLOCK and not config.persistent and _persistent_pays(shape) \
-            and shape.max_seqlen_q > SHORT_QUERY \
-            and hopper.many_items(shape.num_tokens, shape.queries_per_kv, shape.num_kv_heads, platform.num_sms):
+    elif (config.variant == GLUON_QBLOCK and not config.persistent and _persistent_pays(shape)
+          and shape.max_seqlen_q > SHORT_QUERY and hopper.many_items(shape, platform.num_sms)):
         # fitted on prefills of at most 16 items per SM: with many more, persistent pays
         config = replace(config, persistent=True)
         fitted += (f", persistent: at least {hopper.PERSISTENT_MIN_ITEMS_PER_SM} work items per SM "

@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 from functools import lru_cache
 
-from ..config import Platform
+from ..config import BatchShape, Platform
 
 BLOCK_M = 128  # rows of a Q-block: two warpgroups of 64
 HEAD_SIZES = (64, 128, 256)  # the widths the kernels compute in (powers of two: layouts, wgmma)
@@ -35,7 +35,7 @@ def max_tile_size(head_size: int) -> int:
 PERSISTENT_MIN_ITEMS_PER_SM = 24  # work items per SM from which long queries' batches launch persistent
 
 
-def many_items(num_tokens: int, queries_per_kv: int, num_kv_heads: int, num_sms: int) -> bool:
+def many_items(shape: BatchShape, num_sms: int) -> bool:
     """Whether a batch gives the kernels at least `PERSISTENT_MIN_ITEMS_PER_SM` work items
     (Q-blocks of ``BLOCK_M // queries_per_kv`` tokens x KV heads, counted from the tokens:
     a lower bound) per SM: where a persistent launch pays on prefills of long queries too,
@@ -46,8 +46,8 @@ def many_items(num_tokens: int, queries_per_kv: int, num_kv_heads: int, num_sms:
     and 24 x 1k, Qwen-7B 40 x 512, Llama-1B 64 x 256); at 15.5 per SM 0.89-1.03x (Llama-8B
     32 x 256 and 8 x 1k, Llama-1B 16 x 512), and 1.06x on the training set's Llama-8B 16 x
     512; at 3 per SM and fewer, 1.04-1.06x (the training set's prefills of 1-4 sequences)."""
-    block_q = max(1, BLOCK_M // queries_per_kv)  # heads past BLOCK_M per KV head: not the kernels'
-    return -(-num_tokens // block_q) * num_kv_heads >= PERSISTENT_MIN_ITEMS_PER_SM * num_sms
+    block_q = max(1, BLOCK_M // shape.queries_per_kv)  # heads past BLOCK_M per KV head: not the kernels'
+    return -(-shape.num_tokens // block_q) * shape.num_kv_heads >= PERSISTENT_MIN_ITEMS_PER_SM * num_sms
 
 
 GLUON_ENV = "ATTNBENCH_GLUON"  # "0": `auto` keeps Triton's kernels on Hopper too (A/B runs)

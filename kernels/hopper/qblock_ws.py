@@ -446,7 +446,7 @@ def default_config(shape: BatchShape, p: Platform) -> KernelConfig:
     if shape.max_seqlen_k > LONG_KEYS_FROM:
         return LONG_KEYS if max_tile_size(shape.head_size) >= LONG_KEYS.tile_size else SHORT_KEYS
     uniform_prefill = shape.max_seqlen_q > SHORT_QUERY and shape.num_tokens == shape.num_seqs * shape.max_seqlen_q
-    if uniform_prefill and not many_items(shape.num_tokens, shape.queries_per_kv, shape.num_kv_heads, p.num_sms):
+    if uniform_prefill and not many_items(shape, p.num_sms):
         return SHORT_KEYS
     return SHORT_KEYS_PERSISTENT
 

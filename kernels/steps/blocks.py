@@ -146,8 +146,8 @@ def attend_tiles(
     running row max, ``l_i`` the running sum of exponentials, ``acc`` the unnormalized
     output. ``MASKED=False`` is for tiles every row sees in full (below the causal
     diagonal, inside the sequence and every row's window: `tile_ranges`): no mask is built
-    at all, which is most of a prefill. With masks, a row that has seen no visible key keeps ``m_i = -inf, l_i = 0,
-    acc = 0``: the sentinel the segment reductions rely on.
+    at all, which is most of a prefill. With masks, a row that has seen no visible key
+    keeps ``m_i = -inf, l_i = 0, acc = 0``: the sentinel the segment reductions rely on.
     """
     offs_d = tl.arange(0, HEAD_PAD)
     d_mask = offs_d < HEAD_SIZE
