@@ -53,6 +53,13 @@ class KernelConfig:
     persistent       qblock_ws only: one program per SM walking the list of work items
                      (`hopper/blocks.program_item`) instead of one program per item; the
                      next item's KV tiles load while the last one finishes
+    equal_segments   parallel_tiled only: every segment takes as many KV tiles as one of the
+                     longest Q-block range's ``num_segments`` segments (that range read from the
+                     call's ``max_seqlen_k``), so a shorter sequence takes fewer, full segments
+                     instead of ``num_segments`` slivers (FA3 sizes its splits per sequence so
+                     too). False: each Q-block's own range in ``num_segments`` parts. Only
+                     for calls whose ``max_seqlen_k`` is the longest sequence's length, not a
+                     bound that a captured CUDA graph replays under
     """
 
     variant: str  # the registered kernel that runs (`variants.KERNEL_MODULES`)
@@ -64,6 +71,7 @@ class KernelConfig:
     programs_per_sm: float = 1.0
     reduce_num_warps: int = 1
     persistent: bool = False
+    equal_segments: bool = False
 
     def __post_init__(self):
         if self.variant not in VARIANTS:
@@ -72,6 +80,9 @@ class KernelConfig:
             raise ValueError(f"KernelConfig.block_m: {GLUON_QBLOCK!r} runs Q-blocks of 128 rows, got {self.block_m}")
         if self.persistent and self.variant != GLUON_QBLOCK:
             raise ValueError(f"KernelConfig.persistent: only {GLUON_QBLOCK!r} has a persistent launch, got "
+                             f"variant {self.variant!r}")
+        if self.equal_segments and self.variant != "parallel_tiled":
+            raise ValueError(f"KernelConfig.equal_segments: only 'parallel_tiled' sizes its segments so, got "
                              f"variant {self.variant!r}")
         for name in ("tile_size", "block_m"):
             v = getattr(self, name)
@@ -178,7 +189,8 @@ class Step:
     the paper (`steps/`) or a kernel written for one GPU generation (`hopper/`).
 
     launch          ``launch(out, q, k_cache, v_cache, block_table, cu_seqlens_q, seq_lens, *,
-                    scale, sliding_window, softcap, config, max_seqlen_q, compile_only=False)``:
+                    scale, sliding_window, softcap, config, max_seqlen_q, max_seqlen_k,
+                    compile_only=False)``:
                     computes the batch's attention into ``out`` (or, with ``compile_only``,
                     compiles the binaries that launch would run and launches nothing)
     default_config  the hand-written decision tree: ``(BatchShape, Platform) -> KernelConfig``

@@ -91,12 +91,15 @@ def test_auto_matches_reference(head_case, composition):
 
 # Launch parameters the heuristics may never pick on this machine: tiles smaller than,
 # equal to and larger than the page; large Q-blocks; segment counts that are not powers
-# of two or exceed the tiles of short sequences; a static grid that must loop.
+# of two or exceed the tiles of short sequences; segments as long as the longest
+# sequence's, which leave a short one's last segments empty; a static grid that must loop.
 EXTRA_CONFIGS = [
     KernelConfig("qblock", tile_size=16, block_m=32),
     KernelConfig("qblock", tile_size=64, block_m=64, num_warps=8),
     KernelConfig("parallel_tiled", tile_size=16, num_segments=3),
     KernelConfig("parallel_tiled", tile_size=32, num_segments=16),
+    KernelConfig("parallel_tiled", tile_size=16, num_segments=4, equal_segments=True),
+    KernelConfig("parallel_tiled", tile_size=16, block_m=64, num_segments=3, equal_segments=True),
     KernelConfig("static_grid", tile_size=16, num_segments=5),
     KernelConfig("static_grid", tile_size=64, block_m=32, num_segments=2, programs_per_sm=0.5),
 ]
@@ -125,6 +128,29 @@ def test_a_window_of_many_tiles_masks_only_its_edges(config):
             (rng.randint(60, 150), rng.randint(0, 200))]
     batch = PagedBatch.build(seqs, num_q_heads=4, num_kv_heads=2, head_size=64, block_size=16,
                              dtype=torch.bfloat16, device=DEVICE, sliding_window=rng.randint(50, 120), seed=seed)
+    poison_past_sequences(batch)
+    run_and_check(batch, seed, config=config)
+
+
+@pytest.mark.parametrize("window", [False, True])
+@pytest.mark.parametrize("config", [KernelConfig("parallel_tiled", tile_size=16, num_segments=4, equal_segments=True),
+                                    KernelConfig("parallel_tiled", tile_size=32, block_m=64, num_segments=5,
+                                                 equal_segments=True)],
+                         ids=["t16-s4", "t32-bm64-s5"])
+def test_equal_segments_follow_each_sequence_of_a_ragged_batch(config, window):
+    """A ragged batch (one sequence of 250-450 keys among short decodes and speculative
+    decodes) with segments as long as the longest sequence's: the short sequences fill one
+    or two segments, their other programs store only the empty sentinel, and the reduction
+    must skip those (their output scratch is never written). With a window, the longest
+    range is the window's."""
+    seed = fresh_seed()
+    rng = random.Random(seed)
+    seqs = [(1, rng.randint(250, 450)), (rng.randint(2, 8), rng.randint(30, 90))]
+    seqs += [(rng.choice([1, 1, 4]), rng.randint(0, 40)) for _ in range(rng.randint(3, 5))]
+    rng.shuffle(seqs)
+    batch = PagedBatch.build(seqs, num_q_heads=8, num_kv_heads=2, head_size=64, block_size=16,
+                             dtype=torch.bfloat16, device=DEVICE, softcap=rng.choice([0.0, 5.0]),
+                             sliding_window=rng.randint(40, 200) if window else None, seed=seed)
     poison_past_sequences(batch)
     run_and_check(batch, seed, config=config)
 

@@ -434,11 +434,12 @@ def test_a_ragged_decode_splits_where_its_longest_sequences_would_idle_the_gpu(m
     gemma = BatchShape(24, 24, 1, 12288, 16, 8, 256, sum_seqlen_k=20 * 1024 + 4 * 12288)
     assert gemma.full_length_share == pytest.approx(69632 / (24 * 12288))
     split = decide(gemma, H100_SM90)
-    assert split.config == step("parallel_tiled").default_config(gemma, H100_SM90)
+    assert split.config == replace(step("parallel_tiled").default_config(gemma, H100_SM90), equal_segments=True)
     assert split.why.startswith("split-KV: 1-token queries over 12288 keys; the Q-block step would launch 192 "
                                 "programs, 46 at the longest sequence's length (69632 keys in 24 sequences) "
                                 "for 132 SMs (at most 66 split where the Gluon kernel runs)")
     assert split.why.endswith(", whatever the fitted tree") == (tree == "shipped")
+    assert "; segments as long as the longest sequence's" in split.why
     assert decide(replace(gemma, sum_seqlen_k=24 * 12288), H100_SM90).config.variant == "qblock_ws"  # uniform
     # unknown lengths (a captured graph): no split, and many decodes keep the Triton step (`_many_short_decodes`)
     assert decide(replace(gemma, sum_seqlen_k=None), H100_SM90).config.variant == "qblock"
@@ -448,6 +449,49 @@ def test_a_ragged_decode_splits_where_its_longest_sequences_would_idle_the_gpu(m
     monkeypatch.setattr(host, "available", lambda: False)
     assert decide(llama, H100_SM90).config.variant == "parallel_tiled"
     assert decide(replace(llama, sum_seqlen_k=None), H100_SM90).config.variant == "qblock"
+
+
+@pytest.mark.parametrize("tree", ["shipped", "off"])
+def test_a_split_cuts_known_lengths_into_equal_segments_and_a_sequences_queries_into_one_qblock(monkeypatch, tree):
+    """Where `auto` splits and the caller gives the batch's keys, every segment is as long
+    as one of the longest sequence's (`equal_segments`), with or without a fitted tree;
+    unknown lengths (a captured graph) keep each range's own cut. On sm_90 a speculative
+    sequence's query rows share one Q-block, up to 64 rows: 4 tokens x 7 heads of Qwen2.5-7B
+    in 32 rows, 8 x 7 in 64, 8 x 16 in two of 64; a decode keeps 16."""
+    from attnbench.kernels.dispatch.heuristics import decide
+    from attnbench.kernels.hopper import host
+    from attnbench.kernels.steps.parallel_tiled import min_segment_tiles
+
+    monkeypatch.setattr(host, "available", lambda: True)
+    if tree == "off":
+        monkeypatch.setenv("ATTNBENCH_TUNED_TREE", "off")
+    ragged = BatchShape(64, 64, 1, 16384, 32, 8, 128, sum_seqlen_k=4 * 16384 + 60 * 1024)
+    config = decide(ragged, H100_SM90).config
+    assert (config.variant, config.equal_segments) == ("parallel_tiled", True)
+    assert decide(replace(ragged, sum_seqlen_k=None), H100_SM90).config.variant == "qblock"
+    few = BatchShape(2, 2, 1, 8192, 32, 8, 128)  # 2 decodes: split whether lengths are known or not
+    assert decide(few, H100_SM90).config.equal_segments is False
+    assert decide(replace(few, sum_seqlen_k=8192 + 700), H100_SM90).config.equal_segments is True
+
+    def block_m(q, q_heads, kv_heads, platform=H100_SM90):
+        shape = BatchShape(2, 2 * q, q, 16384, q_heads, kv_heads, 128, sum_seqlen_k=2 * 16384)
+        chosen = decide(shape, platform).config
+        assert chosen.variant == "parallel_tiled"
+        return chosen.block_m
+    assert [block_m(4, 28, 4), block_m(8, 28, 4), block_m(8, 64, 4), block_m(1, 32, 8), block_m(4, 32, 8)] \
+        == [32, 64, 64, 16, 16]
+    assert block_m(4, 28, 4, H100) == 16  # measured on sm_90 only
+
+    # the segments' least length: the longest range (or window, plus the tile its edge
+    # may straddle) in num_segments; 1 without equal segments
+    equal = KernelConfig("parallel_tiled", tile_size=64, num_segments=16, equal_segments=True)
+    assert min_segment_tiles(equal, 1, 16384, None) == 16
+    assert min_segment_tiles(equal, 1, 16385, None) == 17
+    assert min_segment_tiles(equal, 4, 16384, 4096) == 5  # 4099 keys: 65 + 1 tiles
+    assert min_segment_tiles(equal, 1, 500, 4096) == 1
+    assert min_segment_tiles(replace(equal, equal_segments=False), 1, 16384, None) == 1
+    with pytest.raises(ValueError, match="KernelConfig.equal_segments: only 'parallel_tiled'"):
+        KernelConfig("qblock", equal_segments=True)
 
 
 @pytest.mark.parametrize("gluon", [True, False])

@@ -81,7 +81,7 @@ def _calls(case: str, variant: str, dev: torch.device) -> tuple[Callable[[], Non
 
     def bare():
         launch(*args, scale=scale, sliding_window=None, softcap=0.0, config=config,
-               max_seqlen_q=batch.max_seqlen_q)
+               max_seqlen_q=batch.max_seqlen_q, max_seqlen_k=batch.max_seqlen_k)
 
     api(), bare()  # compile both before timing
     _sync(dev)

@@ -129,6 +129,7 @@ class NamedConfig(_Strict):
     programs_per_sm: float | None = None
     reduce_num_warps: int | None = None
     persistent: bool | None = None
+    equal_segments: bool | None = None
 
     @field_validator("variant")
     @classmethod

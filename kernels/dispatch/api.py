@@ -291,7 +291,7 @@ def paged_attention(
     step(config.variant).launch(
         out, q, k_cache, v_cache, block_table, cu_seqlens_q, seq_lens,
         scale=scale, sliding_window=sliding_window, softcap=float(softcap),
-        config=config, max_seqlen_q=max_seqlen_q,
+        config=config, max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k,
     )
     return out
 
@@ -305,9 +305,12 @@ def refusal(variant: str, q, k_cache, v_cache) -> str | None:
 
 def _same_binary(config: KernelConfig) -> KernelConfig:
     """One representative of the configs that compile to the same binaries: static_grid's
-    segment count is a run-time argument (only "split or not" adds the reduction kernel)."""
+    segment count is a run-time argument (only "split or not" adds the reduction kernel),
+    and so is the segments' least length that parallel_tiled's ``equal_segments`` sets."""
     if config.variant == "static_grid":
         return replace(config, num_segments=min(config.num_segments, 2))
+    if config.variant == "parallel_tiled":
+        return replace(config, equal_segments=False)
     return config
 
 
@@ -340,6 +343,6 @@ def precompile(
         step(config.variant).launch(
             out, q, k_cache, v_cache, block_table, cu_seqlens_q, seq_lens,
             scale=scale, sliding_window=sliding_window, softcap=float(softcap),
-            config=config, max_seqlen_q=1, compile_only=True,
+            config=config, max_seqlen_q=1, max_seqlen_k=1, compile_only=True,
         )
     return binaries

@@ -26,7 +26,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import NamedTuple
 
-from ..config import GLUON_QBLOCK, SHORT_QUERY, BatchShape, KernelConfig, Platform
+from ..config import GLUON_QBLOCK, SHORT_QUERY, BatchShape, KernelConfig, Platform, next_power_of_2
 from ..hopper import host as hopper
 from ..variants import AUTO, check_variant, step
 
@@ -142,8 +142,9 @@ def _split_why(shape: BatchShape, p: Platform) -> str:
     if shape.full_length_share < 1:
         ragged = (f", {_full_length_programs(shape, p)} at the longest sequence's length "
                   f"({shape.sum_seqlen_k} keys in {shape.num_seqs} sequences)")
+    equal = "; segments as long as the longest sequence's" if shape.sum_seqlen_k is not None else ""
     return (f"split-KV: {shape.max_seqlen_q}-token queries over {shape.max_seqlen_k} keys; the Q-block step would "
-            f"launch {_programs_2d(shape, p)} programs{ragged} for {p.num_sms} SMs{gluon}")
+            f"launch {_programs_2d(shape, p)} programs{ragged} for {p.num_sms} SMs{gluon}{equal}")
 
 
 SPLIT_MIN_KEYS = 512  # longest sequence from which a batch of short queries may split its keys
@@ -178,23 +179,52 @@ def _full_length_programs(shape: BatchShape, p: Platform) -> int:
 
 
 SPLIT_SHORT_KEYS = 2560  # longest sequence up to which a split takes 32-key tiles (Hopper)
+SPLIT_MAX_BLOCK_M = 64  # the largest Q-block a split widens to, to hold a sequence's speculative tokens
 
 
 def _split_config(shape: BatchShape, p: Platform) -> KernelConfig:
     """The split-KV step's config where `auto` splits (the step's own tree where a fitted
-    tree does not decide). On sm_90, the tiles the H100 measured: up to
-    `SPLIT_SHORT_KEYS` keys, 32-key tiles in 32 segments, what the shipped tree fitted for
-    the training set's decodes over 1k keys (on the 256-768-key decodes of
-    recipes/microbench/rules.yaml, 0.79-0.88x the step's own config's time); past them,
-    128-key tiles up to a 128-wide head (the rules' speculative decodes over 8-32k keys:
-    0.85-0.98x; its ragged decodes 0.87-1.04x). Heads computed as 256 keep the step's own
-    config: measured only at 64 and 128 wide (128-key tiles took 1.18x at head 256)."""
+    tree does not decide), with segments that follow each sequence's length where the
+    lengths are known (`_segments_for_lengths`).
+
+    On sm_90, the tiles the H100 measured: up to `SPLIT_SHORT_KEYS` keys, 32-key tiles in
+    32 segments, what the shipped tree fitted for the training set's decodes over 1k keys
+    (on the 256-768-key decodes of recipes/microbench/rules.yaml, 0.79-0.88x the step's own
+    config's time); past them, 128-key tiles up to a 128-wide head (the rules' speculative
+    decodes over 8-32k keys: 0.85-0.98x; its ragged decodes 0.87-1.04x). Heads computed as
+    256 keep the step's own config: measured only at 64 and 128 wide (128-key tiles took
+    1.18x at head 256). A Q-block there holds all of a sequence's query rows, up to
+    `SPLIT_MAX_BLOCK_M` (`_split_block_m`)."""
     config = step("parallel_tiled").default_config(shape, p)
-    if p.arch != hopper.ARCH or hopper.head_pad(shape.head_size) > 128:
+    if p.arch == hopper.ARCH and hopper.head_pad(shape.head_size) <= 128:
+        config = replace(config, block_m=_split_block_m(shape, config.block_m))
+        if shape.max_seqlen_k <= SPLIT_SHORT_KEYS:
+            config = replace(config, tile_size=32, num_stages=2, num_segments=32)
+        else:
+            config = replace(config, tile_size=128, num_stages=2)  # 2 stages as fitted (3: the same time)
+    return _segments_for_lengths(config, shape)
+
+
+def _split_block_m(shape: BatchShape, block_m: int) -> int:
+    """Rows of the split's Q-block: enough for every query row of a sequence (its tokens
+    times the query heads of a KV head), up to `SPLIT_MAX_BLOCK_M`. A speculative decode of
+    4 tokens with 7 query heads per KV head has 28 rows: in the step's own 16-row Q-blocks
+    (2 tokens each) every KV tile is read twice, once per Q-block; in one 32-row Q-block
+    once. The batch is memory bound, so its time follows the tiles read."""
+    rows = shape.max_seqlen_q * shape.queries_per_kv
+    return max(block_m, min(SPLIT_MAX_BLOCK_M, next_power_of_2(rows)))
+
+
+def _segments_for_lengths(config: KernelConfig, shape: BatchShape) -> KernelConfig:
+    """``config`` with ``equal_segments`` where the split-KV step runs and the caller knows
+    the batch's keys: a short sequence of a ragged batch then fills a few segments as long
+    as the longest sequence's, instead of ``num_segments`` slivers of one tile or less
+    (the rules' ragged decodes: 4 x 16k + 60 x 1k keys, 16 segments of 64-key tiles, ran
+    each 1k sequence as 16 one-tile programs at 1.42x FA3's time). Unknown lengths (a
+    captured graph, whose ``max_seqlen_k`` is only a bound) keep each range's own cut."""
+    if config.variant != "parallel_tiled" or shape.sum_seqlen_k is None:
         return config
-    if shape.max_seqlen_k <= SPLIT_SHORT_KEYS:
-        return replace(config, tile_size=32, num_stages=2, num_segments=32)
-    return replace(config, tile_size=128, num_stages=2)  # 2 stages as fitted (3: the same time)
+    return replace(config, equal_segments=True)
 
 
 def _split_max_programs(shape: BatchShape, p: Platform) -> int:
@@ -323,7 +353,7 @@ def decide(shape: BatchShape, platform: Platform, variant: str = AUTO) -> Decisi
     triton_decodes = _triton_for_many_decodes(shape, platform)
     if triton_decodes is not None:
         return triton_decodes._replace(why=triton_decodes.why + ", whatever the fitted tree")
-    config = KernelConfig.of(tuned(shape, platform))
+    config = _segments_for_lengths(KernelConfig.of(tuned(shape, platform)), shape)
     fitted = f"the fitted tree ({os.environ.get(TREE_ENV) or _tuned_module(platform.device_name)})"
     if config.persistent and not _persistent_pays(shape):
         config = replace(config, persistent=False)

@@ -252,9 +252,29 @@ def locate_qblock(cu_seqlens_q_ptr, seq_lens_ptr, q_block, num_seqs, BLOCK_Q: tl
 
 
 @triton.jit
+def segment_tiles(context_len, query_len, q_block_local, sliding_window, segment, num_segments, min_segment_tiles,
+                  BLOCK_Q: tl.constexpr, TILE_SIZE: tl.constexpr, USE_WINDOW: tl.constexpr):
+    """(first tile, end tile, first unmasked tile, first masked tile) of segment ``segment``
+    of a Q-block's KV tiles (`tile_ranges`), computed from the lengths alone (no load).
+
+    The range is cut into ``num_segments`` equal parts, each of at least
+    ``min_segment_tiles`` tiles: a range shorter than ``num_segments x min_segment_tiles``
+    fills its first segments and leaves the rest empty (first tile >= end tile).
+    """
+    # the Q-block's last query token (the caller has checked that it has one)
+    max_pos = context_len + tl.minimum(query_len, (q_block_local + 1) * BLOCK_Q) - 1
+    first_tile, first_unmasked, first_masked, end_tile = tile_ranges(context_len, q_block_local, max_pos,
+                                                                     sliding_window, BLOCK_Q, TILE_SIZE, USE_WINDOW)
+    tiles_per_segment = tl.maximum(tl.cdiv(end_tile - first_tile, num_segments), min_segment_tiles)
+    seg_first = first_tile + segment * tiles_per_segment
+    seg_end = tl.minimum(seg_first + tiles_per_segment, end_tile)
+    return seg_first, seg_end, first_unmasked, first_masked
+
+
+@triton.jit
 def attend_qblock(
     q_ptr, k_ptr, v_ptr, block_table_ptr,
-    seq, q_start, query_len, q_block_local, seq_len, kv_head, segment, num_segments,
+    seq, q_start, query_len, q_block_local, seq_len, kv_head, segment, num_segments, min_segment_tiles,
     qk_scale, softcap, sliding_window,
     stride_qt, stride_qh, stride_kb, stride_ks, stride_kh, stride_vb, stride_vs, stride_vh, stride_bt,
     QPK: tl.constexpr, HEAD_SIZE: tl.constexpr, HEAD_PAD: tl.constexpr,
@@ -262,7 +282,7 @@ def attend_qblock(
     USE_SOFTCAP: tl.constexpr, USE_WINDOW: tl.constexpr, WINDOW_EDGE_LOOP: tl.constexpr,
 ):
     """Load one Q-block and run the tiled softmax over segment ``segment`` of
-    ``num_segments`` of its KV tiles (1 segment: the whole range).
+    ``num_segments`` of its KV tiles (1 segment: the whole range; `segment_tiles`).
 
     ``WINDOW_EDGE_LOOP``: with a sliding window, mask only the tiles the window cuts and
     the diagonal ones, in loops of their own, and run the tiles inside every row's window
@@ -282,14 +302,11 @@ def attend_qblock(
     q = tl.load(q_ptr + q_rows[:, None] + offs_d[None, :],
                 mask=row_valid[:, None] & (offs_d < HEAD_SIZE)[None, :], other=0.0)
 
-    # the Q-block's KV tiles: up to its last token's position (causal), from its first
-    # token's window start (sliding window); this segment's share of them
-    max_pos = tl.max(tl.where(row_valid, pos_q, 0), axis=0)
-    first_tile, first_unmasked, first_masked, end_tile = tile_ranges(context_len, q_block_local, max_pos,
-                                                                     sliding_window, BLOCK_Q, TILE_SIZE, USE_WINDOW)
-    tiles_per_segment = tl.cdiv(end_tile - first_tile, num_segments)
-    seg_first = first_tile + segment * tiles_per_segment
-    seg_end = tl.minimum(seg_first + tiles_per_segment, end_tile)
+    # this segment's share of the Q-block's KV tiles: up to its last token's position
+    # (causal), from its first token's window start (sliding window)
+    seg_first, seg_end, first_unmasked, first_masked = segment_tiles(
+        context_len, query_len, q_block_local, sliding_window, segment, num_segments, min_segment_tiles,
+        BLOCK_Q, TILE_SIZE, USE_WINDOW)
 
     # the tiles the window cuts (with one), the mask-free tiles, then the ones that reach
     # the diagonal (the online softmax takes tiles in any order)
@@ -306,7 +323,7 @@ def attend_qblock(
                                          TILE_SIZE, USE_SOFTCAP, USE_WINDOW, True)
             seg_first = tl.maximum(seg_first, first_unmasked)
         else:  # every tile masked, in the last loop
-            first_masked = first_tile
+            first_masked = 0
     acc, m_i, l_i = attend_tiles(acc, m_i, l_i, q, pos_q, seg_first, tl.minimum(seg_end, first_masked),
                                  k_ptr, v_ptr, bt_row, seq_len, kv_head,
                                  stride_kb, stride_ks, stride_kh, stride_vb, stride_vs, stride_vh,

@@ -10,6 +10,11 @@ more step of the online softmax.
 Sentinels do the bookkeeping: a segment with no visible key (short sequences, or tiles
 outside a sliding window) stores ``max = -inf, sum = 0``, and the reduction pads the
 segment axis to a power of two with the same sentinel, so both contribute ``exp(-inf) = 0``.
+
+With ``equal_segments`` (`KernelConfig`), a segment is as long as one of the longest range's
+``NUM_SEGMENTS`` segments, so a short sequence of a ragged batch fills a few segments and
+leaves the rest empty: those programs store only the sentinel and stop, and the reduction
+reads no output of theirs.
 """
 
 from __future__ import annotations
@@ -19,15 +24,16 @@ import triton
 import triton.language as tl
 
 from ..config import BatchShape, KernelConfig, Platform, Step, next_power_of_2
-from .blocks import Geometry, attend_qblock, base2_scale, cache_strides, launch_or_compile, locate_qblock
+from .blocks import (Geometry, attend_qblock, base2_scale, cache_strides, launch_or_compile, locate_qblock,
+                     qblock_rows, segment_tiles)
 
 
-@triton.jit(do_not_specialize=["num_seqs"])
+@triton.jit(do_not_specialize=["num_seqs", "min_segment_tiles"])
 def segmented_attention_kernel(
     segm_out_ptr, segm_max_ptr, segm_sum_ptr,
     q_ptr, k_ptr, v_ptr,
     block_table_ptr, cu_seqlens_q_ptr, seq_lens_ptr,
-    num_seqs, num_q_heads, qk_scale, softcap, sliding_window,
+    num_seqs, num_q_heads, min_segment_tiles, qk_scale, softcap, sliding_window,
     stride_qt, stride_qh,
     stride_kb, stride_ks, stride_kh,
     stride_vb, stride_vs, stride_vh,
@@ -47,10 +53,21 @@ def segmented_attention_kernel(
         cu_seqlens_q_ptr, seq_lens_ptr, q_block, num_seqs, BLOCK_Q)
     if q_block_local * BLOCK_Q >= query_len:
         return
+    seg_first, seg_end, _first_unmasked, _first_masked = segment_tiles(
+        seq_len - query_len, query_len, q_block_local, sliding_window, segment, NUM_SEGMENTS, min_segment_tiles,
+        BLOCK_Q, TILE_SIZE, USE_WINDOW)
+    if seg_first >= seg_end:
+        # an empty segment: the sentinel alone, which tells the reduction to skip its output
+        tok, head, row_valid, _pos = qblock_rows(q_block_local, query_len, seq_len - query_len, kv_head,
+                                                 BLOCK_M, BLOCK_Q, QPK)
+        row = ((q_start + tok).to(tl.int64) * num_q_heads + head) * NUM_SEGMENTS + segment
+        tl.store(segm_max_ptr + row, tl.full([BLOCK_M], float("-inf"), dtype=tl.float32), mask=row_valid)
+        tl.store(segm_sum_ptr + row, tl.zeros([BLOCK_M], dtype=tl.float32), mask=row_valid)
+        return
     # this program's segment of the Q-block's KV tiles
     acc, m_i, l_i, tok, head, row_valid = attend_qblock(
         q_ptr, k_ptr, v_ptr, block_table_ptr, seq, q_start, query_len, q_block_local, seq_len, kv_head,
-        segment, NUM_SEGMENTS, qk_scale, softcap, sliding_window,
+        segment, NUM_SEGMENTS, min_segment_tiles, qk_scale, softcap, sliding_window,
         stride_qt, stride_qh, stride_kb, stride_ks, stride_kh, stride_vb, stride_vs, stride_vh, stride_bt,
         QPK, HEAD_SIZE, HEAD_PAD, BLOCK_SIZE, TILE_SIZE, BLOCK_M, BLOCK_Q, USE_SOFTCAP, USE_WINDOW,
         False)  # masks its whole range: segments of a few tiles run slower in three loops
@@ -83,21 +100,39 @@ def reduce_segments_kernel(
     m = tl.max(seg_max, axis=0)
     weight = tl.exp2(seg_max - m)  # 0 for empty segments
     total = tl.sum(seg_sum * weight, axis=0)
+    # an empty segment may have stored no output (equal segments): read none of it
+    seen = seg_max > float("-inf")
     seg_out = tl.load(segm_out_ptr + (row + offs_s)[:, None] * HEAD_PAD + offs_d[None, :],
-                      mask=seg_mask[:, None], other=0.0)
+                      mask=seen[:, None], other=0.0)
     out = tl.sum(seg_out * weight[:, None], axis=0) / total
     tl.store(out_ptr + token * stride_ot + head * stride_oh + offs_d, out.to(out_ptr.dtype.element_ty),
              mask=offs_d < HEAD_SIZE)
 
 
+def min_segment_tiles(config: KernelConfig, max_seqlen_q: int, max_seqlen_k: int, sliding_window: int | None) -> int:
+    """Fewest KV tiles per segment: 1, or with ``equal_segments`` a segment of the longest
+    Q-block range (``max_seqlen_k`` keys, or a window and the queries it spans, plus the
+    tile a window's edge may straddle) cut into ``num_segments``."""
+    if not config.equal_segments:
+        return 1
+    if sliding_window is None:
+        tiles = -(-max_seqlen_k // config.tile_size)
+    else:
+        tiles = -(-min(max_seqlen_k, sliding_window + max_seqlen_q - 1) // config.tile_size) + 1
+    return max(1, -(-tiles // config.num_segments))
+
+
 def launch(out, q, k_cache, v_cache, block_table, cu_seqlens_q, seq_lens, *,
            scale: float, sliding_window: int | None, softcap: float,
-           config: KernelConfig, compile_only: bool = False, **_unused) -> None:
+           config: KernelConfig, max_seqlen_q: int, max_seqlen_k: int, compile_only: bool = False,
+           **_unused) -> None:
     """Two launches.
 
     Segment kernel grid: (Q-blocks, KV heads, NUM_SEGMENTS), the 2D grid of `qblock` times
     the segment axis. Reduction grid: (query tokens, query heads), one program per output
     row. Partial results live in fp32 scratch ``[tokens, q_heads, NUM_SEGMENTS, HEAD_PAD]``.
+    The segments' least length is a run-time argument (`min_segment_tiles`): one binary
+    for every batch.
     """
     g = Geometry.of(q, k_cache, seq_lens)
     block_m, block_q = g.q_block(config)
@@ -111,7 +146,8 @@ def launch(out, q, k_cache, v_cache, block_table, cu_seqlens_q, seq_lens, *,
     launch_or_compile(
         segmented_attention_kernel, grid, compile_only,
         segm_out, segm_max, segm_sum, q, k_cache, v_cache, block_table, cu_seqlens_q, seq_lens,
-        g.num_seqs, g.num_q_heads, base2_scale(scale), softcap, sliding_window or 0,
+        g.num_seqs, g.num_q_heads, min_segment_tiles(config, max_seqlen_q, max_seqlen_k, sliding_window),
+        base2_scale(scale), softcap, sliding_window or 0,
         q.stride(0), q.stride(1), *cache_strides(k_cache, v_cache), block_table.stride(0),
         QPK=g.qpk, HEAD_SIZE=g.head_size, HEAD_PAD=g.head_pad,
         BLOCK_SIZE=g.block_size, TILE_SIZE=config.tile_size,

@@ -60,7 +60,7 @@ def static_grid_attention_kernel(
         if q_block_local * BLOCK_Q < query_len:
             acc, m_i, l_i, tok, head, row_valid = attend_qblock(
                 q_ptr, k_ptr, v_ptr, block_table_ptr, seq, q_start, query_len, q_block_local, seq_len, kv_head,
-                segment, num_segments, qk_scale, softcap, sliding_window,
+                segment, num_segments, 1, qk_scale, softcap, sliding_window,
                 stride_qt, stride_qh, stride_kb, stride_ks, stride_kh, stride_vb, stride_vs, stride_vh, stride_bt,
                 QPK, HEAD_SIZE, HEAD_PAD, BLOCK_SIZE, TILE_SIZE, BLOCK_M, BLOCK_Q, USE_SOFTCAP, USE_WINDOW, True)
 
