@@ -422,9 +422,11 @@ def test_a_ragged_decode_splits_where_its_longest_sequences_would_idle_the_gpu(m
     """Counted at the longest sequence's length, a ragged decode's programs may not fill the
     GPU although there are more of them than SMs: 4 Gemma-2 sequences over 12k keys and 20
     over 1k (192 programs) count 46, and split their keys with or without a fitted tree
-    (no tree reads the sum of keys). Unknown lengths (a captured graph) do not split;
-    a batch ragged but long enough throughout (48 Llama-8B sequences, 86 full-length
-    programs) keeps the 2D grid."""
+    (no tree reads the sum of keys). Where the Gluon kernel runs, a ragged batch of more
+    than a wave splits up to one full-length program per SM (a uniform one up to half):
+    48 Llama-8B sequences (384 programs) count 86 and split; 12 over 8k keys and 52 over
+    1k (512 programs) count 148 and keep the 2D grid. Unknown lengths (a captured graph)
+    do not split."""
     from attnbench.kernels.dispatch.heuristics import decide
     from attnbench.kernels.hopper import host
 
@@ -437,15 +439,21 @@ def test_a_ragged_decode_splits_where_its_longest_sequences_would_idle_the_gpu(m
     assert split.config == replace(step("parallel_tiled").default_config(gemma, H100_SM90), equal_segments=True)
     assert split.why.startswith("split-KV: 1-token queries over 12288 keys; the Q-block step would launch 192 "
                                 "programs, 46 at the longest sequence's length (69632 keys in 24 sequences) "
-                                "for 132 SMs (at most 66 split where the Gluon kernel runs)")
+                                "for 132 SMs (at most 132 split where the Gluon kernel runs, the batch being "
+                                "ragged over more than a wave); segments as long as the longest sequence's")
     assert split.why.endswith(", whatever the fitted tree") == (tree == "shipped")
-    assert "; segments as long as the longest sequence's" in split.why
     assert decide(replace(gemma, sum_seqlen_k=24 * 12288), H100_SM90).config.variant == "qblock_ws"  # uniform
     # unknown lengths (a captured graph): no split, and many decodes keep the Triton step (`_many_short_decodes`)
     assert decide(replace(gemma, sum_seqlen_k=None), H100_SM90).config.variant == "qblock"
     llama = BatchShape(48, 48, 1, 16384, 32, 8, 128, sum_seqlen_k=176128)
-    assert decide(llama, H100_SM90).config.variant == "qblock_ws"
-    # the Triton step splits up to one program per SM: there the Llama batch splits too
+    assert decide(llama, H100_SM90).config.variant == "parallel_tiled"
+    assert "86 at the longest sequence's length" in decide(llama, H100_SM90).why
+    long_enough = BatchShape(64, 64, 1, 8192, 32, 8, 128, sum_seqlen_k=12 * 8192 + 52 * 1025)
+    assert decide(long_enough, H100_SM90).config.variant == "qblock_ws"
+    # a uniform batch of fewer programs than SMs splits only up to half of them there
+    assert decide(BatchShape(12, 12, 1, 16384, 32, 8, 128, sum_seqlen_k=12 * 16384), H100_SM90).config.variant \
+        == "qblock_ws"
+    # the Triton step splits up to one program per SM, ragged or not
     monkeypatch.setattr(host, "available", lambda: False)
     assert decide(llama, H100_SM90).config.variant == "parallel_tiled"
     assert decide(replace(llama, sum_seqlen_k=None), H100_SM90).config.variant == "qblock"

@@ -136,8 +136,10 @@ def _persistent_pays(shape: BatchShape) -> bool:
 
 
 def _split_why(shape: BatchShape, p: Platform) -> str:
-    gluon = f" (at most {_split_max_programs(shape, p)} split where the Gluon kernel runs)" \
-        if _gluon_runs(shape, p) else ""
+    gluon = ""
+    if _gluon_runs(shape, p):
+        wave = ", the batch being ragged over more than a wave" if _split_max_programs(shape, p) == p.num_sms else ""
+        gluon = f" (at most {_split_max_programs(shape, p)} split where the Gluon kernel runs{wave})"
     ragged = ""
     if shape.full_length_share < 1:
         ragged = (f", {_full_length_programs(shape, p)} at the longest sequence's length "
@@ -228,15 +230,27 @@ def _segments_for_lengths(config: KernelConfig, shape: BatchShape) -> KernelConf
 
 
 def _split_max_programs(shape: BatchShape, p: Platform) -> int:
-    """The most programs of the 2D grid at which splitting the KV range pays: one per SM
-    for the Triton step; half as many where the Gluon kernel runs the batch, whose one wave
-    over every SM beats the split's extra reduction. With about one program per SM (128 on
-    the H100's 132), the Gluon kernel took 0.88-0.95x the split-KV step's time (the
-    training set's B16 decode over 8k keys, the held-out grid's Qwen B32 over 4k and Llama
-    B16 over 32k keys); with half (64), the two were level (0.98-1.06x); with at most a
-    quarter (8-32), the split took 0.12-0.79x the Gluon kernel's time (decodes and 4-query
-    speculative decodes of both sets)."""
-    return p.num_sms // 2 if _gluon_runs(shape, p) else p.num_sms
+    """The most programs of the 2D grid at which splitting the KV range pays, counted at the
+    longest sequence's length (`_full_length_programs`): one per SM for the Triton step;
+    half as many where the Gluon kernel runs the batch, whose one wave over every SM beats
+    the split's extra reduction. With about one program per SM (128 on the H100's 132), the
+    Gluon kernel took 0.88-0.95x the split-KV step's time (the training set's B16 decode
+    over 8k keys, the held-out grid's Qwen B32 over 4k and Llama B16 over 32k keys); with
+    half (64), the two were level (0.98-1.06x); with at most a quarter (8-32), the split
+    took 0.12-0.79x the Gluon kernel's time (decodes and 4-query speculative decodes of
+    both sets).
+
+    A ragged batch whose 2D grid takes more than one wave splits up to one full-length
+    program per SM where the Gluon kernel runs too: its long items then run beside short
+    ones, not in one even wave, while the split's equal segments balance them. On the
+    H100 (recipes/microbench/rules.yaml, ragged) 8 Llama-8B sequences over 16k keys and 56
+    over 512 (512 programs, 78 at full length) took 1.07x FA3's time split, 1.22x in the
+    Gluon kernel; at 148 (12 over 8k, 52 over 1k) the Gluon kernel still won, 1.08x to 1.11x."""
+    if not _gluon_runs(shape, p):
+        return p.num_sms
+    if shape.full_length_share < 1 and _programs_2d(shape, p) > p.num_sms:
+        return p.num_sms
+    return p.num_sms // 2
 
 
 def _programs_2d(shape: BatchShape, p: Platform) -> int:
