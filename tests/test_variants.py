@@ -461,9 +461,9 @@ def test_a_ragged_decode_splits_where_its_longest_sequences_would_idle_the_gpu(m
 
 @pytest.mark.parametrize("tree", ["shipped", "off"])
 def test_a_split_cuts_known_lengths_into_equal_segments_and_a_sequences_queries_into_one_qblock(monkeypatch, tree):
-    """Where `auto` splits and the caller gives the batch's keys, every segment is as long
-    as one of the longest sequence's (`equal_segments`), with or without a fitted tree;
-    unknown lengths (a captured graph) keep each range's own cut. On sm_90 a speculative
+    """Where `auto` splits a ragged batch whose keys the caller gives, every segment is as
+    long as one of the longest sequence's (`equal_segments`), with or without a fitted
+    tree; uniform batches and unknown lengths (a captured graph) keep each range's own cut. On sm_90 a speculative
     sequence's query rows share one Q-block, up to 64 rows: 4 tokens x 7 heads of Qwen2.5-7B
     in 32 rows, 8 x 7 in 64, 8 x 16 in two of 64; a decode keeps 16."""
     from attnbench.kernels.dispatch.heuristics import decide
@@ -480,6 +480,7 @@ def test_a_split_cuts_known_lengths_into_equal_segments_and_a_sequences_queries_
     few = BatchShape(2, 2, 1, 8192, 32, 8, 128)  # 2 decodes: split whether lengths are known or not
     assert decide(few, H100_SM90).config.equal_segments is False
     assert decide(replace(few, sum_seqlen_k=8192 + 700), H100_SM90).config.equal_segments is True
+    assert decide(replace(few, sum_seqlen_k=2 * 8192), H100_SM90).config.equal_segments is False  # equal already
 
     def block_m(q, q_heads, kv_heads, platform=H100_SM90):
         shape = BatchShape(2, 2 * q, q, 16384, q_heads, kv_heads, 128, sum_seqlen_k=2 * 16384)

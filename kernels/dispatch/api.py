@@ -305,12 +305,9 @@ def refusal(variant: str, q, k_cache, v_cache) -> str | None:
 
 def _same_binary(config: KernelConfig) -> KernelConfig:
     """One representative of the configs that compile to the same binaries: static_grid's
-    segment count is a run-time argument (only "split or not" adds the reduction kernel),
-    and so is the segments' least length that parallel_tiled's ``equal_segments`` sets."""
+    segment count is a run-time argument (only "split or not" adds the reduction kernel)."""
     if config.variant == "static_grid":
         return replace(config, num_segments=min(config.num_segments, 2))
-    if config.variant == "parallel_tiled":
-        return replace(config, equal_segments=False)
     return config
 
 

@@ -144,7 +144,7 @@ def _split_why(shape: BatchShape, p: Platform) -> str:
     if shape.full_length_share < 1:
         ragged = (f", {_full_length_programs(shape, p)} at the longest sequence's length "
                   f"({shape.sum_seqlen_k} keys in {shape.num_seqs} sequences)")
-    equal = "; segments as long as the longest sequence's" if shape.sum_seqlen_k is not None else ""
+    equal = "; segments as long as the longest sequence's" if shape.full_length_share < 1 else ""
     return (f"split-KV: {shape.max_seqlen_q}-token queries over {shape.max_seqlen_k} keys; the Q-block step would "
             f"launch {_programs_2d(shape, p)} programs{ragged} for {p.num_sms} SMs{gluon}{equal}")
 
@@ -218,13 +218,15 @@ def _split_block_m(shape: BatchShape, block_m: int) -> int:
 
 
 def _segments_for_lengths(config: KernelConfig, shape: BatchShape) -> KernelConfig:
-    """``config`` with ``equal_segments`` where the split-KV step runs and the caller knows
-    the batch's keys: a short sequence of a ragged batch then fills a few segments as long
-    as the longest sequence's, instead of ``num_segments`` slivers of one tile or less
-    (the rules' ragged decodes: 4 x 16k + 60 x 1k keys, 16 segments of 64-key tiles, ran
-    each 1k sequence as 16 one-tile programs at 1.42x FA3's time). Unknown lengths (a
-    captured graph, whose ``max_seqlen_k`` is only a bound) keep each range's own cut."""
-    if config.variant != "parallel_tiled" or shape.sum_seqlen_k is None:
+    """``config`` with ``equal_segments`` where the split-KV step runs a ragged batch whose
+    keys the caller gives: a short sequence then fills a few segments as long as the
+    longest sequence's, instead of ``num_segments`` slivers of one tile or less (the rules'
+    ragged decodes: 4 x 16k + 60 x 1k keys, 16 segments of 64-key tiles, ran each 1k
+    sequence as 16 one-tile programs at 1.42x FA3's time; in equal segments 1.13-1.16x).
+    A uniform batch's segments are equal already and keep the plain binary; unknown
+    lengths (a captured graph, whose ``max_seqlen_k`` is only a bound) keep each range's
+    own cut."""
+    if config.variant != "parallel_tiled" or shape.full_length_share == 1:
         return config
     return replace(config, equal_segments=True)
 

@@ -14,7 +14,7 @@ segment axis to a power of two with the same sentinel, so both contribute ``exp(
 With ``equal_segments`` (`KernelConfig`), a segment is as long as one of the longest range's
 ``NUM_SEGMENTS`` segments, so a short sequence of a ragged batch fills a few segments and
 leaves the rest empty: those programs store only the sentinel and stop, and the reduction
-reads no output of theirs.
+zeroes the output they never wrote.
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ def segmented_attention_kernel(
     HEAD_SIZE: tl.constexpr, HEAD_PAD: tl.constexpr,
     BLOCK_SIZE: tl.constexpr, TILE_SIZE: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_Q: tl.constexpr,
-    NUM_SEGMENTS: tl.constexpr,
+    NUM_SEGMENTS: tl.constexpr, EQUAL_SEGMENTS: tl.constexpr,
     USE_SOFTCAP: tl.constexpr, USE_WINDOW: tl.constexpr,
 ):
     q_block = tl.program_id(0)
@@ -53,17 +53,21 @@ def segmented_attention_kernel(
         cu_seqlens_q_ptr, seq_lens_ptr, q_block, num_seqs, BLOCK_Q)
     if q_block_local * BLOCK_Q >= query_len:
         return
-    seg_first, seg_end, _first_unmasked, _first_masked = segment_tiles(
-        seq_len - query_len, query_len, q_block_local, sliding_window, segment, NUM_SEGMENTS, min_segment_tiles,
-        BLOCK_Q, TILE_SIZE, USE_WINDOW)
-    if seg_first >= seg_end:
-        # an empty segment: the sentinel alone, which tells the reduction to skip its output
-        tok, head, row_valid, _pos = qblock_rows(q_block_local, query_len, seq_len - query_len, kv_head,
-                                                 BLOCK_M, BLOCK_Q, QPK)
-        row = ((q_start + tok).to(tl.int64) * num_q_heads + head) * NUM_SEGMENTS + segment
-        tl.store(segm_max_ptr + row, tl.full([BLOCK_M], float("-inf"), dtype=tl.float32), mask=row_valid)
-        tl.store(segm_sum_ptr + row, tl.zeros([BLOCK_M], dtype=tl.float32), mask=row_valid)
-        return
+    if EQUAL_SEGMENTS:
+        seg_first, seg_end, _first_unmasked, _first_masked = segment_tiles(
+            seq_len - query_len, query_len, q_block_local, sliding_window, segment, NUM_SEGMENTS, min_segment_tiles,
+            BLOCK_Q, TILE_SIZE, USE_WINDOW)
+        if seg_first >= seg_end:
+            # one of a short range's many empty segments: the sentinel alone, which tells the
+            # reduction to skip its output. (Without equal segments an empty segment is rare,
+            # and its program loads the Q-block first, which keeps that load off the critical
+            # path of every other program.)
+            tok, head, row_valid, _pos = qblock_rows(q_block_local, query_len, seq_len - query_len, kv_head,
+                                                     BLOCK_M, BLOCK_Q, QPK)
+            row = ((q_start + tok).to(tl.int64) * num_q_heads + head) * NUM_SEGMENTS + segment
+            tl.store(segm_max_ptr + row, tl.full([BLOCK_M], float("-inf"), dtype=tl.float32), mask=row_valid)
+            tl.store(segm_sum_ptr + row, tl.zeros([BLOCK_M], dtype=tl.float32), mask=row_valid)
+            return
     # this program's segment of the Q-block's KV tiles
     acc, m_i, l_i, tok, head, row_valid = attend_qblock(
         q_ptr, k_ptr, v_ptr, block_table_ptr, seq, q_start, query_len, q_block_local, seq_len, kv_head,
@@ -85,7 +89,7 @@ def reduce_segments_kernel(
     out_ptr, segm_out_ptr, segm_max_ptr, segm_sum_ptr,
     num_q_heads, stride_ot, stride_oh,
     HEAD_SIZE: tl.constexpr, HEAD_PAD: tl.constexpr,
-    NUM_SEGMENTS: tl.constexpr, SEGMENTS_PAD: tl.constexpr,
+    NUM_SEGMENTS: tl.constexpr, SEGMENTS_PAD: tl.constexpr, EQUAL_SEGMENTS: tl.constexpr,
 ):
     token = tl.program_id(0)
     head = tl.program_id(1)
@@ -102,10 +106,10 @@ def reduce_segments_kernel(
     total = tl.sum(seg_sum * weight, axis=0)
     seg_out = tl.load(segm_out_ptr + (row + offs_s)[:, None] * HEAD_PAD + offs_d[None, :],
                       mask=seg_mask[:, None], other=0.0)
-    # an empty segment stored no output (its scratch may hold anything, NaN included): zero
-    # it after the load, which then need not wait for the max (a load masked by the max
-    # added its latency to every reduction: 4-7% on the H100's split decodes of ~12 us)
-    seg_out = tl.where((seg_max > float("-inf"))[:, None], seg_out, 0.0)
+    if EQUAL_SEGMENTS:
+        # an empty segment stored no output (its scratch may hold anything, NaN included):
+        # zero it after the load, which then need not wait for the max
+        seg_out = tl.where((seg_max > float("-inf"))[:, None], seg_out, 0.0)
     out = tl.sum(seg_out * weight[:, None], axis=0) / total
     tl.store(out_ptr + token * stride_ot + head * stride_oh + offs_d, out.to(out_ptr.dtype.element_ty),
              mask=offs_d < HEAD_SIZE)
@@ -133,8 +137,8 @@ def launch(out, q, k_cache, v_cache, block_table, cu_seqlens_q, seq_lens, *,
     Segment kernel grid: (Q-blocks, KV heads, NUM_SEGMENTS), the 2D grid of `qblock` times
     the segment axis. Reduction grid: (query tokens, query heads), one program per output
     row. Partial results live in fp32 scratch ``[tokens, q_heads, NUM_SEGMENTS, HEAD_PAD]``.
-    The segments' least length is a run-time argument (`min_segment_tiles`): one binary
-    for every batch.
+    The segments' least length is a run-time argument (`min_segment_tiles`); with
+    ``equal_segments`` both kernels compile once more (the empty segments' early exit).
     """
     g = Geometry.of(q, k_cache, seq_lens)
     block_m, block_q = g.q_block(config)
@@ -153,7 +157,7 @@ def launch(out, q, k_cache, v_cache, block_table, cu_seqlens_q, seq_lens, *,
         q.stride(0), q.stride(1), *cache_strides(k_cache, v_cache), block_table.stride(0),
         QPK=g.qpk, HEAD_SIZE=g.head_size, HEAD_PAD=g.head_pad,
         BLOCK_SIZE=g.block_size, TILE_SIZE=config.tile_size,
-        BLOCK_M=block_m, BLOCK_Q=block_q, NUM_SEGMENTS=nseg,
+        BLOCK_M=block_m, BLOCK_Q=block_q, NUM_SEGMENTS=nseg, EQUAL_SEGMENTS=config.equal_segments,
         USE_SOFTCAP=softcap > 0, USE_WINDOW=sliding_window is not None,
         num_warps=config.num_warps, num_stages=config.num_stages,
     )
@@ -161,7 +165,7 @@ def launch(out, q, k_cache, v_cache, block_table, cu_seqlens_q, seq_lens, *,
         reduce_segments_kernel, (g.num_tokens, g.num_q_heads), compile_only,
         out, segm_out, segm_max, segm_sum, g.num_q_heads, out.stride(0), out.stride(1),
         HEAD_SIZE=g.head_size, HEAD_PAD=g.head_pad,
-        NUM_SEGMENTS=nseg, SEGMENTS_PAD=next_power_of_2(nseg),
+        NUM_SEGMENTS=nseg, SEGMENTS_PAD=next_power_of_2(nseg), EQUAL_SEGMENTS=config.equal_segments,
         num_warps=config.reduce_num_warps,
     )
 
