@@ -251,13 +251,14 @@ def test_the_h100_workload_numbers_come_from_the_committed_summaries():
 
 def test_the_h100_kernels_beside_fa3_come_from_the_committed_summaries():
     """docs/results/h100/README.md, section g: total tokens per second (mean, min-max), TTFT,
-    ITL, GPU power and output tokens per joule of CUSTOM and FLASH_ATTN on Llama, Qwen and
-    Gemma-2, and CUSTOM's ratios, as the committed summaries of docs/results/h100/shapes hold them."""
+    ITL, GPU power and output tokens per joule of CUSTOM and FLASH_ATTN on Llama (with and
+    without n-gram speculative decoding), Qwen and Gemma-2, and CUSTOM's ratios, as the
+    committed summaries of docs/results/h100/shapes hold them."""
     from attnbench.analysis.collect import collect_results
     from attnbench.analysis.normalize import aggregate
 
     agg = aggregate(collect_results(ROOT / "docs/results/h100/shapes/h100")).set_index("run")
-    assert len(agg) == 6 and (agg["failed"] == 0).all() and (agg["repeats"] == 3).all()
+    assert len(agg) == 8 and (agg["failed"] == 0).all() and (agg["repeats"] == 3).all()
     text = (ROOT / "docs/results/h100/README.md").read_text()
     results = text[text.index("## g. "):text.index("## Wall time")]  # section d names two of the runs too
     for run, r in agg.iterrows():
@@ -274,6 +275,9 @@ def test_the_h100_kernels_beside_fa3_come_from_the_committed_summaries():
     assert f"CUSTOM puts out {ratio:.2f}x FA3's tokens per second there" in results
     gemma = tok["shapes-gemma9b-custom"] / tok["shapes-gemma9b-flash"]
     assert f"CUSTOM puts out {100 * (1 - gemma):.1f}% fewer tokens per second than FA3 ({gemma:.2f}x)" in results
+    spec = (f"{tok['shapes-spec-custom']:,.0f} against {tok['shapes-spec-flash']:,.0f}\n  total tok/s "
+            f"({tok['shapes-spec-custom'] / tok['shapes-spec-flash']:.2f}x")
+    assert spec in results
 
 
 def test_the_held_out_grid_numbers_come_from_the_committed_csvs():
@@ -293,4 +297,4 @@ def test_the_held_out_grid_numbers_come_from_the_committed_csvs():
             f"without it; worst {float(stated['tuned'][1]):.1f}x") in readme
     perf = (ROOT / "docs/perf/kernels-h100.md").read_text()
     assert (f"| FA3, geomean (worst) | {float(stated['tuned'][0]):.3f}x ({float(stated['tuned'][1]):.2f}x, "
-            f"Llama-1B 32 x 512 prefill) | {float(stated['untuned'][0]):.3f}x ({float(stated['untuned'][1]):.2f}x,") in perf
+            f"Phi-3 4 x 2k prefill) | {float(stated['untuned'][0]):.3f}x ({float(stated['untuned'][1]):.2f}x,") in perf

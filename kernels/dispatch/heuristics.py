@@ -99,7 +99,7 @@ def _many_short_decodes(shape: BatchShape, p: Platform) -> bool:
     per SM, balance whatever lengths come. On the decode steps of the talk's burst (H100,
     recipes/microbench/burst-steps.yaml: B48-B500 over 300-1,500 keys, ragged or not) the
     Triton step took 0.94-1.04x FA3's time, and the Gluon kernel that such a graph replayed
-    before 1.05-1.20x; past 4k keys on uniform lengths the Triton step takes at most 1.10x
+    before 1.06-1.21x; past 4k keys on uniform lengths the Triton step takes at most 1.10x
     the Gluon kernel's time (the held-out grid's B48-B64 decodes over 8k keys)."""
     return (shape.max_seqlen_q == 1 and _programs_2d(shape, p) > p.num_sms
             and (shape.max_seqlen_k <= MANY_DECODES_MAX_KEYS or shape.sum_seqlen_k is None))
@@ -191,11 +191,11 @@ def _split_config(shape: BatchShape, p: Platform) -> KernelConfig:
 
     On sm_90, the tiles the H100 measured: up to `SPLIT_SHORT_KEYS` keys, 32-key tiles in
     32 segments, what the shipped tree fitted for the training set's decodes over 1k keys
-    (on the 256-768-key decodes of recipes/microbench/rules.yaml, 0.79-0.88x the step's own
+    (on the 256-768-key decodes of recipes/microbench/rules.yaml, 0.80-0.90x the step's own
     config's time); past them, 128-key tiles up to a 128-wide head (the rules' speculative
-    decodes over 8-32k keys: 0.85-0.98x; its ragged decodes 0.87-1.04x). Heads computed as
+    decodes over 8-32k keys: 0.70-0.92x; its ragged decodes 0.86-1.01x). Heads computed as
     256 keep the step's own config: measured only at 64 and 128 wide (128-key tiles took
-    1.18x at head 256). A Q-block there holds all of a sequence's query rows, up to
+    1.15x at head 256). A Q-block there holds all of a sequence's query rows, up to
     `SPLIT_MAX_BLOCK_M` (`_split_block_m`)."""
     config = step("parallel_tiled").default_config(shape, p)
     if p.arch == hopper.ARCH and hopper.head_pad(shape.head_size) <= 128:
@@ -212,7 +212,9 @@ def _split_block_m(shape: BatchShape, block_m: int) -> int:
     times the query heads of a KV head), up to `SPLIT_MAX_BLOCK_M`. A speculative decode of
     4 tokens with 7 query heads per KV head has 28 rows: in the step's own 16-row Q-blocks
     (2 tokens each) every KV tile is read twice, once per Q-block; in one 32-row Q-block
-    once. The batch is memory bound, so its time follows the tiles read."""
+    once. The batch is memory bound, so its time follows the tiles read: on the rules'
+    speculative decodes, Llama-70B's 4 tokens x 8 heads over 32k keys 127 -> 114 us (FA3
+    113), Qwen-7B's 8 x 7 over 8k 47 -> 39 us (FA3 31)."""
     rows = shape.max_seqlen_q * shape.queries_per_kv
     return max(block_m, min(SPLIT_MAX_BLOCK_M, next_power_of_2(rows)))
 
@@ -221,8 +223,9 @@ def _segments_for_lengths(config: KernelConfig, shape: BatchShape) -> KernelConf
     """``config`` with ``equal_segments`` where the split-KV step runs a ragged batch whose
     keys the caller gives: a short sequence then fills a few segments as long as the
     longest sequence's, instead of ``num_segments`` slivers of one tile or less (the rules'
-    ragged decodes: 4 x 16k + 60 x 1k keys, 16 segments of 64-key tiles, ran each 1k
-    sequence as 16 one-tile programs at 1.42x FA3's time; in equal segments 1.13-1.16x).
+    ragged decodes that split, at 128-key tiles: 1.10-1.18x FA3's time in equal segments,
+    1.13-1.38x in 16 segments per sequence; 4 x 16k + 60 x 1k keys, 227 against 241 us,
+    FA3 196).
     A uniform batch's segments are equal already and keep the plain binary; unknown
     lengths (a captured graph, whose ``max_seqlen_k`` is only a bound) keep each range's
     own cut."""
@@ -246,8 +249,11 @@ def _split_max_programs(shape: BatchShape, p: Platform) -> int:
     program per SM where the Gluon kernel runs too: its long items then run beside short
     ones, not in one even wave, while the split's equal segments balance them. On the
     H100 (recipes/microbench/rules.yaml, ragged) 8 Llama-8B sequences over 16k keys and 56
-    over 512 (512 programs, 78 at full length) took 1.07x FA3's time split, 1.22x in the
-    Gluon kernel; at 148 (12 over 8k, 52 over 1k) the Gluon kernel still won, 1.08x to 1.11x."""
+    over 512 (512 programs, 78 at full length) took 1.10x FA3's time split, 1.21x in the
+    Gluon kernel; at 148 (12 over 8k, 52 over 1k) the Gluon kernel still won, 1.07x to 1.12x.
+    Between the two the threshold is not measured: on the held-out grid the split won at 86
+    (Llama-8B, 0.96x against 1.07x) and lost at 99 (Qwen-7B over 32-token pages, 1.12x
+    against 1.03x)."""
     if not _gluon_runs(shape, p):
         return p.num_sms
     if shape.full_length_share < 1 and _programs_2d(shape, p) > p.num_sms:

@@ -41,7 +41,8 @@ def many_items(shape: BatchShape, num_sms: int) -> bool:
     a lower bound) per SM: where a persistent launch pays on prefills of long queries too,
     each program's share of many items averaging out the causal diagonal's uneven ones and
     saving a program's start per item. On the H100 (recipes/microbench/rules.yaml, group
-    many-items, docs/perf/h100/rules-2026-11-27.csv), 64-key tiles, persistent against one
+    many-items, as run at b418074: ``git show 241ae92:docs/perf/h100/rules-2026-11-27.csv``;
+    later runs time the named kernel persistent there too), 64-key tiles, persistent against one
     program per item: 0.82-0.98x the time from 31 items per SM (Llama-8B 64 x 256, 48 x 384
     and 24 x 1k, Qwen-7B 40 x 512, Llama-1B 64 x 256); at 15.5 per SM 0.89-1.03x (Llama-8B
     32 x 256 and 8 x 1k, Llama-1B 16 x 512), and 1.06x on the training set's Llama-8B 16 x
