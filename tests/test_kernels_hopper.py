@@ -44,19 +44,24 @@ HEAD_CASES = {
     # logit softcap and a sliding window
     "gqa2-h256-bf16-bs16": (8, 4, 256, 16, torch.bfloat16, {}),
     "window-softcap-gqa2-h256-fp16-bs32": (4, 2, 256, 32, torch.float16, {"sliding_window": "random", "softcap": 2.0}),
-    # heads computed padded (`qblock_ws` only): Phi-3's 96 in 128 columns, 192 in 256
+    # heads of two column pieces (`qblock_ws` only, `host.head_pieces`): Phi-3's 96 as 64 + 32,
+    # 192 as 128 + 64; the 32-wide piece's copies per page (pages of 16 and 32 tokens) and
+    # per row (48)
     "mha-h96-bf16-bs16": (4, 4, 96, 16, torch.bfloat16, {}),
+    "gqa7-h96-bf16-bs32": (14, 2, 96, 32, torch.bfloat16, {}),
     "window-gqa4-h96-fp16-bs48": (8, 2, 96, 48, torch.float16, {"sliding_window": "random"}),
     "softcap-gqa2-h192-bf16-bs32": (4, 2, 192, 32, torch.bfloat16, {"softcap": 2.0}),
+    "mqa-h192-fp16-bs16": (4, 1, 192, 16, torch.float16, {}),
 }
 
 
 def tiled_cases(head_cases, kernel: str = "qblock_ws") -> list[tuple[str, int]]:
     """(head case, tile size) for each case whose head ``kernel`` takes (`host.HEAD_SIZES`;
-    `qblock_ws` pads others: `host.PADDED_HEAD_SIZES`) and each tile size that fits it."""
+    `qblock_ws` also takes heads of two pieces: `host.PIECEWISE_HEAD_SIZES`) and each tile
+    size that fits it."""
     from attnbench.kernels.hopper import host
 
-    heads = host.PADDED_HEAD_SIZES if kernel.startswith("qblock_ws") else host.HEAD_SIZES
+    heads = host.PIECEWISE_HEAD_SIZES if kernel.startswith("qblock_ws") else host.HEAD_SIZES
     return [(case, tile) for case in sorted(head_cases) if HEAD_CASES[case][2] in heads
             for tile in host.TILE_SIZES if tile <= host.max_tile_size(HEAD_CASES[case][2])]
 

@@ -122,10 +122,10 @@ def test_hopper_prefill_and_mixed_batches_get_the_gluon_kernel(monkeypatch, gluo
     monkeypatch.delenv("ATTNBENCH_GLUON")
     head_256 = choose_config(BatchShape(4, 8192, 2048, 2048, 32, 8, 256), HOPPER_UNTUNED)  # 64-key tiles fit
     assert (head_256.variant, head_256.tile_size) == (("qblock_ws", 64) if gluon else ("qblock", 64))
-    head_96 = choose_config(BatchShape(4, 8192, 2048, 2048, 32, 8, 96), HOPPER_UNTUNED)  # computed as 128
+    head_96 = choose_config(BatchShape(4, 8192, 2048, 2048, 32, 8, 96), HOPPER_UNTUNED)  # in two pieces
     assert (head_96.variant, head_96.tile_size) == (("qblock_ws", 128) if gluon else ("qblock", 128))
     assert choose_config(BatchShape(4, 8192, 2048, 2048, 32, 8, 80), HOPPER_UNTUNED).variant == "qblock"  # head 80
-    # short queries at heads the Gluon kernel pads keep the Triton step; at head 256 they run it
+    # short queries at heads the Gluon kernel takes in two pieces keep the Triton step; at head 256 they run it
     for short_queries in (BatchShape(32, 64, 2, 4096, 16, 8, 192), BatchShape(32, 32, 1, 2048, 32, 32, 96)):
         assert choose_config(short_queries, HOPPER_UNTUNED).variant == "qblock"
     assert choose_config(BatchShape(32, 64, 2, 4096, 16, 8, 256), HOPPER_UNTUNED).variant == expected
@@ -371,12 +371,12 @@ def test_every_choice_of_auto_says_why(monkeypatch):
     assert decide(SHAPES[2], H100, "static_grid").why == "static_grid named: its own tree"
     head_80, head_256 = BatchShape(4, 8192, 2048, 2048, 32, 8, 80), BatchShape(4, 8192, 2048, 2048, 32, 8, 256)
     assert decide(head_80, H100_SM90).why.startswith("the fitted tree picked qblock_ws, which does not run here")
-    padded_decodes = BatchShape(24, 24, 1, 12288, 16, 8, 192)  # computed as 256
-    assert decide(padded_decodes, H100_SM90) == (
-        step("qblock").default_config(padded_decodes, H100_SM90),
+    two_piece_decodes = BatchShape(24, 24, 1, 12288, 16, 8, 192)  # in two column pieces
+    assert decide(two_piece_decodes, H100_SM90) == (
+        step("qblock").default_config(two_piece_decodes, H100_SM90),
         "the fitted tree picked qblock_ws, which is slower than Triton on 1-token queries at head size 192: "
         "the qblock step's own tree")
-    assert decide(padded_decodes, HOPPER_UNTUNED).why == ("the qblock step's own tree: qblock_ws is slower on 1-token "
+    assert decide(two_piece_decodes, HOPPER_UNTUNED).why == ("the qblock step's own tree: qblock_ws is slower on 1-token "
                                                           "queries at head size 192")
     many_decodes = BatchShape(64, 64, 1, 4096, 32, 8, 128)
     assert decide(many_decodes, HOPPER_UNTUNED).why == ("the qblock step's own tree: decodes over at most 4096 keys "
@@ -388,7 +388,7 @@ def test_every_choice_of_auto_says_why(monkeypatch):
     captured = BatchShape(500, 500, 1, 8192, 32, 8, 128)  # a decode graph captured at max_model_len
     assert decide(captured, H100_SM90).why == ("the qblock step's own tree: decodes over unknown lengths up to 8192 "
                                               "keys in 4000 programs for 132 SMs, whatever the fitted tree")
-    for shape in (*SHAPES, spec, head_80, head_256, padded_decodes, many_decodes):
+    for shape in (*SHAPES, spec, head_80, head_256, two_piece_decodes, many_decodes):
         for platform in (H100, H100_SM90, HOPPER_UNTUNED):
             assert decide(shape, platform).config == choose_config(shape, platform)
 
@@ -516,5 +516,5 @@ def test_where_the_gluon_kernel_runs_a_decode_batch_splits_only_at_half_the_sms(
     picks = [choose_config(BatchShape(n, n, 1, 4096, 28, 4, 128), h200).variant for n in (32, 16, 8)]
     assert picks == (["qblock_ws", "parallel_tiled", "parallel_tiled"] if gluon
                      else ["parallel_tiled", "parallel_tiled", "parallel_tiled"])
-    # a head the Gluon kernel does not run decodes at (padded) keeps the Triton step's split point
+    # a head the Gluon kernel does not run decodes at (two pieces) keeps the Triton step's split point
     assert choose_config(BatchShape(16, 16, 1, 8192, 16, 8, 192), h200).variant == "parallel_tiled"

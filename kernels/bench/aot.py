@@ -205,13 +205,15 @@ def _llama3_mixed_batch():
 def hopper_launches() -> dict[str, list[Launch]]:
     """Launches of the sm_90-only kernels (`kernels/hopper`) on the mixed batch of
     `representative_launches`, and on its Gemma-2 and Phi-3 twins (16/8 heads of 256 with a
-    softcap; 32/32 heads of 96, computed as 128)."""
+    softcap; 32/32 heads of 96, computed in two column pieces as 192 is: 16/8 heads)."""
     from ..hopper import qblock_wgmma, qblock_ws  # lazy: Gluon's Hopper API, not in every Triton
 
     llama = _llama3_mixed_batch()
     gemma = PagedBatch.build([(1, 40), (6, 30), (20, 0)], num_q_heads=16, num_kv_heads=8, head_size=256,
                              block_size=16, dtype=torch.bfloat16, device="cpu", seed=0, softcap=50.0)
     phi3 = PagedBatch.build([(1, 40), (6, 30), (20, 0)], num_q_heads=32, num_kv_heads=32, head_size=96,
+                            block_size=16, dtype=torch.bfloat16, device="cpu", seed=0)
+    h192 = PagedBatch.build([(1, 40), (6, 30), (20, 0)], num_q_heads=16, num_kv_heads=8, head_size=192,
                             block_size=16, dtype=torch.bfloat16, device="cpu", seed=0)
     out = {}
     for name, launch, batch in (
@@ -220,7 +222,8 @@ def hopper_launches() -> dict[str, list[Launch]]:
             ("qblock_ws_t64_lazy", partial(qblock_ws.launch, tile_size=64, lazy_rescale=True), llama),
             ("qblock_wgmma_h256", partial(qblock_wgmma.launch, tile_size=64), gemma),
             ("qblock_ws_h256", partial(qblock_ws.launch, tile_size=64), gemma),
-            ("qblock_ws_h96", qblock_ws.launch, phi3)):
+            ("qblock_ws_h96", qblock_ws.launch, phi3),
+            ("qblock_ws_h192", partial(qblock_ws.launch, tile_size=64), h192)):
         with captured_launches() as launches:
             launch(torch.empty_like(batch.q), batch.q, batch.k_cache, batch.v_cache, batch.block_table,
                    batch.cu_seqlens_q, batch.seq_lens, scale=batch.head_size ** -0.5, sliding_window=None,

@@ -271,7 +271,7 @@ def _gluon_can_run(shape: BatchShape, p: Platform) -> bool:
     """Whether the Gluon kernel can run this batch here: an sm_90 GPU, Gluon's Hopper API,
     not switched off (``ATTNBENCH_GLUON=0``), heads it takes (head size, query heads per KV head)."""
     return (p.arch == hopper.ARCH and hopper.chosen_by_auto()
-            and hopper.shape_reason(shape.head_size, shape.queries_per_kv, hopper.PADDED_HEAD_SIZES) is None)
+            and hopper.shape_reason(shape.head_size, shape.queries_per_kv, hopper.PIECEWISE_HEAD_SIZES) is None)
 
 
 def _gluon_runs(shape: BatchShape, p: Platform) -> bool:
@@ -283,15 +283,15 @@ def _gluon_runs(shape: BatchShape, p: Platform) -> bool:
 
 def _gluon_short_query_head(head_size: int) -> bool:
     """Whether batches of short queries (decodes, speculative decodes of up to `SHORT_QUERY`
-    tokens) at this head size go to the Gluon kernel: where it computes the head at its own
-    width (64, 128 and 256). A padded head (96, 192) streams unused columns through the MMAs,
-    which a decode's few rows cannot hide: on the H100's held-out grid
-    (docs/perf/h100/heldout-tuned.csv) the Gluon kernel took 1.03x the Triton step's time on
-    Phi-3's decodes (head 96), where it takes 0.66-0.80x on its prefills. At head 256 it
-    took 0.87-1.01x on Gemma-2's decodes, ragged decodes and 2-query speculative decodes,
-    once it masked only the tiles a window cuts and capped scores with one tanh each
-    (before that, 1.17-1.42x)."""
-    return hopper.head_pad(head_size) == head_size
+    tokens) at this head size go to the Gluon kernel: where it computes the head in one
+    piece (64, 128 and 256). On the H100's held-out grid at 633d598 the Gluon kernel took
+    1.03x the Triton step's time on Phi-3's decodes (head 96, then padded to 128 columns),
+    where it took 0.66-0.80x on its prefills; heads of two column pieces (96, 192:
+    `hopper.head_pieces`) keep the Triton step until the grid times their decodes again.
+    At head 256 it took 0.87-1.01x on Gemma-2's decodes, ragged decodes and 2-query
+    speculative decodes, once it masked only the tiles a window cuts and capped scores
+    with one tanh each (before that, 1.17-1.42x)."""
+    return head_size in hopper.HEAD_SIZES
 
 
 def _tuned_module(device_name: str) -> str:
@@ -394,7 +394,7 @@ def decide(shape: BatchShape, platform: Platform, variant: str = AUTO) -> Decisi
     if config.variant != GLUON_QBLOCK or _gluon_runs(shape, platform):
         return Decision(config, fitted)
     # fitted where Gluon ran on head 128; here it cannot (ATTNBENCH_GLUON=0, no Gluon, heads
-    # the Gluon kernel does not take) or should not (short queries at a padded or 256-wide
+    # the Gluon kernel does not take) or should not (short queries at a two-piece or 256-wide
     # head): the Triton step it implements, with its own tree
     why_not = (f"is slower than Triton on {shape.max_seqlen_q}-token queries at head size {shape.head_size}"
                if _gluon_can_run(shape, platform) else "does not run here")

@@ -38,18 +38,32 @@ def row_layout(head_size, num_warps):
 
 
 @gluon.constexpr_function
-def page_layout(head_size, num_warps):
-    """``[pages, slots, head_size]`` of a KV tile, 8 contiguous elements per thread as in
-    `row_layout`: the same rows, split into whole pages."""
+def _warps_on_slots(head_size, num_warps, block_size):
+    """How many of `page_layout`'s warps lie along a page's slots (the rest along pages):
+    as many as a page has rows for, at ``256 // head_size`` rows per warp, in a power of two."""
+    fit = max(1, min(num_warps, block_size // (256 // head_size)))
+    return 1 << (fit.bit_length() - 1)
+
+
+@gluon.constexpr_function
+def page_layout(head_size, num_warps, block_size):
+    """``[pages, slots, head_size]`` of a KV tile of ``block_size``-token pages, 8 contiguous
+    elements per thread as in `row_layout`: the same rows, split into whole pages. Warps
+    lie along the slots, or where a page has too few rows for all of them (a narrow column
+    piece: 8 rows per warp at 32 columns), along pages too."""
+    slots = _warps_on_slots(head_size, num_warps, block_size)
     return gl.BlockedLayout(size_per_thread=[1, 1, 8], threads_per_warp=[1, 256 // head_size, head_size // 8],
-                            warps_per_cta=[1, num_warps, 1], order=[2, 1, 0])
+                            warps_per_cta=[num_warps // slots, slots, 1], order=[2, 1, 0])
 
 
 @gluon.constexpr_function
 def tiles_of_whole_pages(tile_size, block_size, head_size, num_warps):
     """Whether a KV tile is whole pages that `page_layout` covers without repeating a row:
-    pages divide the tile, and the rows one pass of the layout covers divide a page."""
-    return tile_size % block_size == 0 and block_size % ((256 // head_size) * num_warps) == 0
+    pages divide the tile, the rows one pass of the layout covers divide a page, and the
+    pages it covers divide the tile's."""
+    slots = _warps_on_slots(head_size, num_warps, block_size)
+    return (tile_size % block_size == 0 and block_size % ((256 // head_size) * slots) == 0
+            and (tile_size // block_size) % (num_warps // slots) == 0)
 
 
 @gluon.jit

@@ -13,22 +13,35 @@ from ..config import BatchShape, Platform
 
 BLOCK_M = 128  # rows of a Q-block: two warpgroups of 64
 HEAD_SIZES = (64, 128, 256)  # the widths the kernels compute in (powers of two: layouts, wgmma)
-PADDED_HEAD_SIZES = (64, 96, 128, 192, 256)  # the heads a kernel that pads takes (`head_pad`)
+PIECEWISE_HEAD_SIZES = (64, 96, 128, 192, 256)  # the heads a kernel computing in pieces takes (`head_pieces`)
 TILE_SIZES = (64, 128)
 ARCH = "sm_90"
 
 
 def head_pad(head_size: int) -> int:
-    """The width a head is computed in: the smallest of `HEAD_SIZES` that holds it. A
-    kernel that pads (`qblock_ws`: heads of 96 and 192) zero-fills the columns past the
-    head in shared memory, so they add nothing to ``Q K^T`` and ``P V``, and never stores them."""
+    """The smallest of `HEAD_SIZES` that holds a head: the shared memory a head takes in a
+    kernel's buffers, at most (`max_tile_size`)."""
     return next((w for w in HEAD_SIZES if w >= head_size), head_size)
+
+
+def head_pieces(head_size: int) -> tuple[int, int]:
+    """The column pieces a kernel that computes heads in pieces (`qblock_ws`) splits a head
+    into: (first, rest), both powers of two (register tensors and wgmma tiles are), the rest
+    0 where the head is one. 96 is 64 + 32 and 192 is 128 + 64: each product runs over the
+    head's own columns, not a padded width (96 computed as 128 took a third more tensor-core
+    work: Phi-3's prefill 1.24x FA3's time on the H100's held-out grid)."""
+    first = 1 << (head_size.bit_length() - 1)
+    rest = head_size - first
+    if rest & (rest - 1):
+        raise ValueError(f"head_size: expected a power of two or the sum of two, got {head_size}")
+    return first, rest
 
 
 def max_tile_size(head_size: int) -> int:
     """The largest KV tile that fits shared memory beside the Q-block: 128 keys up to a
-    128-wide head; 64 for a 256-wide one (heads of 192 and 256), whose K and V rings of 64-key
-    tiles and 128-row Q-block take 224 KiB of the H100's 227 (128-key tiles would need 352)."""
+    128-wide head; 64 for wider ones (192 and 256), whose K and V rings of 64-key tiles and
+    128-row Q-block take 224 KiB of the H100's 227 at head 256 (128-key tiles would need 352;
+    at head 192, 288)."""
     return 128 if head_pad(head_size) <= 128 else 64
 
 
@@ -129,7 +142,7 @@ def launch_qblock(kernel, extra: dict, out, q, k_cache, v_cache, block_table, cu
         kernel, grid, compile_only,
         *per_token_args(g, out, q, k_cache, v_cache, block_table, cu_seqlens_q, seq_lens, scale, softcap,
                         sliding_window),
-        QPK=g.qpk, HEAD_SIZE=g.head_size, HEAD_PAD=head_pad(g.head_size), BLOCK_SIZE=g.block_size,
+        QPK=g.qpk, HEAD_SIZE=g.head_size, BLOCK_SIZE=g.block_size,
         TILE_SIZE=tile_size,
         BLOCK_M=BLOCK_M, BLOCK_Q=block_q,
         USE_SOFTCAP=softcap > 0, USE_WINDOW=sliding_window is not None,

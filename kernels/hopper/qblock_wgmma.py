@@ -64,12 +64,11 @@ def qblock_wgmma_kernel(
     stride_kb, stride_ks, stride_kh,
     stride_vb, stride_vs, stride_vh,  # equal to K's (launch_qblock checks): V reuses K's offsets
     stride_bt,
-    QPK: gl.constexpr, HEAD_SIZE: gl.constexpr, HEAD_PAD: gl.constexpr,
+    QPK: gl.constexpr, HEAD_SIZE: gl.constexpr,
     BLOCK_SIZE: gl.constexpr, TILE_SIZE: gl.constexpr,
     BLOCK_M: gl.constexpr, BLOCK_Q: gl.constexpr,
     USE_SOFTCAP: gl.constexpr, USE_WINDOW: gl.constexpr,
 ):
-    gl.static_assert(HEAD_PAD == HEAD_SIZE, "qblock_wgmma computes heads at their own width (HEAD_SIZES)")
     # -- layouts: S = Q K^T and O = P V on wgmma (8 warps along M: 64 rows per warpgroup);
     #    P as the register A operand of P V; 16-byte rows for loads, stores and cp.async
     s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[8, 1],

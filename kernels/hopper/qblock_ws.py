@@ -23,9 +23,16 @@ No CTA-wide barrier per tile: the two consumers run at their own pace, so one's 
 can overlap the other's matrix products, and neither spends issue slots on addresses.
 Registers are split by ``setmaxnreg``: 216 per consumer thread, 72 for the producer.
 
+A head whose size is not a power of two (96, 192) is computed in two column pieces, each
+a power of two (`host.head_pieces`: 64 + 32, 128 + 64), with a Q buffer and K and V rings
+per piece: ``Q K^T`` is two products into one score tile (`_issue_scores`), ``P V`` one
+per piece into its own accumulator, both from the same registers of ``P``. Every product
+runs over the head's own columns (padded to 128, a head of 96 took a third more
+tensor-core work).
+
 Registered as the kernel ``qblock_ws`` (`STEP`, at the end: its configs, and the calls it
-refuses in one line). Hopper only (sm_90), head sizes 64, 128 and 256 (64-key tiles), and
-96 and 192 computed as 128 and 256 (`HEAD_SIZES`), fp16/bf16. Gluon has no interpreter:
+refuses in one line). Hopper only (sm_90), head sizes 64, 96, 128, 192 and 256 (64-key
+tiles past 128: `host.max_tile_size`), fp16/bf16. Gluon has no interpreter:
 checked against the fp32 reference on the GPU (tests/test_kernels_hopper.py), compiled for
 sm_90 on CPU-only machines.
 """
@@ -41,17 +48,16 @@ from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared
                                                                warpgroup_mma_wait)
 
 from ..config import SHORT_QUERY, BatchShape, KernelConfig, Platform, Step
-from .blocks import (K_STAGES, V_STAGES, any_row_moved, cp_async, cta_barrier, head_columns, kv_page_offsets,
+from .blocks import (K_STAGES, V_STAGES, any_row_moved, cp_async, cta_barrier, kv_page_offsets,
                      kv_page_rows, kv_tile_offsets, kv_tile_slots, page_layout, program_item, program_rounds,
                      qblock_item, qblock_rows, rescale_rows, row_layout, softmax_tile, tiles_of_whole_pages,
                      to_16bit_pairs)
-from .host import (ONE_PER_ITEM, PADDED_HEAD_SIZES, PERSISTENT, launch_qblock, many_items, max_tile_size,
-                   unsupported_reason)
+from .host import (ONE_PER_ITEM, PERSISTENT, PIECEWISE_HEAD_SIZES, head_pieces, launch_qblock, many_items,
+                   max_tile_size, unsupported_reason)
 
 NUM_WARPS = 4  # the default partition (consumer 0); consumer 1 and the producer are workers
-# the heads it takes: 64, 128 and 256 at their own width, 96 and 192 padded to 128 and 256
-# (`host.head_pad`: zero-filled columns, a third more tensor-core work, no more bytes read)
-HEAD_SIZES = PADDED_HEAD_SIZES
+# the heads it takes: 64, 128 and 256 whole, 96 and 192 in two column pieces (`host.head_pieces`)
+HEAD_SIZES = PIECEWISE_HEAD_SIZES
 # the two workers (consumer 1, producer) get 4 warps each and 216 / 72 registers per thread
 # (`warp_specialize` in the kernel); consumer 0 gets what is left of maxnreg x 12 warps
 LAUNCH_OPTIONS = {"maxnreg": 168}  # 168 x 384 threads fit the 64K registers of an SM
@@ -60,23 +66,15 @@ LAUNCH_OPTIONS = {"maxnreg": 168}  # 168 x 384 threads fit the 64K registers of 
 @gluon.jit
 def _producer(k_ptr, v_ptr, cu_seqlens_q_ptr, seq_lens_ptr, block_table_ptr, num_seqs, num_q_blocks, num_items,
               sliding_window, stride_bt, stride_kb, stride_ks, stride_kh, stride_vh,
-              k_smem, v_smem, k_ready, k_empty, v_ready, v_empty,
-              BLOCK_SIZE: gl.constexpr, TILE_SIZE: gl.constexpr, HEAD_SIZE: gl.constexpr, HEAD_PAD: gl.constexpr,
+              k_smem, v_smem, k_rest_smem, v_rest_smem, k_ready, k_empty, v_ready, v_empty,
+              BLOCK_SIZE: gl.constexpr, TILE_SIZE: gl.constexpr, HEAD_FIRST: gl.constexpr, HEAD_REST: gl.constexpr,
               BLOCK_Q: gl.constexpr, USE_WINDOW: gl.constexpr):
     """Fill the K and V rings for every work item of this program, one tile ahead of the
-    consumers as far as buffers allow. Where tiles are whole pages their addresses are
-    computed per page (`blocks.kv_page_offsets`), else per row (`blocks.kv_tile_slots`:
-    pages that straddle tiles, as 48-token pages do)."""
-    layout: gl.constexpr = row_layout(HEAD_PAD, 4)
-    pages: gl.constexpr = page_layout(HEAD_PAD, 4)
-    WHOLE_PAGES: gl.constexpr = tiles_of_whole_pages(TILE_SIZE, BLOCK_SIZE, HEAD_PAD, 4)
-    tile_pages: gl.constexpr = [TILE_SIZE // BLOCK_SIZE, BLOCK_SIZE, HEAD_PAD]
-    PADDED: gl.constexpr = HEAD_PAD != HEAD_SIZE
-    # a padded head's real columns, as each copy's mask sees them (used only when PADDED:
-    # the other heads' copies are masked by rows alone, or not at all)
-    page_cols = gl.expand_dims(gl.expand_dims(
-        head_columns(HEAD_SIZE, HEAD_PAD, gl.SliceLayout(0, gl.SliceLayout(1, pages))), 0), 1)
-    row_cols = gl.expand_dims(head_columns(HEAD_SIZE, HEAD_PAD, gl.SliceLayout(0, layout)), 0)
+    consumers as far as buffers allow. Where a piece's tiles are whole pages its addresses
+    are computed per page and only the tile that reaches past the sequence is masked
+    (`_piece_offsets`); elsewhere per row, every tile masked."""
+    WHOLE_PAGES: gl.constexpr = (tiles_of_whole_pages(TILE_SIZE, BLOCK_SIZE, HEAD_FIRST, 4)
+                                 or (HEAD_REST > 0 and tiles_of_whole_pages(TILE_SIZE, BLOCK_SIZE, HEAD_REST, 4)))
     t = gl.program_id(0) * 0  # tiles of this program's earlier items: the rings' position
     for r in range(program_rounds(num_items)):
         (kv_head, q_start, query_len, q_block_local, context_len, seq_len, bt_row, first_tile, first_unmasked,
@@ -86,69 +84,126 @@ def _producer(k_ptr, v_ptr, cu_seqlens_q_ptr, seq_lens_ptr, block_table_ptr, num
         k_head = k_ptr + kv_head * stride_kh  # the item's KV head in each cache
         v_head = v_ptr + kv_head * stride_vh
         for j in range(end_tile - first_tile):
-            g = t + j
             tile = first_tile + j
-            if WHOLE_PAGES:
-                # addresses per page; masks only for the tile that reaches past the sequence
-                if (tile + 1) * TILE_SIZE <= seq_len:
-                    offs = kv_page_offsets(bt_row, tile, seq_len, stride_kb, stride_ks, BLOCK_SIZE, TILE_SIZE,
-                                           HEAD_PAD, pages, False)
-                    if PADDED:
-                        _fill(k_smem, v_smem, k_ready, k_empty, v_ready, v_empty, g, k_head, v_head, offs,
-                              page_cols, tile_pages)
-                    else:
-                        _fill(k_smem, v_smem, k_ready, k_empty, v_ready, v_empty, g, k_head, v_head, offs, None,
-                              tile_pages)
-                else:
-                    offs = kv_page_offsets(bt_row, tile, seq_len, stride_kb, stride_ks, BLOCK_SIZE, TILE_SIZE,
-                                           HEAD_PAD, pages, True)
-                    rows = kv_page_rows(tile, seq_len, BLOCK_SIZE, TILE_SIZE, pages)
-                    if PADDED:
-                        rows = rows & page_cols
-                    _fill(k_smem, v_smem, k_ready, k_empty, v_ready, v_empty, g, k_head, v_head, offs, rows,
-                          tile_pages)
+            if WHOLE_PAGES and (tile + 1) * TILE_SIZE <= seq_len:  # inside the sequence: no row masks
+                _fill(k_smem, v_smem, k_rest_smem, v_rest_smem, k_ready, k_empty, v_ready, v_empty, t + j, k_head,
+                      v_head, bt_row, tile, seq_len, stride_kb, stride_ks, BLOCK_SIZE, TILE_SIZE, HEAD_FIRST,
+                      HEAD_REST, False)
             else:
-                page, slot, in_seq = kv_tile_slots(bt_row, tile, seq_len, BLOCK_SIZE, TILE_SIZE, layout)
-                offs = kv_tile_offsets(page, slot, stride_kb, stride_ks, HEAD_PAD, layout)  # K's and V's
-                rows = gl.expand_dims(in_seq, 1)
-                if PADDED:
-                    rows = rows & row_cols
-                _fill(k_smem, v_smem, k_ready, k_empty, v_ready, v_empty, g, k_head, v_head, offs, rows,
-                      [TILE_SIZE, HEAD_PAD])
+                _fill(k_smem, v_smem, k_rest_smem, v_rest_smem, k_ready, k_empty, v_ready, v_empty, t + j, k_head,
+                      v_head, bt_row, tile, seq_len, stride_kb, stride_ks, BLOCK_SIZE, TILE_SIZE, HEAD_FIRST,
+                      HEAD_REST, True)
         t += end_tile - first_tile
 
 
 @gluon.jit
-def _fill(k_smem, v_smem, k_ready, k_empty, v_ready, v_empty, g, k_head, v_head, offs, rows,
-          shape: gl.constexpr):
-    """Copy the KV tile at ring position ``g`` (element offsets ``offs`` from each cache's
-    KV head, seen as ``shape``; ``rows``: which rows to copy, the rest zero-filled; None:
-    all) once its buffers are free. A buffer is free once both consumers have arrived on its
-    "empty" barrier (the first pass through a ring waits on the phase before the first:
-    already complete)."""
+def _piece_offsets(bt_row, tile, seq_len, stride_b, stride_s, COL0: gl.constexpr, WIDTH: gl.constexpr,
+                   BLOCK_SIZE: gl.constexpr, TILE_SIZE: gl.constexpr, MASKED: gl.constexpr):
+    """Element offsets from the start of a KV head of columns ``COL0 .. COL0 + WIDTH - 1``
+    of KV tile ``tile``; K and V share them. Where the tile is whole pages that
+    `page_layout` covers: ``[pages, BLOCK_SIZE, WIDTH]``, one address per page
+    (`blocks.kv_page_offsets`; ~200 producer instructions per tile instead of ~340), rows
+    past the sequence reading page 0 only with ``MASKED``. Elsewhere (pages that straddle
+    tiles, as 48-token pages do, or a narrow piece whose rows per pass of the layout span
+    more than a page): ``[TILE_SIZE, WIDTH]``, one address per row (`blocks.kv_tile_slots`)."""
+    if tiles_of_whole_pages(TILE_SIZE, BLOCK_SIZE, WIDTH, 4):
+        offs = kv_page_offsets(bt_row, tile, seq_len, stride_b, stride_s, BLOCK_SIZE, TILE_SIZE, WIDTH,
+                               page_layout(WIDTH, 4, BLOCK_SIZE), MASKED)
+    else:
+        layout: gl.constexpr = row_layout(WIDTH, 4)
+        page, slot, in_seq = kv_tile_slots(bt_row, tile, seq_len, BLOCK_SIZE, TILE_SIZE, layout)
+        offs = kv_tile_offsets(page, slot, stride_b, stride_s, WIDTH, layout)
+    return offs + COL0
+
+
+@gluon.jit
+def _copy_piece(smem, ptrs, tile, seq_len, BLOCK_SIZE: gl.constexpr, TILE_SIZE: gl.constexpr, WIDTH: gl.constexpr,
+                MASKED: gl.constexpr):
+    """``cp.async`` of one piece of KV tile ``tile`` (``ptrs``: `_piece_offsets`) into its
+    ``[TILE_SIZE, WIDTH]`` buffer, seen as pages where the offsets are. Rows past the
+    sequence are zero-filled: masked per page only with ``MASKED``, per row always."""
+    if tiles_of_whole_pages(TILE_SIZE, BLOCK_SIZE, WIDTH, 4):
+        pages: gl.constexpr = [TILE_SIZE // BLOCK_SIZE, BLOCK_SIZE, WIDTH]
+        if MASKED:
+            cp_async(smem.reshape(pages), ptrs, kv_page_rows(tile, seq_len, BLOCK_SIZE, TILE_SIZE,
+                                                             page_layout(WIDTH, 4, BLOCK_SIZE)))
+        else:
+            cp_async(smem.reshape(pages), ptrs, None)
+    else:
+        pos = tile * TILE_SIZE + gl.arange(0, TILE_SIZE, layout=gl.SliceLayout(1, row_layout(WIDTH, 4)))
+        cp_async(smem, ptrs, gl.expand_dims(pos < seq_len, 1))
+
+
+@gluon.jit
+def _fill(k_smem, v_smem, k_rest_smem, v_rest_smem, k_ready, k_empty, v_ready, v_empty, g, k_head, v_head, bt_row,
+          tile, seq_len, stride_kb, stride_ks, BLOCK_SIZE: gl.constexpr, TILE_SIZE: gl.constexpr,
+          HEAD_FIRST: gl.constexpr, HEAD_REST: gl.constexpr, MASKED: gl.constexpr):
+    """Copy KV tile ``tile`` into ring position ``g``, each of its column pieces into its own
+    buffers, once the buffers are free. A buffer is free once both consumers have arrived on
+    its "empty" barrier (the first pass through a ring waits on the phase before the first:
+    already complete); its "ready" barrier completes when the copies have landed."""
+    offs = _piece_offsets(bt_row, tile, seq_len, stride_kb, stride_ks, 0, HEAD_FIRST, BLOCK_SIZE, TILE_SIZE, MASKED)
+    if HEAD_REST > 0:
+        offs_rest = _piece_offsets(bt_row, tile, seq_len, stride_kb, stride_ks, HEAD_FIRST, HEAD_REST, BLOCK_SIZE,
+                                   TILE_SIZE, MASKED)
     mbarrier.wait(k_empty.index(g % K_STAGES), ((g // K_STAGES) & 1) ^ 1)
-    cp_async(k_smem.index(g % K_STAGES).reshape(shape), k_head + offs, rows)
+    _copy_piece(k_smem.index(g % K_STAGES), k_head + offs, tile, seq_len, BLOCK_SIZE, TILE_SIZE, HEAD_FIRST, MASKED)
+    if HEAD_REST > 0:
+        _copy_piece(k_rest_smem.index(g % K_STAGES), k_head + offs_rest, tile, seq_len, BLOCK_SIZE, TILE_SIZE,
+                    HEAD_REST, MASKED)
     async_copy.mbarrier_arrive(k_ready.index(g % K_STAGES), increment_count=False)
     mbarrier.wait(v_empty.index(g % V_STAGES), ((g // V_STAGES) & 1) ^ 1)
-    cp_async(v_smem.index(g % V_STAGES).reshape(shape), v_head + offs, rows)
+    _copy_piece(v_smem.index(g % V_STAGES), v_head + offs, tile, seq_len, BLOCK_SIZE, TILE_SIZE, HEAD_FIRST, MASKED)
+    if HEAD_REST > 0:
+        _copy_piece(v_rest_smem.index(g % V_STAGES), v_head + offs_rest, tile, seq_len, BLOCK_SIZE, TILE_SIZE,
+                    HEAD_REST, MASKED)
     async_copy.mbarrier_arrive(v_ready.index(g % V_STAGES), increment_count=False)
 
 
 @gluon.jit
 def _q_rows(q_ptr, q_start, query_len, q_block_local, kv_head, stride_qt, stride_qh, row0,
-            ROWS: gl.constexpr, BLOCK_Q: gl.constexpr, QPK: gl.constexpr, HEAD_SIZE: gl.constexpr,
-            HEAD_PAD: gl.constexpr, layout: gl.constexpr):
-    """(pointers ``[ROWS, HEAD_PAD]``, valid: ``[ROWS, 1]``, or ``[ROWS, HEAD_PAD]`` for a
-    padded head) of rows ``row0 .. row0 + ROWS - 1`` of a Q-block in ``layout``
-    (`blocks.qblock_rows`)."""
+            ROWS: gl.constexpr, BLOCK_Q: gl.constexpr, QPK: gl.constexpr, COL0: gl.constexpr, WIDTH: gl.constexpr,
+            layout: gl.constexpr):
+    """(pointers ``[ROWS, WIDTH]``, valid ``[ROWS, 1]``) of columns ``COL0 .. COL0 + WIDTH - 1``
+    of rows ``row0 .. row0 + ROWS - 1`` of a Q-block in ``layout`` (`blocks.qblock_rows`)."""
     tok, head, valid = qblock_rows(row0, q_block_local, query_len, kv_head, ROWS, BLOCK_Q, QPK,
                                    gl.SliceLayout(1, layout))
-    offs_d = gl.arange(0, HEAD_PAD, layout=gl.SliceLayout(0, layout))
+    offs_d = COL0 + gl.arange(0, WIDTH, layout=gl.SliceLayout(0, layout))
     q_rows = (q_start + tok).to(gl.int64) * stride_qt + head * stride_qh
-    valid = gl.expand_dims(valid, 1)
-    if HEAD_PAD != HEAD_SIZE:
-        valid = valid & gl.expand_dims(offs_d < HEAD_SIZE, 0)
-    return q_ptr + gl.expand_dims(q_rows, 1) + gl.expand_dims(offs_d, 0), valid
+    return q_ptr + gl.expand_dims(q_rows, 1) + gl.expand_dims(offs_d, 0), gl.expand_dims(valid, 1)
+
+
+@gluon.jit
+def _q_piece(q_ptr, q_start, query_len, q_block_local, kv_head, stride_qt, stride_qh, row0,
+             ROWS: gl.constexpr, BLOCK_Q: gl.constexpr, QPK: gl.constexpr, COL0: gl.constexpr, WIDTH: gl.constexpr):
+    """One column piece of this half's Q rows, loaded in rows of 16-byte pieces (zeros past
+    the query)."""
+    q_ptrs, q_valid = _q_rows(q_ptr, q_start, query_len, q_block_local, kv_head, stride_qt, stride_qh, row0, ROWS,
+                              BLOCK_Q, QPK, COL0, WIDTH, row_layout(WIDTH, 4))
+    return gl.load(q_ptrs, mask=q_valid, other=0.0)
+
+
+@gluon.jit
+def _normalized(acc, l_i, dtype: gl.constexpr):
+    """``acc / l`` row by row in ``dtype`` (rows that saw no key: 0)."""
+    l_o = gl.convert_layout(l_i, gl.SliceLayout(1, acc.type.layout))
+    return (acc / gl.expand_dims(gl.where(l_o == 0.0, 1.0, l_o), 1)).to(dtype)
+
+
+@gluon.jit
+def _store_o(out_ptr, o_smem, o, q_start, query_len, q_block_local, kv_head, stride_ot, stride_oh, row0,
+             ROWS: gl.constexpr, BLOCK_Q: gl.constexpr, QPK: gl.constexpr, COL0: gl.constexpr, WIDTH: gl.constexpr):
+    """Store the valid rows of one column piece of this half's normalized output: through
+    ``o_smem`` (the piece's Q buffer, which the caller has seen every warp done with), read
+    back in rows of 16-byte pieces, a quarter of the stores that the accumulator's layout
+    (pairs of columns per thread) would need."""
+    out_layout: gl.constexpr = row_layout(WIDTH, 4)
+    o_smem.store(o)
+    cta_barrier()
+    o = o_smem.load(out_layout)
+    o_ptrs, o_valid = _q_rows(out_ptr, q_start, query_len, q_block_local, kv_head, stride_ot, stride_oh, row0, ROWS,
+                              BLOCK_Q, QPK, COL0, WIDTH, out_layout)
+    gl.store(o_ptrs, o, mask=o_valid)
 
 
 @gluon.jit
@@ -204,43 +259,66 @@ def _pass_turn(turns, HALF: gl.constexpr, PINGPONG: gl.constexpr):
 
 
 @gluon.jit
+def _issue_scores(q_smem, q_rest_smem, k_smem, k_rest_smem, slot, s_zero, HEAD_REST: gl.constexpr):
+    """Issue ``S = Q K^T`` for the K tile in ring slot ``slot``: one product per column piece
+    of the head, the second adding to the first (the pieces split its inner dimension)."""
+    s = warpgroup_mma(q_smem, k_smem.index(slot).permute((1, 0)), s_zero, use_acc=False, is_async=True)
+    if HEAD_REST > 0:
+        s = warpgroup_mma(q_rest_smem, k_rest_smem.index(slot).permute((1, 0)), s, is_async=True)
+    return s
+
+
+@gluon.jit
 def _consumer_item(out_ptr, q_ptr, q_start, query_len, q_block_local, context_len, kv_head, first_tile,
                    first_unmasked, first_masked, end_tile, t, k, qk_scale, softcap, sliding_window, stride_qt,
-                   stride_qh, stride_ot, stride_oh, q_smem, k_smem, v_smem, k_ready, k_empty, v_ready, v_empty, turns,
-                   HALF: gl.constexpr, ROWS: gl.constexpr, QPK: gl.constexpr, HEAD_SIZE: gl.constexpr,
-                   HEAD_PAD: gl.constexpr, TILE_SIZE: gl.constexpr, BLOCK_Q: gl.constexpr,
+                   stride_qh, stride_ot, stride_oh, q_smem, q_rest_smem, k_smem, v_smem, k_rest_smem, v_rest_smem,
+                   k_ready, k_empty, v_ready, v_empty, turns,
+                   HALF: gl.constexpr, ROWS: gl.constexpr, QPK: gl.constexpr, HEAD_FIRST: gl.constexpr,
+                   HEAD_REST: gl.constexpr, TILE_SIZE: gl.constexpr, BLOCK_Q: gl.constexpr,
                    USE_SOFTCAP: gl.constexpr, USE_WINDOW: gl.constexpr, PINGPONG: gl.constexpr,
                    LAZY_RESCALE: gl.constexpr, P_AT_PRODUCT: gl.constexpr):
     """One ``ROWS``-row half (``HALF`` 0 or 1) of one work item's Q-block: the overlapped
     loop of `qblock_wgmma`, fed by the producer's mbarriers, then the normalized rows
     stored. Its tiles sit at ring positions ``t, t + 1, ...`` and its product issues at turn
     ``k, k + 1, ...`` (the counts of the program's earlier items). With ``PINGPONG`` the two
-    halves take turns to issue their products (`_take_turn`)."""
+    halves take turns to issue their products (`_take_turn`). A head of two column pieces
+    (``HEAD_REST > 0``) takes two products per ``Q K^T`` (`_issue_scores`) and two
+    accumulators, one per piece of ``P V``'s output columns."""
     s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                        instr_shape=[16, TILE_SIZE, 16])
     o_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
-                                                       instr_shape=[16, HEAD_PAD, 16])
+                                                       instr_shape=[16, HEAD_FIRST, 16])
     p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
     dtype: gl.constexpr = q_ptr.dtype.element_ty
     rows: gl.constexpr = gl.SliceLayout(1, s_layout)
+    # matrix products in flight per P V issue: one per column piece
+    PV_PRODUCTS: gl.constexpr = 2 if HEAD_REST > 0 else 1
 
-    # this half's Q rows in its own shared buffer (the A operand of Q K^T), visible to the
-    # tensor cores and to the partition's four warps before the first product; written
-    # once every warp is done with the buffer's last contents (the previous item's O rows).
+    # this half's Q rows in its own shared buffers (the A operand of Q K^T), visible to the
+    # tensor cores and to the partition's four warps before the first product.
     # (Copied by the producer instead, behind a pair of mbarriers per half, they cost more
     # than they saved; loaded during the previous item, no faster: docs/perf/kernels-h100.md.)
-    q_ptrs, q_valid = _q_rows(q_ptr, q_start, query_len, q_block_local, kv_head, stride_qt, stride_qh,
-                              HALF * ROWS, ROWS, BLOCK_Q, QPK, HEAD_SIZE, HEAD_PAD, row_layout(HEAD_PAD, 4))
-    q = gl.load(q_ptrs, mask=q_valid, other=0.0)
+    # Written once every warp is done with the buffers' last contents (the previous item's O rows).
+    q = _q_piece(q_ptr, q_start, query_len, q_block_local, kv_head, stride_qt, stride_qh, HALF * ROWS, ROWS, BLOCK_Q,
+                 QPK, 0, HEAD_FIRST)
+    if HEAD_REST > 0:
+        q_rest = _q_piece(q_ptr, q_start, query_len, q_block_local, kv_head, stride_qt, stride_qh, HALF * ROWS, ROWS,
+                          BLOCK_Q, QPK, HEAD_FIRST, HEAD_REST)
     cta_barrier()
     q_smem.store(q)
+    if HEAD_REST > 0:
+        q_rest_smem.store(q_rest)
     fence_async_shared()
     cta_barrier()  # in a partition: its own warps
     pos_q = context_len + q_block_local * BLOCK_Q + (HALF * ROWS + gl.arange(0, ROWS, layout=rows)) // QPK
 
     m_i = gl.full([ROWS], float("-inf"), gl.float32, layout=rows)
     l_i = gl.zeros([ROWS], gl.float32, layout=rows)
-    acc = gl.zeros([ROWS, HEAD_PAD], gl.float32, layout=o_layout)
+    acc = gl.zeros([ROWS, HEAD_FIRST], gl.float32, layout=o_layout)
+    if HEAD_REST > 0:
+        o_rest_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                                instr_shape=[16, HEAD_REST, 16])
+        acc_rest = gl.zeros([ROWS, HEAD_REST], gl.float32, layout=o_rest_layout)
     s_zero = gl.zeros([ROWS, TILE_SIZE], gl.float32, layout=s_layout)
 
     n = end_tile - first_tile
@@ -249,8 +327,7 @@ def _consumer_item(out_ptr, q_ptr, q_start, query_len, q_block_local, context_le
         mbarrier.wait(k_ready.index(t % K_STAGES), (t // K_STAGES) & 1)
         fence_async_shared()  # the producer's cp.async writes, before the tensor cores read them
         _take_turn(turns, k, HALF, PINGPONG)
-        s = warpgroup_mma(q_smem, k_smem.index(t % K_STAGES).permute((1, 0)), s_zero, use_acc=False,
-                          is_async=True)
+        s = _issue_scores(q_smem, q_rest_smem, k_smem, k_rest_smem, t % K_STAGES, s_zero, HEAD_REST)
         _pass_turn(turns, HALF, PINGPONG)
         s = warpgroup_mma_wait(num_outstanding=0, deps=(s,))
         _release(k_empty.index(t % K_STAGES))
@@ -267,18 +344,24 @@ def _consumer_item(out_ptr, q_ptr, q_start, query_len, q_block_local, context_le
             mbarrier.wait(v_ready.index((g - 1) % V_STAGES), ((g - 1) // V_STAGES) & 1)
             fence_async_shared()
             _take_turn(turns, k + j, HALF, PINGPONG)
-            s = warpgroup_mma(q_smem, k_smem.index(g % K_STAGES).permute((1, 0)), s_zero, use_acc=False, is_async=True)
+            s = _issue_scores(q_smem, q_rest_smem, k_smem, k_rest_smem, g % K_STAGES, s_zero, HEAD_REST)
             acc = rescale_rows(acc, alpha, moved)  # before P V adds to it; S_j needs no wait
             p_op = _p_operand(p, dtype, p_layout, P_AT_PRODUCT, True)
             acc = warpgroup_mma(p_op, v_smem.index((g - 1) % V_STAGES), acc, is_async=True)
+            if HEAD_REST > 0:
+                acc_rest = rescale_rows(acc_rest, alpha, moved)
+                acc_rest = warpgroup_mma(p_op, v_rest_smem.index((g - 1) % V_STAGES), acc_rest, is_async=True)
             _pass_turn(turns, HALF, PINGPONG)
-            s = warpgroup_mma_wait(num_outstanding=1, deps=(s,))
+            s = warpgroup_mma_wait(num_outstanding=PV_PRODUCTS, deps=(s,))
             _release(k_empty.index(g % K_STAGES))
             p, alpha, m_i, l_i = softmax_tile(s, m_i, l_i, first_tile + j, first_unmasked, first_masked, pos_q,
                                               qk_scale, softcap, sliding_window, TILE_SIZE, USE_SOFTCAP, USE_WINDOW,
                                               LAZY_RESCALE)
             moved = _rows_moved(alpha, LAZY_RESCALE)  # its reduction while P V is on the tensor cores
-            acc, p_op = warpgroup_mma_wait(num_outstanding=0, deps=(acc, p_op))
+            if HEAD_REST > 0:
+                acc, acc_rest, p_op = warpgroup_mma_wait(num_outstanding=0, deps=(acc, acc_rest, p_op))
+            else:
+                acc, p_op = warpgroup_mma_wait(num_outstanding=0, deps=(acc, p_op))
             _release(v_empty.index((g - 1) % V_STAGES))
             p = _p_operand(p, dtype, p_layout, P_AT_PRODUCT, False)
 
@@ -290,36 +373,35 @@ def _consumer_item(out_ptr, q_ptr, q_start, query_len, q_block_local, context_le
         _take_turn(turns, k + n, HALF, PINGPONG)
         p_op = _p_operand(p, dtype, p_layout, P_AT_PRODUCT, True)
         acc = warpgroup_mma(p_op, v_smem.index(last % V_STAGES), acc, is_async=True)
+        if HEAD_REST > 0:
+            acc_rest = rescale_rows(acc_rest, alpha, moved)
+            acc_rest = warpgroup_mma(p_op, v_rest_smem.index(last % V_STAGES), acc_rest, is_async=True)
         _pass_turn(turns, HALF, PINGPONG)
-        acc, p_op = warpgroup_mma_wait(num_outstanding=0, deps=(acc, p_op))
+        if HEAD_REST > 0:
+            acc, acc_rest, p_op = warpgroup_mma_wait(num_outstanding=0, deps=(acc, acc_rest, p_op))
+        else:
+            acc, p_op = warpgroup_mma_wait(num_outstanding=0, deps=(acc, p_op))
         _release(v_empty.index(last % V_STAGES))  # the program's next item refills it
 
-    # normalize this half's rows and store the valid ones: through the Q buffer (free once
-    # every warp's products are done), read back in rows of 16-byte pieces, a quarter of
-    # the stores that the accumulator's layout (pairs of columns per thread) would need
-    l_o = gl.convert_layout(l_i, gl.SliceLayout(1, o_layout))
-    o = (acc / gl.expand_dims(gl.where(l_o == 0.0, 1.0, l_o), 1)).to(dtype)
-    out_layout: gl.constexpr = row_layout(HEAD_PAD, 4)
+    # the normalized rows out, one column piece at a time, through the Q buffers once every
+    # warp's products are done with them
+    o = _normalized(acc, l_i, dtype)
+    if HEAD_REST > 0:
+        o_rest = _normalized(acc_rest, l_i, dtype)
     cta_barrier()
-    q_smem.store(o)
-    cta_barrier()
-    o = q_smem.load(out_layout)
-    tok_o, head_o, valid_o = qblock_rows(HALF * ROWS, q_block_local, query_len, kv_head, ROWS, BLOCK_Q, QPK,
-                                         gl.SliceLayout(1, out_layout))
-    offs_do = gl.arange(0, HEAD_PAD, layout=gl.SliceLayout(0, out_layout))
-    o_rows = (q_start + tok_o).to(gl.int64) * stride_ot + head_o * stride_oh
-    o_valid = gl.expand_dims(valid_o, 1)
-    if HEAD_PAD != HEAD_SIZE:  # a padded head: its real columns only
-        o_valid = o_valid & gl.expand_dims(offs_do < HEAD_SIZE, 0)
-    gl.store(out_ptr + gl.expand_dims(o_rows, 1) + gl.expand_dims(offs_do, 0), o, mask=o_valid)
+    _store_o(out_ptr, q_smem, o, q_start, query_len, q_block_local, kv_head, stride_ot, stride_oh, HALF * ROWS, ROWS,
+             BLOCK_Q, QPK, 0, HEAD_FIRST)
+    if HEAD_REST > 0:
+        _store_o(out_ptr, q_rest_smem, o_rest, q_start, query_len, q_block_local, kv_head, stride_ot, stride_oh,
+                 HALF * ROWS, ROWS, BLOCK_Q, QPK, HEAD_FIRST, HEAD_REST)
 
 
 @gluon.jit
 def _consumer(out_ptr, q_ptr, cu_seqlens_q_ptr, seq_lens_ptr, block_table_ptr, num_seqs, num_q_blocks, num_items,
               qk_scale, softcap, sliding_window, stride_qt, stride_qh, stride_ot, stride_oh, stride_bt,
-              q_smem, k_smem, v_smem, k_ready, k_empty, v_ready, v_empty, turns,
-              HALF: gl.constexpr, ROWS: gl.constexpr, QPK: gl.constexpr, HEAD_SIZE: gl.constexpr,
-              HEAD_PAD: gl.constexpr, TILE_SIZE: gl.constexpr, BLOCK_Q: gl.constexpr, USE_SOFTCAP: gl.constexpr,
+              q_smem, q_rest_smem, k_smem, v_smem, k_rest_smem, v_rest_smem, k_ready, k_empty, v_ready, v_empty,
+              turns, HALF: gl.constexpr, ROWS: gl.constexpr, QPK: gl.constexpr, HEAD_FIRST: gl.constexpr,
+              HEAD_REST: gl.constexpr, TILE_SIZE: gl.constexpr, BLOCK_Q: gl.constexpr, USE_SOFTCAP: gl.constexpr,
               USE_WINDOW: gl.constexpr, PINGPONG: gl.constexpr, LAZY_RESCALE: gl.constexpr,
               P_AT_PRODUCT: gl.constexpr):
     """This half's part of every work item of the program, in the producer's order."""
@@ -332,12 +414,18 @@ def _consumer(out_ptr, q_ptr, cu_seqlens_q_ptr, seq_lens_ptr, block_table_ptr, n
                                                BLOCK_Q, TILE_SIZE, USE_WINDOW)
         _consumer_item(out_ptr, q_ptr, q_start, query_len, q_block_local, context_len, kv_head, first_tile,
                        first_unmasked, first_masked, end_tile, t, k, qk_scale, softcap, sliding_window, stride_qt,
-                       stride_qh, stride_ot, stride_oh, q_smem, k_smem, v_smem, k_ready, k_empty, v_ready, v_empty,
-                       turns, HALF, ROWS, QPK, HEAD_SIZE, HEAD_PAD, TILE_SIZE, BLOCK_Q, USE_SOFTCAP, USE_WINDOW,
-                       PINGPONG, LAZY_RESCALE, P_AT_PRODUCT)
+                       stride_qh, stride_ot, stride_oh, q_smem, q_rest_smem, k_smem, v_smem, k_rest_smem,
+                       v_rest_smem, k_ready, k_empty, v_ready, v_empty, turns, HALF, ROWS, QPK, HEAD_FIRST, HEAD_REST,
+                       TILE_SIZE, BLOCK_Q, USE_SOFTCAP, USE_WINDOW, PINGPONG, LAZY_RESCALE, P_AT_PRODUCT)
         n = end_tile - first_tile
         t += n
         k += gl.where(n > 0, n + 1, 0)  # an item with tiles issues n + 1 times
+
+
+@gluon.constexpr_function
+def _smem_layout(shape, dtype):
+    """The wgmma operand layout of a shared buffer of ``shape`` (swizzled as wide as its rows allow)."""
+    return gl.NVMMASharedLayout.get_default_for(shape, dtype)
 
 
 @gluon.jit(do_not_specialize=["num_seqs", "num_q_blocks", "num_items"])
@@ -351,27 +439,43 @@ def qblock_ws_kernel(
     stride_vb, stride_vs, stride_vh,  # equal to K's (launch_qblock checks): V reuses K's offsets
     stride_bt,
     num_q_blocks, num_items,
-    QPK: gl.constexpr, HEAD_SIZE: gl.constexpr, HEAD_PAD: gl.constexpr,
+    QPK: gl.constexpr, HEAD_SIZE: gl.constexpr, HEAD_FIRST: gl.constexpr, HEAD_REST: gl.constexpr,
     BLOCK_SIZE: gl.constexpr, TILE_SIZE: gl.constexpr,
     BLOCK_M: gl.constexpr, BLOCK_Q: gl.constexpr,
     USE_SOFTCAP: gl.constexpr, USE_WINDOW: gl.constexpr, PINGPONG: gl.constexpr, LAZY_RESCALE: gl.constexpr,
 ):
+    gl.static_assert(HEAD_FIRST + HEAD_REST == HEAD_SIZE, "the column pieces make up the head (host.head_pieces)")
     # -- the rings and their barriers: "ready" completes when the producer's 128 threads'
     #    copies have landed, "empty" when every thread of both consumers has released the
     #    buffer (`_release`). They live as long as the program: its work items
     #    (`blocks.program_item`: one per round, dealt in snake order) go through them one
     #    after another, each partition counting the tiles of the items before (a launch of
     #    one program per item runs one each)
-    #    (every buffer is ``HEAD_PAD`` wide: a padded head's extra columns hold zeros)
-    kv_smem_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([TILE_SIZE, HEAD_PAD], q_ptr.dtype.element_ty)
+    #    (a head of two column pieces, `host.head_pieces`, has a Q buffer and K and V rings
+    #    per piece)
+    dtype: gl.constexpr = q_ptr.dtype.element_ty
     HALF_M: gl.constexpr = BLOCK_M // 2  # rows per consumer
     # where P becomes a 16-bit operand (`_p_operand`): at the product where a 64-key tile
-    # leaves registers to carry it in fp32, but not beside head 256's 128-register accumulator
-    P_AT_PRODUCT: gl.constexpr = TILE_SIZE <= 64 and HEAD_PAD <= 128
-    q_smem_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([HALF_M, HEAD_PAD], q_ptr.dtype.element_ty)
-    q_smem = gl.allocate_shared_memory(q_ptr.dtype.element_ty, [2, HALF_M, HEAD_PAD], q_smem_layout)
-    k_smem = gl.allocate_shared_memory(q_ptr.dtype.element_ty, [K_STAGES, TILE_SIZE, HEAD_PAD], kv_smem_layout)
-    v_smem = gl.allocate_shared_memory(q_ptr.dtype.element_ty, [V_STAGES, TILE_SIZE, HEAD_PAD], kv_smem_layout)
+    # leaves registers to carry it in fp32, but not beside a 128-register accumulator (head 256)
+    P_AT_PRODUCT: gl.constexpr = TILE_SIZE <= 64 and HEAD_SIZE <= 128
+    q_smem = gl.allocate_shared_memory(dtype, [2, HALF_M, HEAD_FIRST], _smem_layout([HALF_M, HEAD_FIRST], dtype))
+    k_smem = gl.allocate_shared_memory(dtype, [K_STAGES, TILE_SIZE, HEAD_FIRST],
+                                       _smem_layout([TILE_SIZE, HEAD_FIRST], dtype))
+    v_smem = gl.allocate_shared_memory(dtype, [V_STAGES, TILE_SIZE, HEAD_FIRST],
+                                       _smem_layout([TILE_SIZE, HEAD_FIRST], dtype))
+    if HEAD_REST > 0:
+        q_rest_smem = gl.allocate_shared_memory(dtype, [2, HALF_M, HEAD_REST], _smem_layout([HALF_M, HEAD_REST], dtype))
+        k_rest_smem = gl.allocate_shared_memory(dtype, [K_STAGES, TILE_SIZE, HEAD_REST],
+                                                _smem_layout([TILE_SIZE, HEAD_REST], dtype))
+        v_rest_smem = gl.allocate_shared_memory(dtype, [V_STAGES, TILE_SIZE, HEAD_REST],
+                                                _smem_layout([TILE_SIZE, HEAD_REST], dtype))
+        q_rest_0 = q_rest_smem.index(0)
+        q_rest_1 = q_rest_smem.index(1)
+    else:  # one piece: the partitions' "rest" arguments are the first piece's buffers, never read
+        k_rest_smem = k_smem
+        v_rest_smem = v_smem
+        q_rest_0 = q_smem.index(0)
+        q_rest_1 = q_smem.index(1)
     k_ready = gl.allocate_shared_memory(gl.int64, [K_STAGES, 1], mbarrier.MBarrierLayout())
     k_empty = gl.allocate_shared_memory(gl.int64, [K_STAGES, 1], mbarrier.MBarrierLayout())
     v_ready = gl.allocate_shared_memory(gl.int64, [V_STAGES, 1], mbarrier.MBarrierLayout())
@@ -390,18 +494,18 @@ def qblock_ws_kernel(
     gl.warp_specialize([
         (_consumer, (out_ptr, q_ptr, cu_seqlens_q_ptr, seq_lens_ptr, block_table_ptr, num_seqs, num_q_blocks,
                      num_items, qk_scale, softcap, sliding_window, stride_qt, stride_qh, stride_ot, stride_oh,
-                     stride_bt, q_smem.index(0), k_smem, v_smem, k_ready, k_empty, v_ready, v_empty, turns,
-                     0, HALF_M, QPK, HEAD_SIZE, HEAD_PAD, TILE_SIZE, BLOCK_Q, USE_SOFTCAP, USE_WINDOW, PINGPONG,
-                     LAZY_RESCALE, P_AT_PRODUCT)),
+                     stride_bt, q_smem.index(0), q_rest_0, k_smem, v_smem, k_rest_smem, v_rest_smem, k_ready,
+                     k_empty, v_ready, v_empty, turns, 0, HALF_M, QPK, HEAD_FIRST, HEAD_REST, TILE_SIZE, BLOCK_Q,
+                     USE_SOFTCAP, USE_WINDOW, PINGPONG, LAZY_RESCALE, P_AT_PRODUCT)),
         (_consumer, (out_ptr, q_ptr, cu_seqlens_q_ptr, seq_lens_ptr, block_table_ptr, num_seqs, num_q_blocks,
                      num_items, qk_scale, softcap, sliding_window, stride_qt, stride_qh, stride_ot, stride_oh,
-                     stride_bt, q_smem.index(1), k_smem, v_smem, k_ready, k_empty, v_ready, v_empty, turns,
-                     1, HALF_M, QPK, HEAD_SIZE, HEAD_PAD, TILE_SIZE, BLOCK_Q, USE_SOFTCAP, USE_WINDOW, PINGPONG,
-                     LAZY_RESCALE, P_AT_PRODUCT)),
+                     stride_bt, q_smem.index(1), q_rest_1, k_smem, v_smem, k_rest_smem, v_rest_smem, k_ready,
+                     k_empty, v_ready, v_empty, turns, 1, HALF_M, QPK, HEAD_FIRST, HEAD_REST, TILE_SIZE, BLOCK_Q,
+                     USE_SOFTCAP, USE_WINDOW, PINGPONG, LAZY_RESCALE, P_AT_PRODUCT)),
         (_producer, (k_ptr, v_ptr, cu_seqlens_q_ptr, seq_lens_ptr, block_table_ptr, num_seqs, num_q_blocks,
                      num_items, sliding_window, stride_bt, stride_kb, stride_ks, stride_kh, stride_vh,
-                     k_smem, v_smem, k_ready, k_empty, v_ready, v_empty,
-                     BLOCK_SIZE, TILE_SIZE, HEAD_SIZE, HEAD_PAD, BLOCK_Q, USE_WINDOW)),
+                     k_smem, v_smem, k_rest_smem, v_rest_smem, k_ready, k_empty, v_ready, v_empty,
+                     BLOCK_SIZE, TILE_SIZE, HEAD_FIRST, HEAD_REST, BLOCK_Q, USE_WINDOW)),
     ], [4, 4], [216, 72])  # worker warps and registers (module doc): consumer 1, producer
 
 
@@ -415,8 +519,10 @@ def launch(out, q, k_cache, v_cache, block_table, cu_seqlens_q, seq_lens, *, sca
     does (`blocks.softmax_tile`). One program per work item, or with ``persistent`` one per
     SM, dealt the list (longest first) in snake order (`blocks.program_item`; FlashAttention
     3 runs a persistent grid too); the same binary either way."""
+    head_first, head_rest = head_pieces(q.shape[2])
     launch_qblock(qblock_ws_kernel,
-                  {"num_warps": NUM_WARPS, "PINGPONG": pingpong, "LAZY_RESCALE": lazy_rescale, **LAUNCH_OPTIONS},
+                  {"num_warps": NUM_WARPS, "PINGPONG": pingpong, "LAZY_RESCALE": lazy_rescale, **LAUNCH_OPTIONS,
+                   "HEAD_FIRST": head_first, "HEAD_REST": head_rest},
                   out, q, k_cache, v_cache, block_table, cu_seqlens_q, seq_lens, scale=scale,
                   sliding_window=sliding_window, softcap=softcap, tile_size=tile_size, compile_only=compile_only,
                   items=PERSISTENT if persistent else ONE_PER_ITEM)

@@ -231,7 +231,7 @@ class AttnbenchBackend(TritonAttentionBackend):
         only its heads, refused where vLLM picks the backend rather than at the first batch."""
         if not (MIN_HEAD_SIZE <= head_size <= MAX_HEAD_SIZE and head_size % 8 == 0):
             return False
-        return variant_from_env() != GLUON_QBLOCK or head_size in hopper.PADDED_HEAD_SIZES
+        return variant_from_env() != GLUON_QBLOCK or head_size in hopper.PIECEWISE_HEAD_SIZES
 
     @classmethod
     def supports_attn_type(cls, attn_type: str) -> bool:
