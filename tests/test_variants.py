@@ -425,8 +425,10 @@ def test_a_ragged_decode_splits_where_its_longest_sequences_would_idle_the_gpu(m
     (no tree reads the sum of keys). Where the Gluon kernel runs, a ragged batch of more
     than a wave splits up to one full-length program per SM (a uniform one up to half):
     48 Llama-8B sequences (384 programs) count 86 and split; 12 over 8k keys and 52 over
-    1k (512 programs) count 148 and keep the 2D grid. Unknown lengths (a captured graph)
-    do not split."""
+    1k (512 programs) count 148 and keep the 2D grid. That is at 4 query rows of head 128
+    per Q-block; Qwen-7B's 7 rows split up to 75 (`_ragged_split_share`), a speculative
+    batch's 16 rows of head 64 up to half the SMs, Llama-1B's 4 rows of head 64 up to one
+    per SM. Unknown lengths (a captured graph) do not split."""
     from attnbench.kernels.dispatch.heuristics import decide
     from attnbench.kernels.hopper import host
 
@@ -450,6 +452,19 @@ def test_a_ragged_decode_splits_where_its_longest_sequences_would_idle_the_gpu(m
     assert "86 at the longest sequence's length" in decide(llama, H100_SM90).why
     long_enough = BatchShape(64, 64, 1, 8192, 32, 8, 128, sum_seqlen_k=12 * 8192 + 52 * 1025)
     assert decide(long_enough, H100_SM90).config.variant == "qblock_ws"
+    # more query rows per Q-block, a lower split point: Qwen-7B's 7 heads per KV head up to
+    # 75 (int(132 x 512 / 896)); 4 speculative tokens x 4 heads of 64 up to half the SMs
+    qwen = BatchShape(90, 90, 1, 10001, 28, 4, 128, sum_seqlen_k=20 * 10001 + 70 * 501)  # 95
+    assert decide(qwen, H100_SM90).config.variant == "qblock_ws"
+    qwen_fewer = BatchShape(96, 96, 1, 20001, 28, 4, 128, sum_seqlen_k=6 * 20001 + 90 * 701)  # 37
+    assert "(at most 75 split where the Gluon kernel runs, the batch being ragged over more than a wave)" \
+        in decide(qwen_fewer, H100_SM90).why
+    spec = BatchShape(40, 160, 4, 7004, 32, 8, 64, sum_seqlen_k=10 * 7004 + 30 * 1004)  # 115
+    assert decide(spec, H100_SM90).config.variant == "qblock_ws"
+    assert "(at most 66 split where the Gluon kernel runs, the batch being ragged over more than a wave)" \
+        in decide(replace(spec, sum_seqlen_k=4 * 7004 + 36 * 504), H100_SM90).why  # 53
+    assert decide(BatchShape(60, 60, 1, 8192, 32, 8, 64, sum_seqlen_k=10 * 8192 + 50 * 1025),  # 131
+                  H100_SM90).config.variant == "parallel_tiled"
     # a uniform batch of fewer programs than SMs splits only up to half of them there
     assert decide(BatchShape(12, 12, 1, 16384, 32, 8, 128, sum_seqlen_k=12 * 16384), H100_SM90).config.variant \
         == "qblock_ws"

@@ -138,7 +138,8 @@ def _persistent_pays(shape: BatchShape) -> bool:
 def _split_why(shape: BatchShape, p: Platform) -> str:
     gluon = ""
     if _gluon_runs(shape, p):
-        wave = ", the batch being ragged over more than a wave" if _split_max_programs(shape, p) == p.num_sms else ""
+        ragged_wave = shape.full_length_share < 1 and _programs_2d(shape, p) > p.num_sms
+        wave = ", the batch being ragged over more than a wave" if ragged_wave else ""
         gluon = f" (at most {_split_max_programs(shape, p)} split where the Gluon kernel runs{wave})"
     ragged = ""
     if shape.full_length_share < 1:
@@ -245,20 +246,39 @@ def _split_max_programs(shape: BatchShape, p: Platform) -> int:
     took 0.12-0.79x the Gluon kernel's time (decodes and 4-query speculative decodes of
     both sets).
 
-    A ragged batch whose 2D grid takes more than one wave splits up to one full-length
-    program per SM where the Gluon kernel runs too: its long items then run beside short
-    ones, not in one even wave, while the split's equal segments balance them. On the
-    H100 (recipes/microbench/rules.yaml, ragged) 8 Llama-8B sequences over 16k keys and 56
-    over 512 (512 programs, 78 at full length) took 1.10x FA3's time split, 1.21x in the
-    Gluon kernel; at 148 (12 over 8k, 52 over 1k) the Gluon kernel still won, 1.07x to 1.12x.
-    Between the two the threshold is not measured: on the held-out grid the split won at 86
-    (Llama-8B, 0.96x against 1.07x) and lost at 99 (Qwen-7B over 32-token pages, 1.12x
-    against 1.03x)."""
+    A ragged batch whose 2D grid takes more than one wave splits further where the Gluon
+    kernel runs: its long items then run beside short ones, not in one even wave, while the
+    split's equal segments balance them. How much further depends on the Gluon kernel's
+    work per key it reads: each KV tile costs it a softmax over its whole 128-row Q-block,
+    however few of those rows are queries, against matrix products and bytes that grow
+    with the rows and the head. Up to `RAGGED_SPLIT_ROW_COLUMNS` query rows x head columns
+    (4 rows of head 128: Llama-8B's decodes), it splits up to one full-length program per
+    SM; with more, proportionally fewer, never fewer than half the SMs (`_ragged_split_share`).
+    On the H100 (recipes/microbench/rules.yaml, ragged; split in equal segments against
+    the Gluon kernel's one program per item):
+
+    * Llama-8B (4 x 128): 79 and 89 full-length programs 260 / 279 us split against 291 /
+      288; 109 level (272 against 270); 149 the Gluon kernel (255 against 244).
+    * Llama-1B (4 x 64): 101 and 131, split 104 / 130 against 124 / 145.
+    * Qwen-7B (7 x 128: split up to 75): 95 and 120, the Gluon kernel 196 / 167 against
+      205 / 180 split."""
     if not _gluon_runs(shape, p):
         return p.num_sms
     if shape.full_length_share < 1 and _programs_2d(shape, p) > p.num_sms:
-        return p.num_sms
+        return max(p.num_sms // 2, int(p.num_sms * _ragged_split_share(shape)))
     return p.num_sms // 2
+
+
+RAGGED_SPLIT_ROW_COLUMNS = 512  # query rows x head columns up to which a ragged wave splits at one program per SM
+
+
+def _ragged_split_share(shape: BatchShape) -> float:
+    """The share of the SMs up to which a ragged batch over a wave splits where the Gluon
+    kernel runs (`_split_max_programs`): 1 up to `RAGGED_SPLIT_ROW_COLUMNS` query rows (a
+    sequence's queries x query heads per KV head, at most the Gluon kernel's 128) times
+    head columns, less in proportion past it."""
+    rows = min(hopper.BLOCK_M, shape.max_seqlen_q * shape.queries_per_kv)
+    return min(1.0, RAGGED_SPLIT_ROW_COLUMNS / (rows * shape.head_size))
 
 
 def _programs_2d(shape: BatchShape, p: Platform) -> int:
