@@ -254,13 +254,13 @@ def _split_max_programs(shape: BatchShape, p: Platform) -> int:
     with the rows and the head. Up to `RAGGED_SPLIT_ROW_COLUMNS` query rows x head columns
     (4 rows of head 128: Llama-8B's decodes), it splits up to one full-length program per
     SM; with more, proportionally fewer, never fewer than half the SMs (`_ragged_split_share`).
-    On the H100 (recipes/microbench/rules.yaml, ragged; split in equal segments against
-    the Gluon kernel's one program per item):
+    On the H100 (recipes/microbench/rules.yaml, ragged, docs/perf/h100/rules-2026-11-27.csv;
+    split in equal segments against the Gluon kernel's one program per item):
 
-    * Llama-8B (4 x 128): 79 and 89 full-length programs 260 / 279 us split against 291 /
-      288; 109 level (272 against 270); 149 the Gluon kernel (255 against 244).
-    * Llama-1B (4 x 64): 101 and 131, split 104 / 130 against 124 / 145.
-    * Qwen-7B (7 x 128: split up to 75): 95 and 120, the Gluon kernel 196 / 167 against
+    * Llama-8B (4 x 128): 79 and 89 full-length programs 260 / 279 us split against 286 /
+      287; 109 level (272 against 271); 149 the Gluon kernel (254 against 245).
+    * Llama-1B (4 x 64): 101 and 131, split 103 / 131 against 125 / 146.
+    * Qwen-7B (7 x 128: split up to 75): 95 and 120, the Gluon kernel 197 / 167 against
       205 / 180 split."""
     if not _gluon_runs(shape, p):
         return p.num_sms
