@@ -307,9 +307,10 @@ def _gluon_short_query_head(head_size: int) -> bool:
     piece (64, 128 and 256). On heads of two column pieces (96, 192: `hopper.head_pieces`)
     the Gluon kernel took 1.03x the Triton step's time on the H100's held-out Phi-3 decodes
     (head 96; 327 against 317 us at cf9ab91, as when it padded them to 128 columns), where
-    it takes 0.61-0.67x on Phi-3's prefill and mixed batches. At head 256 it took 0.87-1.01x on Gemma-2's decodes, ragged decodes and 2-query
-    speculative decodes, once it masked only the tiles a window cuts and capped scores
-    with one tanh each (before that, 1.17-1.42x)."""
+    it takes 0.61-0.67x on Phi-3's prefill and mixed batches. At head 256 it took
+    0.87-1.01x on Gemma-2's decodes, ragged decodes and 2-query speculative decodes, once
+    it masked only the tiles a window cuts and capped scores with one tanh each (before
+    that, 1.17-1.42x)."""
     return head_size in hopper.HEAD_SIZES
 
 
