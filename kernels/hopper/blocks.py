@@ -213,14 +213,6 @@ def kv_page_offsets(bt_row, tile, seq_len, stride_b, stride_s, BLOCK_SIZE: gl.co
 
 
 @gluon.jit
-def head_columns(HEAD_SIZE: gl.constexpr, HEAD_PAD: gl.constexpr, layout: gl.constexpr):
-    """``[HEAD_PAD]`` (``layout``: 1-D): which columns of a head computed ``HEAD_PAD`` wide
-    hold it. Copies and loads masked by it zero-fill the rest (`host.head_pad`); the real
-    width is a multiple of 8, so each thread's 16-byte piece is all in or all out."""
-    return gl.arange(0, HEAD_PAD, layout=layout) < HEAD_SIZE
-
-
-@gluon.jit
 def kv_page_rows(tile, seq_len, BLOCK_SIZE: gl.constexpr, TILE_SIZE: gl.constexpr, layout: gl.constexpr):
     """Which rows ``[pages, BLOCK_SIZE, 1]`` of KV tile ``tile`` (`kv_page_offsets`) lie
     inside the sequence."""

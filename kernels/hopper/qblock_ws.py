@@ -111,7 +111,7 @@ def _piece_offsets(bt_row, tile, seq_len, stride_b, stride_s, COL0: gl.constexpr
                                page_layout(WIDTH, 4, BLOCK_SIZE), MASKED)
     else:
         layout: gl.constexpr = row_layout(WIDTH, 4)
-        page, slot, in_seq = kv_tile_slots(bt_row, tile, seq_len, BLOCK_SIZE, TILE_SIZE, layout)
+        page, slot, _in_seq = kv_tile_slots(bt_row, tile, seq_len, BLOCK_SIZE, TILE_SIZE, layout)  # `_copy_piece` masks
         offs = kv_tile_offsets(page, slot, stride_b, stride_s, WIDTH, layout)
     return offs + COL0
 
