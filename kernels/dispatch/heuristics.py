@@ -138,8 +138,7 @@ def _persistent_pays(shape: BatchShape) -> bool:
 def _split_why(shape: BatchShape, p: Platform) -> str:
     gluon = ""
     if _gluon_runs(shape, p):
-        ragged_wave = shape.full_length_share < 1 and _programs_2d(shape, p) > p.num_sms
-        wave = ", the batch being ragged over more than a wave" if ragged_wave else ""
+        wave = ", the batch being ragged over more than a wave" if _ragged_over_a_wave(shape, p) else ""
         gluon = f" (at most {_split_max_programs(shape, p)} split where the Gluon kernel runs{wave})"
     ragged = ""
     if shape.full_length_share < 1:
@@ -190,12 +189,13 @@ def _split_config(shape: BatchShape, p: Platform) -> KernelConfig:
     tree does not decide), with segments that follow each sequence's length where the
     lengths are known (`_segments_for_lengths`).
 
-    On sm_90, the tiles the H100 measured: up to `SPLIT_SHORT_KEYS` keys, 32-key tiles in
-    32 segments, what the shipped tree fitted for the training set's decodes over 1k keys
-    (on the 256-768-key decodes of recipes/microbench/rules.yaml, 0.80-0.90x the step's own
-    config's time); past them, 128-key tiles up to a 128-wide head (the rules' speculative
-    decodes over 8-32k keys: 0.70-0.92x; its ragged decodes 0.86-1.01x). Heads computed as
-    256 keep the step's own config: measured only at 64 and 128 wide (128-key tiles took
+    On sm_90, the tiles the H100 measured (recipes/microbench/rules.yaml,
+    docs/perf/h100/rules-2026-11-27.csv): up to `SPLIT_SHORT_KEYS` keys, 32-key tiles in 32
+    segments, what the shipped tree fitted for the training set's decodes over 1k keys (on
+    the rules' 256-768-key decodes, 0.79-0.89x the step's own config's time); past them,
+    128-key tiles up to a 128-wide head (the rules' speculative decodes over 8-32k keys:
+    0.84-0.91x in the step's 16-row Q-blocks; its ragged decodes, in equal segments,
+    0.81-0.93x). Heads computed as 256 keep the step's own config: measured only at 64 and 128 wide (128-key tiles took
     1.15x at head 256). A Q-block there holds all of a sequence's query rows, up to
     `SPLIT_MAX_BLOCK_M` (`_split_block_m`)."""
     config = step("parallel_tiled").default_config(shape, p)
@@ -224,9 +224,8 @@ def _segments_for_lengths(config: KernelConfig, shape: BatchShape) -> KernelConf
     """``config`` with ``equal_segments`` where the split-KV step runs a ragged batch whose
     keys the caller gives: a short sequence then fills a few segments as long as the
     longest sequence's, instead of ``num_segments`` slivers of one tile or less (the rules'
-    ragged decodes that split, at 128-key tiles: 1.10-1.18x FA3's time in equal segments,
-    1.13-1.38x in 16 segments per sequence; 4 x 16k + 60 x 1k keys, 227 against 241 us,
-    FA3 196).
+    ragged decodes, at 128-key tiles: 0.98-1.21x FA3's time in equal segments, 1.03-1.57x
+    in 16 segments per sequence; 4 x 16k + 60 x 1k keys, 224 against 269 us, FA3 196).
     A uniform batch's segments are equal already and keep the plain binary; unknown
     lengths (a captured graph, whose ``max_seqlen_k`` is only a bound) keep each range's
     own cut."""
@@ -264,9 +263,15 @@ def _split_max_programs(shape: BatchShape, p: Platform) -> int:
       205 / 180 split."""
     if not _gluon_runs(shape, p):
         return p.num_sms
-    if shape.full_length_share < 1 and _programs_2d(shape, p) > p.num_sms:
+    if _ragged_over_a_wave(shape, p):
         return max(p.num_sms // 2, int(p.num_sms * _ragged_split_share(shape)))
     return p.num_sms // 2
+
+
+def _ragged_over_a_wave(shape: BatchShape, p: Platform) -> bool:
+    """Whether a batch of known, unequal lengths has more 2D-grid programs than SMs: its
+    long programs then run beside short ones rather than in one even wave."""
+    return shape.full_length_share < 1 and _programs_2d(shape, p) > p.num_sms
 
 
 RAGGED_SPLIT_ROW_COLUMNS = 512  # query rows x head columns up to which a ragged wave splits at one program per SM
