@@ -274,15 +274,16 @@ def segment_tiles(context_len, query_len, q_block_local, sliding_window, segment
 @triton.jit
 def attend_qblock(
     q_ptr, k_ptr, v_ptr, block_table_ptr,
-    seq, q_start, query_len, q_block_local, seq_len, kv_head, segment, num_segments, min_segment_tiles,
+    seq, q_start, query_len, q_block_local, seq_len, kv_head, seg_first, seg_end, first_unmasked, first_masked,
     qk_scale, softcap, sliding_window,
     stride_qt, stride_qh, stride_kb, stride_ks, stride_kh, stride_vb, stride_vs, stride_vh, stride_bt,
     QPK: tl.constexpr, HEAD_SIZE: tl.constexpr, HEAD_PAD: tl.constexpr,
     BLOCK_SIZE: tl.constexpr, TILE_SIZE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_Q: tl.constexpr,
     USE_SOFTCAP: tl.constexpr, USE_WINDOW: tl.constexpr, WINDOW_EDGE_LOOP: tl.constexpr,
 ):
-    """Load one Q-block and run the tiled softmax over segment ``segment`` of
-    ``num_segments`` of its KV tiles (1 segment: the whole range; `segment_tiles`).
+    """Load one Q-block and run the tiled softmax over KV tiles ``[seg_first, seg_end)``, a
+    segment of its range or all of it, with the range's first unmasked and first masked
+    tiles (`segment_tiles`, which the caller computes: it may need the range first).
 
     ``WINDOW_EDGE_LOOP``: with a sliding window, mask only the tiles the window cuts and
     the diagonal ones, in loops of their own, and run the tiles inside every row's window
@@ -301,12 +302,6 @@ def attend_qblock(
     q_rows = (q_start + tok).to(tl.int64) * stride_qt + head * stride_qh
     q = tl.load(q_ptr + q_rows[:, None] + offs_d[None, :],
                 mask=row_valid[:, None] & (offs_d < HEAD_SIZE)[None, :], other=0.0)
-
-    # this segment's share of the Q-block's KV tiles: up to its last token's position
-    # (causal), from its first token's window start (sliding window)
-    seg_first, seg_end, first_unmasked, first_masked = segment_tiles(
-        context_len, query_len, q_block_local, sliding_window, segment, num_segments, min_segment_tiles,
-        BLOCK_Q, TILE_SIZE, USE_WINDOW)
 
     # the tiles the window cuts (with one), the mask-free tiles, then the ones that reach
     # the diagonal (the online softmax takes tiles in any order)

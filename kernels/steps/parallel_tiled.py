@@ -53,10 +53,11 @@ def segmented_attention_kernel(
         cu_seqlens_q_ptr, seq_lens_ptr, q_block, num_seqs, BLOCK_Q)
     if q_block_local * BLOCK_Q >= query_len:
         return
+    # this program's segment of the Q-block's KV tiles
+    seg_first, seg_end, first_unmasked, first_masked = segment_tiles(
+        seq_len - query_len, query_len, q_block_local, sliding_window, segment, NUM_SEGMENTS, min_segment_tiles,
+        BLOCK_Q, TILE_SIZE, USE_WINDOW)
     if EQUAL_SEGMENTS:
-        seg_first, seg_end, _first_unmasked, _first_masked = segment_tiles(
-            seq_len - query_len, query_len, q_block_local, sliding_window, segment, NUM_SEGMENTS, min_segment_tiles,
-            BLOCK_Q, TILE_SIZE, USE_WINDOW)
         if seg_first >= seg_end:
             # one of a short range's many empty segments: the sentinel alone, which tells the
             # reduction to skip its output. (Without equal segments an empty segment is rare,
@@ -68,10 +69,9 @@ def segmented_attention_kernel(
             tl.store(segm_max_ptr + row, tl.full([BLOCK_M], float("-inf"), dtype=tl.float32), mask=row_valid)
             tl.store(segm_sum_ptr + row, tl.zeros([BLOCK_M], dtype=tl.float32), mask=row_valid)
             return
-    # this program's segment of the Q-block's KV tiles
     acc, m_i, l_i, tok, head, row_valid = attend_qblock(
         q_ptr, k_ptr, v_ptr, block_table_ptr, seq, q_start, query_len, q_block_local, seq_len, kv_head,
-        segment, NUM_SEGMENTS, min_segment_tiles, qk_scale, softcap, sliding_window,
+        seg_first, seg_end, first_unmasked, first_masked, qk_scale, softcap, sliding_window,
         stride_qt, stride_qh, stride_kb, stride_ks, stride_kh, stride_vb, stride_vs, stride_vh, stride_bt,
         QPK, HEAD_SIZE, HEAD_PAD, BLOCK_SIZE, TILE_SIZE, BLOCK_M, BLOCK_Q, USE_SOFTCAP, USE_WINDOW,
         False)  # masks its whole range: segments of a few tiles run slower in three loops

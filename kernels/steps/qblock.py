@@ -16,7 +16,8 @@ import triton
 import triton.language as tl
 
 from ..config import BatchShape, KernelConfig, Platform, Step
-from .blocks import Geometry, attend_qblock, launch_or_compile, locate_qblock, per_token_args, store_rows
+from .blocks import (Geometry, attend_qblock, launch_or_compile, locate_qblock, per_token_args, segment_tiles,
+                     store_rows)
 
 
 @triton.jit(do_not_specialize=["num_seqs"])
@@ -45,9 +46,11 @@ def qblock_attention_kernel(
     if q_block_local * BLOCK_Q >= query_len:
         return
     # one program walks all of the Q-block's KV tiles
+    first_tile, end_tile, first_unmasked, first_masked = segment_tiles(
+        seq_len - query_len, query_len, q_block_local, sliding_window, 0, 1, 1, BLOCK_Q, TILE_SIZE, USE_WINDOW)
     acc, m_i, l_i, tok, head, row_valid = attend_qblock(
-        q_ptr, k_ptr, v_ptr, block_table_ptr, seq, q_start, query_len, q_block_local, seq_len, kv_head, 0, 1, 1,
-        qk_scale, softcap, sliding_window,
+        q_ptr, k_ptr, v_ptr, block_table_ptr, seq, q_start, query_len, q_block_local, seq_len, kv_head,
+        first_tile, end_tile, first_unmasked, first_masked, qk_scale, softcap, sliding_window,
         stride_qt, stride_qh, stride_kb, stride_ks, stride_kh, stride_vb, stride_vs, stride_vh, stride_bt,
         QPK, HEAD_SIZE, HEAD_PAD, BLOCK_SIZE, TILE_SIZE, BLOCK_M, BLOCK_Q, USE_SOFTCAP, USE_WINDOW, True)
     store_rows(out_ptr, acc, l_i, q_start, tok, head, row_valid, stride_ot, stride_oh, HEAD_SIZE, HEAD_PAD)

@@ -22,7 +22,8 @@ import triton
 import triton.language as tl
 
 from ..config import BatchShape, KernelConfig, Platform, Step
-from .blocks import Geometry, attend_qblock, base2_scale, cache_strides, launch_or_compile, locate_qblock, store_rows
+from .blocks import (Geometry, attend_qblock, base2_scale, cache_strides, launch_or_compile, locate_qblock,
+                     segment_tiles, store_rows)
 
 
 @triton.jit(do_not_specialize=["num_seqs", "num_work_items", "num_segments"])
@@ -58,9 +59,12 @@ def static_grid_attention_kernel(
             cu_seqlens_q_ptr, seq_lens_ptr, q_block, num_seqs, BLOCK_Q)
         # surplus Q-block indices and padding sequences have no rows: nothing to do
         if q_block_local * BLOCK_Q < query_len:
+            seg_first, seg_end, first_unmasked, first_masked = segment_tiles(
+                seq_len - query_len, query_len, q_block_local, sliding_window, segment, num_segments, 1, BLOCK_Q,
+                TILE_SIZE, USE_WINDOW)
             acc, m_i, l_i, tok, head, row_valid = attend_qblock(
                 q_ptr, k_ptr, v_ptr, block_table_ptr, seq, q_start, query_len, q_block_local, seq_len, kv_head,
-                segment, num_segments, 1, qk_scale, softcap, sliding_window,
+                seg_first, seg_end, first_unmasked, first_masked, qk_scale, softcap, sliding_window,
                 stride_qt, stride_qh, stride_kb, stride_ks, stride_kh, stride_vb, stride_vs, stride_vh, stride_bt,
                 QPK, HEAD_SIZE, HEAD_PAD, BLOCK_SIZE, TILE_SIZE, BLOCK_M, BLOCK_Q, USE_SOFTCAP, USE_WINDOW, True)
 
