@@ -86,13 +86,16 @@ COMPOSITIONS = {"prefill": prefill_seqs, "mixed": mixed_seqs}
 # the next; ``lazy_rescale``: row maxima that move only by more than 2^8 (the sharp head
 # case moves them often, the others rarely). The producer's two ways of addressing KV
 # tiles are both covered: per page where tiles are whole pages (block sizes 16 and 32),
-# per row where pages straddle tiles (48)
+# per row where pages straddle tiles (48). ``dynamic``: the persistent programs claim items
+# from a counter as they free up, the producer posting each to the consumers
+# (`qblock_ws._post_item`), on any batch (`host.launch_qblock` chooses it only for many items)
 KERNEL_RUNS = {"qblock_wgmma": ("qblock_wgmma", {}), "qblock_ws": ("qblock_ws", {}),
                "qblock_ws_pp": ("qblock_ws", {"pingpong": True}),
                "qblock_ws_persistent": ("qblock_ws", {"persistent": True}),
                "qblock_ws_lazy": ("qblock_ws", {"lazy_rescale": True}),
                "qblock_ws_lazy_persistent": ("qblock_ws", {"lazy_rescale": True, "persistent": True}),
-               "qblock_ws_pp_persistent": ("qblock_ws", {"pingpong": True, "persistent": True})}
+               "qblock_ws_pp_persistent": ("qblock_ws", {"pingpong": True, "persistent": True}),
+               "qblock_ws_dynamic_persistent": ("qblock_ws", {"dynamic": True, "persistent": True})}
 
 
 def build_case(head_case: str, composition: str, seed: int) -> PagedBatch:

@@ -136,8 +136,9 @@ def test_hopper_prefill_and_mixed_batches_get_the_gluon_kernel(monkeypatch, gluo
 @pytest.mark.parametrize("gluon", [True, False])
 def test_the_h100_runs_its_tuned_tree(monkeypatch, gluon):
     """The H100's fitted tree (kernels/dispatch/tuned_nvidia_h100_80gb_hbm3.py): long
-    prompts run the Gluon kernel at 128-key tiles, one program per work item (the tree's
-    persistent launch only up to 1,024 keys), short ones 64-key tiles, and so does a
+    prompts run the Gluon kernel at 128-key tiles, short ones 64-key tiles, persistent with
+    8 work items per SM or more (4 x 2k: 2,048 items; 16 x 512: 2,048) and one program per
+    item with fewer (1 x 2k: 512 items for 132 SMs), and so does a
     serving step of decodes with a new prompt; many decodes over at most 4k keys keep the
     Triton step whatever the tree (`_many_short_decodes`); decodes of a few long sequences
     run Triton's split-KV step; where Gluon cannot run (no Gluon,
@@ -151,7 +152,8 @@ def test_the_h100_runs_its_tuned_tree(monkeypatch, gluon):
     assert tuned_tree_path(H100_SM90.device_name).is_file()  # where `attnbench tune --emit` writes it to ship
     monkeypatch.setattr(host, "available", lambda: gluon)
     long_prompts, short_prompts = SHAPES[2], BatchShape(16, 8192, 512, 512, 32, 8, 128)
-    for shape, tile, persistent in ((long_prompts, 128, False), (short_prompts, 64, False)):
+    one_prompt = BatchShape(1, 2048, 2048, 2048, 32, 8, 128)
+    for shape, tile, persistent in ((long_prompts, 128, True), (short_prompts, 64, True), (one_prompt, 128, False)):
         config = choose_config(shape, H100_SM90)
         expected = ("qblock_ws", tile, persistent) if gluon else ("qblock", 128, False)
         assert (config.variant, config.tile_size, config.persistent) == expected
@@ -224,14 +226,19 @@ def test_the_gluon_kernel_runs_128_row_q_blocks_and_alone_has_a_persistent_launc
 def test_the_gluon_kernels_own_tree_runs_persistent_over_short_keys_unless_a_uniform_prefill():
     """`qblock_ws`'s hand-written tree (what `auto` runs where no tree was fitted): persistent
     up to 1,024 keys for batches with short queries (decodes, speculative decodes, mixed),
-    one program per item for uniform prefills and past 1,024 keys (64-key tiles at head 256)."""
+    and at any length for batches of long queries with at least 8 work items per SM; one
+    program per item for uniform prefills with fewer and for decodes past 1,024 keys (64-key
+    tiles at head 256)."""
     def config(*shape):
         return step("qblock_ws").default_config(BatchShape(*shape), H100_SM90)
 
     assert config(64, 64, 1, 512, 32, 8, 128).persistent  # decodes
     assert config(16, 64, 4, 1024, 32, 8, 128).persistent  # 4-query speculative decodes
     assert config(9, 520, 512, 512, 32, 8, 128).persistent  # a prompt and 8 decodes
-    assert not config(16, 8192, 512, 512, 32, 8, 128).persistent  # 16 prompts of 512
+    assert config(16, 8192, 512, 512, 32, 8, 128).persistent  # 16 prompts of 512: 2,048 items
+    assert config(4, 8192, 2048, 2048, 32, 8, 128).persistent  # 4 prompts of 2k: 2,048 items
+    assert not config(4, 2048, 512, 512, 32, 8, 128).persistent  # 4 prompts of 512: 512 items
+    assert not config(1, 2048, 2048, 2048, 32, 8, 128).persistent  # one prompt of 2k: 512 items
     assert not config(64, 64, 1, 1025, 32, 8, 128).persistent  # past 1,024 keys
     assert not config(64, 64, 1, 4096, 16, 8, 256).persistent  # 64-key tiles, long keys
     assert config(64, 64, 1, 512, 32, 8, 128).tile_size == 64
@@ -338,7 +345,8 @@ def test_a_tuned_tree_does_not_extrapolate_to_short_queries_that_cannot_fill_the
     for case, row in best_per_case(rows).items():
         shape = replace(shape_of(row), head_size=128)
         fitted = KernelConfig.of(tree(shape, H100_SM90))
-        persistent = fitted.persistent and shape.max_seqlen_k <= 1024
+        persistent = (fitted.persistent and shape.max_seqlen_k <= 1024) or (
+            fitted.variant == "qblock_ws" and host.many_items(shape, H100_SM90.num_sms))
         if _many_short_decodes(shape, H100_SM90):
             triton_decodes.append(case)
             assert choose_config(shape, H100_SM90) == step("qblock").default_config(shape, H100_SM90), case
@@ -359,8 +367,10 @@ def test_every_choice_of_auto_says_why(monkeypatch):
     assert decide(spec, H100_SM90).why == ("split-KV: 4-token queries over 16384 keys; the Q-block step would launch "
                                           "64 programs for 132 SMs (at most 66 split where the Gluon kernel runs), "
                                           "whatever the fitted tree")
-    assert decide(SHAPES[2], H100_SM90).why == ("the fitted tree (tuned_nvidia_h100_80gb_hbm3), one program per item: "
-                                               "the longest sequence has 2048 keys (persistent only up to 1024)")
+    assert decide(SHAPES[2], H100_SM90).why == "the fitted tree (tuned_nvidia_h100_80gb_hbm3)"  # persistent, 2,048 items
+    assert decide(BatchShape(1, 2048, 2048, 2048, 32, 8, 128), H100_SM90).why == (
+        "the fitted tree (tuned_nvidia_h100_80gb_hbm3), one program per item: the longest sequence has 2048 keys "
+        "(persistent only up to 1024, or with at least 8 work items per SM)")
     short_decodes = BatchShape(16, 16, 1, 512, 32, 8, 128)  # persistent, as fitted
     assert decide(short_decodes, H100_SM90) == (KernelConfig("qblock_ws", tile_size=128, block_m=128, num_warps=12,
                                                              persistent=True),
@@ -395,10 +405,11 @@ def test_every_choice_of_auto_says_why(monkeypatch):
 
 @pytest.mark.parametrize("tree", ["shipped", "off"])
 def test_prefills_of_many_work_items_launch_persistent(monkeypatch, tree):
-    """Uniform prefills over at most 1,024 keys launch the Gluon kernel persistent from 24
-    work items per SM (`host.many_items`), with or without a fitted tree (fitted on prefills
-    of at most 16 per SM): 48 Llama-8B prompts of 384 tokens give 4,608 items for 132 SMs;
-    16 of 512 give 2,048 and keep one program per item, as 48 of 2k do (past 1,024 keys)."""
+    """Batches of long queries launch the Gluon kernel persistent from 8 work items per SM
+    (`host.many_items`; its programs then claim items as they free up), at any length, with
+    or without a fitted tree: 48 Llama-8B prompts of 384 tokens give 4,608 items for 132
+    SMs, 16 of 512 give 2,048, 48 of 2k 24,576; 4 of 512 give 512 and keep one program per
+    item. Decodes count no items: their persistent launch follows the key length."""
     from attnbench.kernels.dispatch.heuristics import decide
     from attnbench.kernels.hopper import host
 
@@ -408,11 +419,13 @@ def test_prefills_of_many_work_items_launch_persistent(monkeypatch, tree):
     many = decide(BatchShape(48, 48 * 384, 384, 384, 32, 8, 128), H100_SM90)
     assert (many.config.variant, many.config.tile_size, many.config.persistent) == ("qblock_ws", 64, True)
     if tree == "shipped":
-        assert many.why.endswith(", persistent: at least 24 work items per SM over at most 1024 keys")
-    for few in (BatchShape(16, 16 * 512, 512, 512, 32, 8, 128), BatchShape(48, 48 * 2048, 2048, 2048, 32, 8, 128)):
-        assert decide(few, H100_SM90).config.persistent is False
+        assert many.why.endswith(", persistent: at least 8 work items per SM, claimed as programs free up")
+    for more in (BatchShape(16, 16 * 512, 512, 512, 32, 8, 128), BatchShape(48, 48 * 2048, 2048, 2048, 32, 8, 128)):
+        assert decide(more, H100_SM90).config.persistent is True
+    assert decide(BatchShape(4, 4 * 512, 512, 512, 32, 8, 128), H100_SM90).config.persistent is False
     assert host.many_items(BatchShape(48, 48 * 384, 384, 384, 32, 8, 128), 132)
-    assert not host.many_items(BatchShape(16, 16 * 512, 512, 512, 32, 8, 128), 132)
+    assert not host.many_items(BatchShape(4, 4 * 512, 512, 512, 32, 8, 128), 132)
+    assert not host.many_items(BatchShape(2048, 2048, 1, 4096, 32, 8, 128), 132)  # decodes
     # Qwen-7B: Q-blocks of 18 tokens x 7 heads, 4,552 of them
     assert host.many_items(BatchShape(40, 40 * 512, 512, 512, 28, 4, 128), 132)
 

@@ -117,22 +117,24 @@ def _triton_for_many_decodes(shape: BatchShape, p: Platform) -> Decision | None:
                     f"for {p.num_sms} SMs")
 
 
-PERSISTENT_MAX_KEYS = 1024  # longest sequence up to which a persistent launch may pay
+PERSISTENT_MAX_KEYS = 1024  # longest sequence up to which a persistent launch may pay on any batch
 
 
-def _persistent_pays(shape: BatchShape) -> bool:
-    """Whether the Gluon kernel's persistent launch (one program per SM, each taking a fixed
-    share of the work items) may beat one program per item: only where items are short,
-    so that what it saves per item (a program's start and its prologue) is a real share
-    of the item's time. On the H100's training set, a persistent launch saves 3-16% with
-    sequences up to 1,024 keys and at most 3.7% past them (1.6% on 8k prefills). Past them,
-    its fixed shares cost more than that. Static shares cannot follow ragged lengths.
-    The 2D grid's surplus Q-blocks also take places in the first round, which can push
-    real work into a second round. On batches outside the training set (the held-out
-    grid, docs/perf/h100/heldout-tuned.csv), one program per item was up to
-    1.8x faster there: a 512-token chunk over 30k keys took 814 us persistent and 445 us
-    one per item."""
-    return shape.max_seqlen_k <= PERSISTENT_MAX_KEYS
+def _persistent_pays(shape: BatchShape, p: Platform) -> bool:
+    """Whether the Gluon kernel's persistent launch (one program per SM walking the list of
+    work items) may beat one program per item:
+
+    * on any batch whose sequences have at most `PERSISTENT_MAX_KEYS` keys: its items are
+      short, so what it saves per item (a program's start and its prologue) is a real share
+      of the item's time. On the H100's training set it saves 3-16% there. Its static shares
+      (decodes') cannot follow ragged lengths past that;
+    * on batches of long queries with many items per SM (`hopper.many_items`), which it
+      walks claiming the next item whenever a program is ready for one, so no share is
+      fixed (`hopper.launch_qblock`): 0.87-1.01x one program per item's time on the
+      training set's prefills from 15.5 items per SM, at any length (8k prefills 0.99-1.01x).
+      A 512-token chunk over 30k keys, with one item per SM, took 814 us in fixed shares and
+      445 one per item on the held-out grid."""
+    return shape.max_seqlen_k <= PERSISTENT_MAX_KEYS or hopper.many_items(shape, p.num_sms)
 
 
 def _split_why(shape: BatchShape, p: Platform) -> str:
@@ -402,16 +404,16 @@ def decide(shape: BatchShape, platform: Platform, variant: str = AUTO) -> Decisi
         return triton_decodes._replace(why=triton_decodes.why + ", whatever the fitted tree")
     config = _segments_for_lengths(KernelConfig.of(tuned(shape, platform)), shape)
     fitted = f"the fitted tree ({os.environ.get(TREE_ENV) or _tuned_module(platform.device_name)})"
-    if config.persistent and not _persistent_pays(shape):
+    if config.persistent and not _persistent_pays(shape, platform):
         config = replace(config, persistent=False)
         fitted += (f", one program per item: the longest sequence has {shape.max_seqlen_k} keys "
-                   f"(persistent only up to {PERSISTENT_MAX_KEYS})")
-    elif (config.variant == GLUON_QBLOCK and not config.persistent and _persistent_pays(shape)
-          and shape.max_seqlen_q > SHORT_QUERY and hopper.many_items(shape, platform.num_sms)):
-        # fitted on prefills of at most 16 items per SM: with many more, persistent pays
+                   f"(persistent only up to {PERSISTENT_MAX_KEYS}, or with at least "
+                   f"{hopper.PERSISTENT_MIN_ITEMS_PER_SM} work items per SM)")
+    elif config.variant == GLUON_QBLOCK and not config.persistent and hopper.many_items(shape, platform.num_sms):
+        # fitted before the persistent launch claimed its items dynamically
         config = replace(config, persistent=True)
-        fitted += (f", persistent: at least {hopper.PERSISTENT_MIN_ITEMS_PER_SM} work items per SM "
-                   f"over at most {PERSISTENT_MAX_KEYS} keys")
+        fitted += (f", persistent: at least {hopper.PERSISTENT_MIN_ITEMS_PER_SM} work items per SM, "
+                   f"claimed as programs free up")
     if config.variant == GLUON_QBLOCK and config.tile_size > hopper.max_tile_size(shape.head_size):
         # fitted on head 128: a head the tree never saw may not fit its tiles in shared memory
         config = replace(config, tile_size=hopper.max_tile_size(shape.head_size))

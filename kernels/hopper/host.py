@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 from functools import lru_cache
 
-from ..config import BatchShape, Platform
+from ..config import SHORT_QUERY, BatchShape, Platform
 
 BLOCK_M = 128  # rows of a Q-block: two warpgroups of 64
 HEAD_SIZES = (64, 128, 256)  # the widths the kernels compute in (powers of two: layouts, wgmma)
@@ -47,23 +47,29 @@ def max_tile_size(head_size: int) -> int:
     return 128 if head_pad(head_size) <= 128 else 64
 
 
-PERSISTENT_MIN_ITEMS_PER_SM = 24  # work items per SM from which long queries' batches launch persistent
+PERSISTENT_MIN_ITEMS_PER_SM = 8  # work items per SM from which long queries' batches launch persistent
+
+
+def work_items(shape: BatchShape) -> int:
+    """The batch's work items (Q-blocks of ``BLOCK_M // queries_per_kv`` tokens x KV heads),
+    counted from the tokens: a lower bound (a launch's list, `launch_qblock`, bounds them
+    from above)."""
+    block_q = max(1, BLOCK_M // shape.queries_per_kv)  # heads past BLOCK_M per KV head: not the kernels'
+    return -(-shape.num_tokens // block_q) * shape.num_kv_heads
 
 
 def many_items(shape: BatchShape, num_sms: int) -> bool:
-    """Whether a batch gives the kernels at least `PERSISTENT_MIN_ITEMS_PER_SM` work items
-    (Q-blocks of ``BLOCK_M // queries_per_kv`` tokens x KV heads, counted from the tokens:
-    a lower bound) per SM: where a persistent launch pays on prefills of long queries too,
-    each program's share of many items averaging out the causal diagonal's uneven ones and
-    saving a program's start per item. On the H100 (recipes/microbench/rules.yaml, group
-    many-items, as run at b418074: ``git show 241ae92:docs/perf/h100/rules-2026-11-27.csv``;
-    later runs time the named kernel persistent there too), 64-key tiles, persistent against one
-    program per item: 0.82-0.98x the time from 31 items per SM (Llama-8B 64 x 256, 48 x 384
-    and 24 x 1k, Qwen-7B 40 x 512, Llama-1B 64 x 256); at 15.5 per SM 0.89-1.03x (Llama-8B
-    32 x 256 and 8 x 1k, Llama-1B 16 x 512), and 1.06x on the training set's Llama-8B 16 x
-    512; at 3 per SM and fewer, 1.04-1.06x (the training set's prefills of 1-4 sequences)."""
-    block_q = max(1, BLOCK_M // shape.queries_per_kv)  # heads past BLOCK_M per KV head: not the kernels'
-    return -(-shape.num_tokens // block_q) * shape.num_kv_heads >= PERSISTENT_MIN_ITEMS_PER_SM * num_sms
+    """Whether a batch of long queries gives the kernels at least
+    `PERSISTENT_MIN_ITEMS_PER_SM` work items per SM: where a persistent launch pays on
+    prefills, each program claiming the list's next item whenever it is ready for one
+    (`launch_qblock`: dynamic), which saves a program's start and prologue per item and
+    keeps KV tiles flowing from one item into the next. On the H100's training set
+    (llama3-8b-tune.yaml and rules.yaml's many-items group at this commit,
+    docs/perf/h100/dynamic-2026-11-27.csv) this took 0.87-0.93x one program per item's time
+    from 15.5 items per SM (Llama-8B 16 x 512, 32 x 256 and 8 x 1k, Llama-1B 16 x 512) and
+    0.99-1.01x on the 8k prefills (15.6); 1.02x at 3.9 (Llama-8B's 2k prompt) and
+    1.07-1.49x with fewer, whose programs have too little to share."""
+    return shape.max_seqlen_q > SHORT_QUERY and work_items(shape) >= PERSISTENT_MIN_ITEMS_PER_SM * num_sms
 
 
 GLUON_ENV = "ATTNBENCH_GLUON"  # "0": `auto` keeps Triton's kernels on Hopper too (A/B runs)
@@ -107,11 +113,17 @@ def unsupported_reason(q, k_cache, head_sizes: tuple[int, ...] = HEAD_SIZES) -> 
 # how a kernel that walks a flat list of (Q-block, KV head) work items is launched
 ONE_PER_ITEM = "one per item"
 PERSISTENT = "one per SM"
+# a persistent launch claims its items dynamically past this longest query (decodes'
+# items are short and their static shares even: the claims' memset and atomics would be a
+# real share of them) and from this many items per program (`many_items`)
+DYNAMIC_MIN_QUERY = SHORT_QUERY
+DYNAMIC_MIN_ITEMS_PER_PROGRAM = PERSISTENT_MIN_ITEMS_PER_SM
 
 
 def launch_qblock(kernel, extra: dict, out, q, k_cache, v_cache, block_table, cu_seqlens_q, seq_lens, *,
                   scale: float, sliding_window: int | None, softcap: float, tile_size: int,
-                  compile_only: bool = False, items: str | None = None) -> None:
+                  compile_only: bool = False, items: str | None = None, max_seqlen_q: int | None = None,
+                  dynamic: bool | None = None) -> None:
     """Launch ``kernel`` with ``extra`` keywords (launch options: warps, register cap; and
     the kernel's own constexprs beyond the shared ones). Grid: (Q-blocks, KV
     heads), as `steps.qblock.launch`: ``num_tokens // BLOCK_Q + num_seqs`` bounds the
@@ -122,7 +134,14 @@ def launch_qblock(kernel, extra: dict, out, q, k_cache, v_cache, block_table, cu
     (`blocks.qblock_item`; it takes ``num_q_blocks`` and ``num_items``) gets a 1-D grid
     instead: ``items=ONE_PER_ITEM``, one program per item (the hardware hands them to SMs
     in list order as SMs free up); ``PERSISTENT``, at most one per SM, each program taking
-    one item of every round of ``programs`` items (`blocks.program_item`)."""
+    one item of every round of ``programs`` items (`blocks.program_item`), or, where the
+    batch has long queries (``max_seqlen_q``) and the list at least
+    `DYNAMIC_MIN_ITEMS_PER_PROGRAM` items per program, claiming the next item of the list
+    whenever it is ready for one (``dynamic``, as FlashAttention 3's persistent scheduler:
+    static shares of items as uneven as a causal prefill's end unevenly; ``dynamic`` True
+    or False forces it)."""
+    import torch  # lazy, as triton
+
     from ..steps.blocks import Geometry, launch_or_compile, per_token_args  # lazy: triton, only to launch
 
     if tile_size not in TILE_SIZES:
@@ -139,7 +158,14 @@ def launch_qblock(kernel, extra: dict, out, q, k_cache, v_cache, block_table, cu
     if items is not None:
         num_items = grid[0] * grid[1]
         programs = num_items if items == ONE_PER_ITEM else min(num_items, Platform.detect(q.device).num_sms)
-        grid, walk = (programs,), {"num_q_blocks": grid[0], "num_items": num_items}
+        # a persistent launch of long queries with many items per program claims them from a
+        # counter that starts at 0 (a memset per launch); elsewhere the kernel never reads it
+        if dynamic is None:
+            dynamic = (items == PERSISTENT and (max_seqlen_q or 0) > DYNAMIC_MIN_QUERY
+                       and num_items >= DYNAMIC_MIN_ITEMS_PER_PROGRAM * programs)
+        counter = torch.zeros(1, dtype=torch.int32, device=q.device) if dynamic else seq_lens
+        grid, walk = (programs,), {"num_q_blocks": grid[0], "num_items": num_items, "item_counter_ptr": counter,
+                                   "DYNAMIC": bool(dynamic) and items == PERSISTENT}
     launch_or_compile(
         kernel, grid, compile_only,
         *per_token_args(g, out, q, k_cache, v_cache, block_table, cu_seqlens_q, seq_lens, scale, softcap,

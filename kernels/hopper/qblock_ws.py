@@ -61,39 +61,98 @@ HEAD_SIZES = PIECEWISE_HEAD_SIZES
 # the two workers (consumer 1, producer) get 4 warps each and 216 / 72 registers per thread
 # (`warp_specialize` in the kernel); consumer 0 gets what is left of maxnreg x 12 warps
 LAUNCH_OPTIONS = {"maxnreg": 168}  # 168 x 384 threads fit the 64K registers of an SM
+# the ring of claimed work items a DYNAMIC producer posts to the consumers (`_post_item`)
+ITEM_SLOTS: gl.constexpr = gl.constexpr(4)
+ITEM_LAYOUT: gl.constexpr = gl.BlockedLayout([1], [32], [4], [0])  # one item, every thread of a partition
+ITEM_SMEM_LAYOUT: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, [0])
 
 
 @gluon.jit
-def _producer(k_ptr, v_ptr, cu_seqlens_q_ptr, seq_lens_ptr, block_table_ptr, num_seqs, num_q_blocks, num_items,
-              sliding_window, stride_bt, stride_kb, stride_ks, stride_kh, stride_vh,
-              k_smem, v_smem, k_rest_smem, v_rest_smem, k_ready, k_empty, v_ready, v_empty,
-              BLOCK_SIZE: gl.constexpr, TILE_SIZE: gl.constexpr, HEAD_FIRST: gl.constexpr, HEAD_REST: gl.constexpr,
-              BLOCK_Q: gl.constexpr, USE_WINDOW: gl.constexpr):
+def _producer(k_ptr, v_ptr, cu_seqlens_q_ptr, seq_lens_ptr, block_table_ptr, item_counter_ptr, num_seqs,
+              num_q_blocks, num_items, sliding_window, stride_bt, stride_kb, stride_ks, stride_kh,
+              stride_vh, k_smem, v_smem, k_rest_smem, v_rest_smem, k_ready, k_empty, v_ready, v_empty, items_smem,
+              item_ready, item_empty, BLOCK_SIZE: gl.constexpr, TILE_SIZE: gl.constexpr, HEAD_FIRST: gl.constexpr,
+              HEAD_REST: gl.constexpr, BLOCK_Q: gl.constexpr, USE_WINDOW: gl.constexpr, DYNAMIC: gl.constexpr):
     """Fill the K and V rings for every work item of this program, one tile ahead of the
-    consumers as far as buffers allow. Where a piece's tiles are whole pages its addresses
-    are computed per page and only the tile that reaches past the sequence is masked
-    (`_piece_offsets`); elsewhere per row, every tile masked."""
+    consumers as far as buffers allow: the items `blocks.program_item` deals it, or with
+    ``DYNAMIC`` the next item of the list whenever it is ready for one, claimed with an
+    atomic increment of ``item_counter_ptr`` and posted to the consumers (`_post_item`;
+    a claim past the list, posted too, ends the program)."""
+    t = gl.program_id(0) * 0  # tiles of this program's earlier items: the rings' position
+    if DYNAMIC:
+        r = gl.program_id(0) * 0  # items claimed so far
+        item = gl.atomic_add(item_counter_ptr, 1)
+        while item < num_items:
+            _post_item(items_smem, item_ready, item_empty, r, item)
+            t += _produce_item(item, t, k_ptr, v_ptr, cu_seqlens_q_ptr, seq_lens_ptr, block_table_ptr, num_seqs,
+                               num_q_blocks, num_items, sliding_window, stride_bt, stride_kb, stride_ks,
+                               stride_kh, stride_vh, k_smem, v_smem, k_rest_smem, v_rest_smem, k_ready, k_empty,
+                               v_ready, v_empty, BLOCK_SIZE, TILE_SIZE, HEAD_FIRST, HEAD_REST, BLOCK_Q, USE_WINDOW)
+            r += 1
+            item = gl.atomic_add(item_counter_ptr, 1)
+        _post_item(items_smem, item_ready, item_empty, r, item)
+    else:
+        for r in range(program_rounds(num_items)):
+            t += _produce_item(program_item(r), t, k_ptr, v_ptr, cu_seqlens_q_ptr, seq_lens_ptr, block_table_ptr,
+                               num_seqs, num_q_blocks, num_items, sliding_window, stride_bt, stride_kb,
+                               stride_ks, stride_kh, stride_vh, k_smem, v_smem, k_rest_smem, v_rest_smem, k_ready,
+                               k_empty, v_ready, v_empty, BLOCK_SIZE, TILE_SIZE, HEAD_FIRST, HEAD_REST, BLOCK_Q,
+                               USE_WINDOW)
+
+
+@gluon.jit
+def _post_item(items_smem, item_ready, item_empty, r, item):
+    """Hand the consumers the ``r``-th item claimed (`_producer`, ``DYNAMIC``) through ring
+    slot ``r % ITEM_SLOTS`` of ``items_smem``, once both have taken what the slot held
+    before (`_take_item`): the producer's warps write it, sync, and one thread arrives on
+    the slot's "ready" barrier, which releases the write to the consumers that wait on it."""
+    slot = r % ITEM_SLOTS
+    mbarrier.wait(item_empty.index(slot), ((r // ITEM_SLOTS) & 1) ^ 1)
+    items_smem.index(slot).store(gl.full([1], item, gl.int32, layout=ITEM_LAYOUT))
+    cta_barrier()  # in a partition: its own warps
+    mbarrier.arrive(item_ready.index(slot))
+
+
+@gluon.jit
+def _take_item(items_smem, item_ready, item_empty, r):
+    """The ``r``-th item the producer claimed for this program (`_post_item`); every thread
+    of the consumer releases the slot for itself once it has read it (`_release`)."""
+    slot = r % ITEM_SLOTS
+    mbarrier.wait(item_ready.index(slot), (r // ITEM_SLOTS) & 1)
+    item = gl.max(items_smem.index(slot).load(ITEM_LAYOUT), axis=0)
+    _release(item_empty.index(slot))
+    return item
+
+
+@gluon.jit
+def _produce_item(item, t, k_ptr, v_ptr, cu_seqlens_q_ptr, seq_lens_ptr, block_table_ptr, num_seqs, num_q_blocks,
+                  num_items, sliding_window, stride_bt, stride_kb, stride_ks, stride_kh, stride_vh,
+                  k_smem, v_smem, k_rest_smem, v_rest_smem, k_ready, k_empty, v_ready, v_empty,
+                  BLOCK_SIZE: gl.constexpr, TILE_SIZE: gl.constexpr, HEAD_FIRST: gl.constexpr,
+                  HEAD_REST: gl.constexpr, BLOCK_Q: gl.constexpr, USE_WINDOW: gl.constexpr):
+    """Fill ring positions ``t, t + 1, ...`` with the KV tiles of work item ``item``; returns
+    how many. Where a piece's tiles are whole pages its addresses are computed per page and
+    only the tile that reaches past the sequence is masked (`_piece_offsets`); elsewhere
+    per row, every tile masked."""
     WHOLE_PAGES: gl.constexpr = (tiles_of_whole_pages(TILE_SIZE, BLOCK_SIZE, HEAD_FIRST, 4)
                                  or (HEAD_REST > 0 and tiles_of_whole_pages(TILE_SIZE, BLOCK_SIZE, HEAD_REST, 4)))
-    t = gl.program_id(0) * 0  # tiles of this program's earlier items: the rings' position
-    for r in range(program_rounds(num_items)):
-        (kv_head, q_start, query_len, q_block_local, context_len, seq_len, bt_row, first_tile, first_unmasked,
-         first_masked, end_tile) = qblock_item(program_item(r), num_items, num_q_blocks, cu_seqlens_q_ptr,
-                                               seq_lens_ptr, block_table_ptr, num_seqs, sliding_window, stride_bt,
-                                               BLOCK_Q, TILE_SIZE, USE_WINDOW)
-        k_head = k_ptr + kv_head * stride_kh  # the item's KV head in each cache
-        v_head = v_ptr + kv_head * stride_vh
-        for j in range(end_tile - first_tile):
-            tile = first_tile + j
-            if WHOLE_PAGES and (tile + 1) * TILE_SIZE <= seq_len:  # inside the sequence: no row masks
-                _fill(k_smem, v_smem, k_rest_smem, v_rest_smem, k_ready, k_empty, v_ready, v_empty, t + j, k_head,
-                      v_head, bt_row, tile, seq_len, stride_kb, stride_ks, BLOCK_SIZE, TILE_SIZE, HEAD_FIRST,
-                      HEAD_REST, False)
-            else:
-                _fill(k_smem, v_smem, k_rest_smem, v_rest_smem, k_ready, k_empty, v_ready, v_empty, t + j, k_head,
-                      v_head, bt_row, tile, seq_len, stride_kb, stride_ks, BLOCK_SIZE, TILE_SIZE, HEAD_FIRST,
-                      HEAD_REST, True)
-        t += end_tile - first_tile
+    (kv_head, q_start, query_len, q_block_local, context_len, seq_len, bt_row, first_tile, first_unmasked,
+     first_masked, end_tile) = qblock_item(item, num_items, num_q_blocks, cu_seqlens_q_ptr,
+                                           seq_lens_ptr, block_table_ptr, num_seqs, sliding_window, stride_bt,
+                                           BLOCK_Q, TILE_SIZE, USE_WINDOW)
+    k_head = k_ptr + kv_head * stride_kh  # the item's KV head in each cache
+    v_head = v_ptr + kv_head * stride_vh
+    for j in range(end_tile - first_tile):
+        tile = first_tile + j
+        if WHOLE_PAGES and (tile + 1) * TILE_SIZE <= seq_len:  # inside the sequence: no row masks
+            _fill(k_smem, v_smem, k_rest_smem, v_rest_smem, k_ready, k_empty, v_ready, v_empty, t + j, k_head,
+                  v_head, bt_row, tile, seq_len, stride_kb, stride_ks, BLOCK_SIZE, TILE_SIZE, HEAD_FIRST,
+                  HEAD_REST, False)
+        else:
+            _fill(k_smem, v_smem, k_rest_smem, v_rest_smem, k_ready, k_empty, v_ready, v_empty, t + j, k_head,
+                  v_head, bt_row, tile, seq_len, stride_kb, stride_ks, BLOCK_SIZE, TILE_SIZE, HEAD_FIRST,
+                  HEAD_REST, True)
+    return end_tile - first_tile
 
 
 @gluon.jit
@@ -400,26 +459,59 @@ def _consumer_item(out_ptr, q_ptr, q_start, query_len, q_block_local, context_le
 def _consumer(out_ptr, q_ptr, cu_seqlens_q_ptr, seq_lens_ptr, block_table_ptr, num_seqs, num_q_blocks, num_items,
               qk_scale, softcap, sliding_window, stride_qt, stride_qh, stride_ot, stride_oh, stride_bt,
               q_smem, q_rest_smem, k_smem, v_smem, k_rest_smem, v_rest_smem, k_ready, k_empty, v_ready, v_empty,
-              turns, HALF: gl.constexpr, ROWS: gl.constexpr, QPK: gl.constexpr, HEAD_FIRST: gl.constexpr,
-              HEAD_REST: gl.constexpr, TILE_SIZE: gl.constexpr, BLOCK_Q: gl.constexpr, USE_SOFTCAP: gl.constexpr,
-              USE_WINDOW: gl.constexpr, PINGPONG: gl.constexpr, LAZY_RESCALE: gl.constexpr,
-              P_AT_PRODUCT: gl.constexpr):
-    """This half's part of every work item of the program, in the producer's order."""
+              items_smem, item_ready, item_empty, turns, HALF: gl.constexpr, ROWS: gl.constexpr, QPK: gl.constexpr,
+              HEAD_FIRST: gl.constexpr, HEAD_REST: gl.constexpr, TILE_SIZE: gl.constexpr, BLOCK_Q: gl.constexpr,
+              USE_SOFTCAP: gl.constexpr, USE_WINDOW: gl.constexpr, PINGPONG: gl.constexpr,
+              LAZY_RESCALE: gl.constexpr, P_AT_PRODUCT: gl.constexpr, DYNAMIC: gl.constexpr):
+    """This half's part of every work item of the program, in the producer's order (with
+    ``DYNAMIC``, the items it posts: `_take_item`)."""
     t = gl.program_id(0) * 0  # tiles of this program's earlier items: the rings' position
     k = gl.program_id(0) * 0  # product issues of its earlier items: the turns' position
-    for r in range(program_rounds(num_items)):
-        (kv_head, q_start, query_len, q_block_local, context_len, seq_len, bt_row, first_tile, first_unmasked,
-         first_masked, end_tile) = qblock_item(program_item(r), num_items, num_q_blocks, cu_seqlens_q_ptr,
-                                               seq_lens_ptr, block_table_ptr, num_seqs, sliding_window, stride_bt,
-                                               BLOCK_Q, TILE_SIZE, USE_WINDOW)
-        _consumer_item(out_ptr, q_ptr, q_start, query_len, q_block_local, context_len, kv_head, first_tile,
-                       first_unmasked, first_masked, end_tile, t, k, qk_scale, softcap, sliding_window, stride_qt,
-                       stride_qh, stride_ot, stride_oh, q_smem, q_rest_smem, k_smem, v_smem, k_rest_smem,
-                       v_rest_smem, k_ready, k_empty, v_ready, v_empty, turns, HALF, ROWS, QPK, HEAD_FIRST, HEAD_REST,
-                       TILE_SIZE, BLOCK_Q, USE_SOFTCAP, USE_WINDOW, PINGPONG, LAZY_RESCALE, P_AT_PRODUCT)
-        n = end_tile - first_tile
-        t += n
-        k += gl.where(n > 0, n + 1, 0)  # an item with tiles issues n + 1 times
+    if DYNAMIC:
+        r = gl.program_id(0) * 0
+        item = _take_item(items_smem, item_ready, item_empty, r)
+        while item < num_items:
+            n = _consume_item(item, t, k, out_ptr, q_ptr, cu_seqlens_q_ptr, seq_lens_ptr, block_table_ptr, num_seqs,
+                              num_q_blocks, num_items, qk_scale, softcap, sliding_window, stride_qt,
+                              stride_qh, stride_ot, stride_oh, stride_bt, q_smem, q_rest_smem, k_smem, v_smem,
+                              k_rest_smem, v_rest_smem, k_ready, k_empty, v_ready, v_empty, turns, HALF, ROWS, QPK,
+                              HEAD_FIRST, HEAD_REST, TILE_SIZE, BLOCK_Q, USE_SOFTCAP, USE_WINDOW, PINGPONG,
+                              LAZY_RESCALE, P_AT_PRODUCT)
+            t += n
+            k += gl.where(n > 0, n + 1, 0)  # an item with tiles issues n + 1 times
+            r += 1
+            item = _take_item(items_smem, item_ready, item_empty, r)
+    else:
+        for r in range(program_rounds(num_items)):
+            n = _consume_item(program_item(r), t, k, out_ptr, q_ptr, cu_seqlens_q_ptr, seq_lens_ptr, block_table_ptr,
+                              num_seqs, num_q_blocks, num_items, qk_scale, softcap, sliding_window,
+                              stride_qt, stride_qh, stride_ot, stride_oh, stride_bt, q_smem, q_rest_smem, k_smem,
+                              v_smem, k_rest_smem, v_rest_smem, k_ready, k_empty, v_ready, v_empty, turns, HALF, ROWS,
+                              QPK, HEAD_FIRST, HEAD_REST, TILE_SIZE, BLOCK_Q, USE_SOFTCAP, USE_WINDOW, PINGPONG,
+                              LAZY_RESCALE, P_AT_PRODUCT)
+            t += n
+            k += gl.where(n > 0, n + 1, 0)
+
+
+@gluon.jit
+def _consume_item(item, t, k, out_ptr, q_ptr, cu_seqlens_q_ptr, seq_lens_ptr, block_table_ptr, num_seqs,
+                  num_q_blocks, num_items, qk_scale, softcap, sliding_window, stride_qt, stride_qh,
+                  stride_ot, stride_oh, stride_bt, q_smem, q_rest_smem, k_smem, v_smem, k_rest_smem, v_rest_smem,
+                  k_ready, k_empty, v_ready, v_empty, turns, HALF: gl.constexpr, ROWS: gl.constexpr,
+                  QPK: gl.constexpr, HEAD_FIRST: gl.constexpr, HEAD_REST: gl.constexpr, TILE_SIZE: gl.constexpr,
+                  BLOCK_Q: gl.constexpr, USE_SOFTCAP: gl.constexpr, USE_WINDOW: gl.constexpr,
+                  PINGPONG: gl.constexpr, LAZY_RESCALE: gl.constexpr, P_AT_PRODUCT: gl.constexpr):
+    """This half of work item ``item`` (`_consumer_item`); returns its tile count."""
+    (kv_head, q_start, query_len, q_block_local, context_len, seq_len, bt_row, first_tile, first_unmasked,
+     first_masked, end_tile) = qblock_item(item, num_items, num_q_blocks, cu_seqlens_q_ptr,
+                                           seq_lens_ptr, block_table_ptr, num_seqs, sliding_window, stride_bt,
+                                           BLOCK_Q, TILE_SIZE, USE_WINDOW)
+    _consumer_item(out_ptr, q_ptr, q_start, query_len, q_block_local, context_len, kv_head, first_tile,
+                   first_unmasked, first_masked, end_tile, t, k, qk_scale, softcap, sliding_window, stride_qt,
+                   stride_qh, stride_ot, stride_oh, q_smem, q_rest_smem, k_smem, v_smem, k_rest_smem,
+                   v_rest_smem, k_ready, k_empty, v_ready, v_empty, turns, HALF, ROWS, QPK, HEAD_FIRST, HEAD_REST,
+                   TILE_SIZE, BLOCK_Q, USE_SOFTCAP, USE_WINDOW, PINGPONG, LAZY_RESCALE, P_AT_PRODUCT)
+    return end_tile - first_tile
 
 
 @gluon.constexpr_function
@@ -438,11 +530,12 @@ def qblock_ws_kernel(
     stride_kb, stride_ks, stride_kh,
     stride_vb, stride_vs, stride_vh,  # equal to K's (launch_qblock checks): V reuses K's offsets
     stride_bt,
-    num_q_blocks, num_items,
+    num_q_blocks, num_items, item_counter_ptr,
     QPK: gl.constexpr, HEAD_SIZE: gl.constexpr, HEAD_FIRST: gl.constexpr, HEAD_REST: gl.constexpr,
     BLOCK_SIZE: gl.constexpr, TILE_SIZE: gl.constexpr,
     BLOCK_M: gl.constexpr, BLOCK_Q: gl.constexpr,
     USE_SOFTCAP: gl.constexpr, USE_WINDOW: gl.constexpr, PINGPONG: gl.constexpr, LAZY_RESCALE: gl.constexpr,
+    DYNAMIC: gl.constexpr,
 ):
     gl.static_assert(HEAD_FIRST + HEAD_REST == HEAD_SIZE, "the column pieces make up the head (host.head_pieces)")
     # -- the rings and their barriers: "ready" completes when the producer's 128 threads'
@@ -490,28 +583,40 @@ def qblock_ws_kernel(
     turns = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
     for i in gl.static_range(2):
         mbarrier.init(turns.index(i), count=1)
+    # the items the producer claims (with DYNAMIC), posted to the consumers: one thread
+    # arrives per item on "ready" (`_post_item`), every consumer thread on "empty"
+    items_smem = gl.allocate_shared_memory(gl.int32, [ITEM_SLOTS, 1], ITEM_SMEM_LAYOUT)
+    item_ready = gl.allocate_shared_memory(gl.int64, [ITEM_SLOTS, 1], mbarrier.MBarrierLayout())
+    item_empty = gl.allocate_shared_memory(gl.int64, [ITEM_SLOTS, 1], mbarrier.MBarrierLayout())
+    for i in gl.static_range(ITEM_SLOTS):
+        mbarrier.init(item_ready.index(i), count=1)
+        mbarrier.init(item_empty.index(i), count=2 * 128)
 
     gl.warp_specialize([
         (_consumer, (out_ptr, q_ptr, cu_seqlens_q_ptr, seq_lens_ptr, block_table_ptr, num_seqs, num_q_blocks,
-                     num_items, qk_scale, softcap, sliding_window, stride_qt, stride_qh, stride_ot, stride_oh,
-                     stride_bt, q_smem.index(0), q_rest_0, k_smem, v_smem, k_rest_smem, v_rest_smem, k_ready,
-                     k_empty, v_ready, v_empty, turns, 0, HALF_M, QPK, HEAD_FIRST, HEAD_REST, TILE_SIZE, BLOCK_Q,
-                     USE_SOFTCAP, USE_WINDOW, PINGPONG, LAZY_RESCALE, P_AT_PRODUCT)),
+                     num_items, qk_scale, softcap, sliding_window, stride_qt, stride_qh, stride_ot,
+                     stride_oh, stride_bt, q_smem.index(0), q_rest_0, k_smem, v_smem, k_rest_smem, v_rest_smem,
+                     k_ready, k_empty, v_ready, v_empty, items_smem, item_ready, item_empty, turns, 0, HALF_M, QPK,
+                     HEAD_FIRST, HEAD_REST, TILE_SIZE, BLOCK_Q, USE_SOFTCAP, USE_WINDOW, PINGPONG, LAZY_RESCALE,
+                     P_AT_PRODUCT, DYNAMIC)),
         (_consumer, (out_ptr, q_ptr, cu_seqlens_q_ptr, seq_lens_ptr, block_table_ptr, num_seqs, num_q_blocks,
-                     num_items, qk_scale, softcap, sliding_window, stride_qt, stride_qh, stride_ot, stride_oh,
-                     stride_bt, q_smem.index(1), q_rest_1, k_smem, v_smem, k_rest_smem, v_rest_smem, k_ready,
-                     k_empty, v_ready, v_empty, turns, 1, HALF_M, QPK, HEAD_FIRST, HEAD_REST, TILE_SIZE, BLOCK_Q,
-                     USE_SOFTCAP, USE_WINDOW, PINGPONG, LAZY_RESCALE, P_AT_PRODUCT)),
-        (_producer, (k_ptr, v_ptr, cu_seqlens_q_ptr, seq_lens_ptr, block_table_ptr, num_seqs, num_q_blocks,
-                     num_items, sliding_window, stride_bt, stride_kb, stride_ks, stride_kh, stride_vh,
-                     k_smem, v_smem, k_rest_smem, v_rest_smem, k_ready, k_empty, v_ready, v_empty,
-                     BLOCK_SIZE, TILE_SIZE, HEAD_FIRST, HEAD_REST, BLOCK_Q, USE_WINDOW)),
+                     num_items, qk_scale, softcap, sliding_window, stride_qt, stride_qh, stride_ot,
+                     stride_oh, stride_bt, q_smem.index(1), q_rest_1, k_smem, v_smem, k_rest_smem, v_rest_smem,
+                     k_ready, k_empty, v_ready, v_empty, items_smem, item_ready, item_empty, turns, 1, HALF_M, QPK,
+                     HEAD_FIRST, HEAD_REST, TILE_SIZE, BLOCK_Q, USE_SOFTCAP, USE_WINDOW, PINGPONG, LAZY_RESCALE,
+                     P_AT_PRODUCT, DYNAMIC)),
+        (_producer, (k_ptr, v_ptr, cu_seqlens_q_ptr, seq_lens_ptr, block_table_ptr, item_counter_ptr, num_seqs,
+                     num_q_blocks, num_items, sliding_window, stride_bt, stride_kb, stride_ks,
+                     stride_kh, stride_vh, k_smem, v_smem, k_rest_smem, v_rest_smem, k_ready, k_empty, v_ready,
+                     v_empty, items_smem, item_ready, item_empty, BLOCK_SIZE, TILE_SIZE, HEAD_FIRST, HEAD_REST,
+                     BLOCK_Q, USE_WINDOW, DYNAMIC)),
     ], [4, 4], [216, 72])  # worker warps and registers (module doc): consumer 1, producer
 
 
 def launch(out, q, k_cache, v_cache, block_table, cu_seqlens_q, seq_lens, *, scale: float,
            sliding_window: int | None, softcap: float, tile_size: int = 128, pingpong: bool = False,
-           lazy_rescale: bool = False, persistent: bool = False, compile_only: bool = False) -> None:
+           lazy_rescale: bool = False, persistent: bool = False, compile_only: bool = False,
+           max_seqlen_q: int | None = None, dynamic: bool | None = None) -> None:
     """`host.launch_qblock` with three warpgroups per program and the register cap that
     lets ``setmaxnreg`` give the consumers 216 registers (module doc); ``pingpong``: the
     consumers take turns to issue their products (`_take_turn`); ``lazy_rescale``: a row's
@@ -525,7 +630,8 @@ def launch(out, q, k_cache, v_cache, block_table, cu_seqlens_q, seq_lens, *, sca
                    "HEAD_FIRST": head_first, "HEAD_REST": head_rest},
                   out, q, k_cache, v_cache, block_table, cu_seqlens_q, seq_lens, scale=scale,
                   sliding_window=sliding_window, softcap=softcap, tile_size=tile_size, compile_only=compile_only,
-                  items=PERSISTENT if persistent else ONE_PER_ITEM)
+                  items=PERSISTENT if persistent else ONE_PER_ITEM, max_seqlen_q=max_seqlen_q,
+                  dynamic=dynamic)
 
 
 # Its configs: num_warps and num_stages as the kernel fixes them (3 warpgroups, a 2-deep K
@@ -542,15 +648,17 @@ LONG_KEYS_FROM = 1024  # max_seqlen_k above which LONG_KEYS runs
 
 def default_config(shape: BatchShape, p: Platform) -> KernelConfig:
     """64-key tiles up to `LONG_KEYS_FROM` keys, 128-key ones past them where they fit
-    (`host.max_tile_size`: not with head 256). One program per work item, but persistent
-    (one program per SM, each with a share of the items) up to `LONG_KEYS_FROM` keys where
-    the batch holds short queries (decodes, speculative decodes, or a mix): its items are
-    short, so a program's start is a real share of each. On the H100's training set this
-    config took 0.92-1.00x its one-per-item time on such batches (decodes and mixed batches
-    of 1-256 sequences over 256-1k keys) and 1.02-1.06x on uniform prefills, which keep one
-    program per item unless they have many items per SM (`host.many_items`)."""
+    (`host.max_tile_size`: not with head 256). Persistent (one program per SM, each with a
+    share of the items) wherever the batch has many items per SM (`host.many_items`: its
+    programs then claim them as they free up), and up to `LONG_KEYS_FROM` keys where it
+    holds short queries (decodes, speculative decodes, or a mix): its items are short, so a
+    program's start is a real share of each. On the H100's training set the persistent
+    launch took 0.92-1.00x its one-per-item time on such batches (decodes and mixed
+    batches of 1-256 sequences over 256-1k keys) and 1.02-1.06x on uniform prefills of a
+    few items per SM, which keep one program per item."""
     if shape.max_seqlen_k > LONG_KEYS_FROM:
-        return LONG_KEYS if max_tile_size(shape.head_size) >= LONG_KEYS.tile_size else SHORT_KEYS
+        config = LONG_KEYS if max_tile_size(shape.head_size) >= LONG_KEYS.tile_size else SHORT_KEYS
+        return replace(config, persistent=True) if many_items(shape, p.num_sms) else config
     uniform_prefill = shape.max_seqlen_q > SHORT_QUERY and shape.num_tokens == shape.num_seqs * shape.max_seqlen_q
     if uniform_prefill and not many_items(shape, p.num_sms):
         return SHORT_KEYS
@@ -567,10 +675,11 @@ def refuses(q, k_cache, v_cache) -> str | None:
 
 def launch_config(out, q, k_cache, v_cache, block_table, cu_seqlens_q, seq_lens, *, scale: float,
                   sliding_window: int | None, softcap: float, config: KernelConfig, compile_only: bool = False,
-                  **_unused) -> None:
+                  max_seqlen_q: int | None = None, **_unused) -> None:
     """`launch` with a `KernelConfig`'s tile size and grid (the registered kernel's launch)."""
     launch(out, q, k_cache, v_cache, block_table, cu_seqlens_q, seq_lens, scale=scale, sliding_window=sliding_window,
-           softcap=softcap, tile_size=config.tile_size, persistent=config.persistent, compile_only=compile_only)
+           softcap=softcap, tile_size=config.tile_size, persistent=config.persistent, compile_only=compile_only,
+           max_seqlen_q=max_seqlen_q)
 
 
 STEP = Step("qblock_ws", "the Q-block step of sec. 4.4 with FlashAttention 3's warp specialization (not in the paper)",
