@@ -19,6 +19,10 @@ difference is who does what inside a program. Three warpgroups, each its own par
   and a V buffer once its ``P V`` is, every thread for itself (`_release`). Its O rows
   leave through the same buffer, in 16-byte pieces.
 
+A persistent program of a prefill-sized launch walks the items the producer claims from
+an atomic counter as it frees up, posted to the consumers through a small ring of shared
+slots (`_post_item`, `_take_item`; `host.launch_qblock` decides), so programs end together.
+
 No CTA-wide barrier per tile: the two consumers run at their own pace, so one's softmax
 can overlap the other's matrix products, and neither spends issue slots on addresses.
 Registers are split by ``setmaxnreg``: 216 per consumer thread, 72 for the producer.
@@ -623,7 +627,8 @@ def launch(out, q, k_cache, v_cache, block_table, cu_seqlens_q, seq_lens, *, sca
     running max moves only by more than 2^8, and the accumulator is rescaled only when one
     does (`blocks.softmax_tile`). One program per work item, or with ``persistent`` one per
     SM, dealt the list (longest first) in snake order (`blocks.program_item`; FlashAttention
-    3 runs a persistent grid too); the same binary either way."""
+    3 runs a persistent grid too), or claiming items as they free up (``dynamic``; None:
+    `host.launch_qblock` decides from ``max_seqlen_q`` and the list's length)."""
     head_first, head_rest = head_pieces(q.shape[2])
     launch_qblock(qblock_ws_kernel,
                   {"num_warps": NUM_WARPS, "PINGPONG": pingpong, "LAZY_RESCALE": lazy_rescale, **LAUNCH_OPTIONS,
