@@ -82,6 +82,31 @@ def test_a_specialized_batch_integer_would_be_caught(monkeypatch):
     assert first != second
 
 
+def test_a_persistent_gluon_launch_compiles_both_of_its_walks():
+    """Whether a persistent launch of `qblock_ws` deals its items in static shares or claims
+    them (``DYNAMIC``) depends on the batch (`hopper.host.claims_items`), so compiling only
+    it builds both binaries and a server's first large prefill compiles nothing; one
+    program per item, or a walk named, builds one. The claims' counter is not specialized
+    on: a launch that claims keys the binary that compiling only built."""
+    from attnbench.kernels.hopper import qblock_ws
+
+    b = PagedBatch.build([(40, 0), (1, 30)], num_q_heads=4, num_kv_heads=2, head_size=64, block_size=16,
+                         dtype=torch.bfloat16, device=DEVICE, seed=0)
+
+    def launches(**options):
+        with captured_launches() as recorded:
+            qblock_ws.launch(b.q.clone(), b.q, b.k_cache, b.v_cache, b.block_table, b.cu_seqlens_q, b.seq_lens,
+                             scale=0.125, sliding_window=None, softcap=0.0, tile_size=64, **options)
+        return recorded
+
+    compiled = launches(persistent=True, compile_only=True)
+    assert [launch.constexprs["DYNAMIC"] for launch in compiled] == [False, True]
+    for options in ({"persistent": False}, {"persistent": True, "dynamic": False}):
+        assert [launch.constexprs["DYNAMIC"] for launch in launches(compile_only=True, **options)] == [False]
+    claiming = launches(persistent=True, dynamic=True)
+    assert claiming[0].binary_key() == compiled[1].binary_key()
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("variant", ["auto", "naive", "qblock", "parallel_tiled", "static_grid"])
 def test_no_compilation_after_precompile_on_the_gpu(variant):
@@ -110,6 +135,8 @@ def test_no_compilation_after_precompile_on_the_gpu(variant):
             n = rng.choice([1, 3, 16, 17, 64])
             seqs = [(1 if rng.random() < 0.6 else rng.randint(2, 300), rng.randint(0, max_len - 400))
                     for _ in range(n)]
+            if i == 7:  # a prefill of many work items: the Gluon kernel's persistent launch claims them
+                seqs = [(256, rng.randint(0, 256)) for _ in range(32)]
             batch = PagedBatch.build(seqs, num_q_heads=32, num_kv_heads=8, head_size=128, block_size=16,
                                      dtype=torch.bfloat16, device="cuda", seed=i)
             table = torch.zeros(n, max_len // 16, dtype=torch.int32, device="cuda")  # one fixed width
@@ -118,7 +145,7 @@ def test_no_compilation_after_precompile_on_the_gpu(variant):
                           cu_seqlens_q=batch.cu_seqlens_q, seq_lens=batch.seq_lens)
             out = torch.empty_like(batch.q)
             if i == 0:
-                precompile(**kwargs, out=out, variant=variant, max_num_seqs=64, max_num_batched_tokens=4096,
+                precompile(**kwargs, out=out, variant=variant, max_num_seqs=64, max_num_batched_tokens=8192,
                            max_model_len=max_len)
                 compiled.clear()
             paged_attention(**kwargs, out=out, max_seqlen_q=batch.max_seqlen_q, max_seqlen_k=batch.max_seqlen_k,

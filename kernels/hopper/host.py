@@ -50,26 +50,35 @@ def max_tile_size(head_size: int) -> int:
 PERSISTENT_MIN_ITEMS_PER_SM = 8  # work items per SM from which long queries' batches launch persistent
 
 
-def work_items(shape: BatchShape) -> int:
-    """The batch's work items (Q-blocks of ``BLOCK_M // queries_per_kv`` tokens x KV heads),
-    counted from the tokens: a lower bound (a launch's list, `launch_qblock`, bounds them
-    from above)."""
-    block_q = max(1, BLOCK_M // shape.queries_per_kv)  # heads past BLOCK_M per KV head: not the kernels'
-    return -(-shape.num_tokens // block_q) * shape.num_kv_heads
+def work_items(num_tokens: int, queries_per_kv: int, num_kv_heads: int) -> int:
+    """A batch's work items (Q-blocks of ``BLOCK_M // queries_per_kv`` tokens x KV heads),
+    counted from its tokens: a lower bound (a launch's list, `launch_qblock`, bounds them
+    from above with a surplus Q-block per sequence)."""
+    block_q = max(1, BLOCK_M // queries_per_kv)  # heads past BLOCK_M per KV head: not the kernels'
+    return -(-num_tokens // block_q) * num_kv_heads
 
 
-def many_items(shape: BatchShape, num_sms: int) -> bool:
-    """Whether a batch of long queries gives the kernels at least
-    `PERSISTENT_MIN_ITEMS_PER_SM` work items per SM: where a persistent launch pays on
-    prefills, each program claiming the list's next item whenever it is ready for one
-    (`launch_qblock`: dynamic), which saves a program's start and prologue per item and
-    keeps KV tiles flowing from one item into the next. On the H100's training set
-    (llama3-8b-tune.yaml and rules.yaml's many-items group at this commit,
+def claims_items(max_seqlen_q: int, items: int, programs: int) -> bool:
+    """Whether a batch of long queries (past `SHORT_QUERY`) gives each of ``programs``
+    persistent programs at least `PERSISTENT_MIN_ITEMS_PER_SM` work items: where a
+    persistent launch pays on prefills, each program claiming the list's next item whenever
+    it is ready for one (`launch_qblock` launches it so), which saves a program's start and
+    prologue per item and keeps KV tiles flowing from one item into the next. On the H100's
+    training set (llama3-8b-tune.yaml and rules.yaml's many-items group,
     docs/perf/h100/dynamic-2026-11-27.csv) this took 0.87-0.93x one program per item's time
     from 15.5 items per SM (Llama-8B 16 x 512, 32 x 256 and 8 x 1k, Llama-1B 16 x 512) and
     0.99-1.01x on the 8k prefills (15.6); 1.02x at 3.9 (Llama-8B's 2k prompt) and
-    1.07-1.49x with fewer, whose programs have too little to share."""
-    return shape.max_seqlen_q > SHORT_QUERY and work_items(shape) >= PERSISTENT_MIN_ITEMS_PER_SM * num_sms
+    1.07-1.49x with fewer, whose programs have too little to share. Decodes keep static
+    shares: their items are short and even, and the claims' memset and atomics would be a
+    real share of them."""
+    return max_seqlen_q > SHORT_QUERY and items >= PERSISTENT_MIN_ITEMS_PER_SM * programs
+
+
+def many_items(shape: BatchShape, num_sms: int) -> bool:
+    """`claims_items` for a batch on a GPU of ``num_sms`` SMs: whether `auto` launches the
+    Gluon kernel persistent for it whatever the key length."""
+    return claims_items(shape.max_seqlen_q, work_items(shape.num_tokens, shape.queries_per_kv, shape.num_kv_heads),
+                        num_sms)
 
 
 GLUON_ENV = "ATTNBENCH_GLUON"  # "0": `auto` keeps Triton's kernels on Hopper too (A/B runs)
@@ -113,11 +122,6 @@ def unsupported_reason(q, k_cache, head_sizes: tuple[int, ...] = HEAD_SIZES) -> 
 # how a kernel that walks a flat list of (Q-block, KV head) work items is launched
 ONE_PER_ITEM = "one per item"
 PERSISTENT = "one per SM"
-# a persistent launch claims its items dynamically past this longest query (decodes'
-# items are short and their static shares even: the claims' memset and atomics would be a
-# real share of them) and from this many items per program (`many_items`)
-DYNAMIC_MIN_QUERY = SHORT_QUERY
-DYNAMIC_MIN_ITEMS_PER_PROGRAM = PERSISTENT_MIN_ITEMS_PER_SM
 
 
 def launch_qblock(kernel, extra: dict, out, q, k_cache, v_cache, block_table, cu_seqlens_q, seq_lens, *,
@@ -134,12 +138,12 @@ def launch_qblock(kernel, extra: dict, out, q, k_cache, v_cache, block_table, cu
     (`blocks.qblock_item`; it takes ``num_q_blocks`` and ``num_items``) gets a 1-D grid
     instead: ``items=ONE_PER_ITEM``, one program per item (the hardware hands them to SMs
     in list order as SMs free up); ``PERSISTENT``, at most one per SM, each program taking
-    one item of every round of ``programs`` items (`blocks.program_item`), or, where the
-    batch has long queries (``max_seqlen_q``) and the list at least
-    `DYNAMIC_MIN_ITEMS_PER_PROGRAM` items per program, claiming the next item of the list
-    whenever it is ready for one (``dynamic``, as FlashAttention 3's persistent scheduler:
-    static shares of items as uneven as a causal prefill's end unevenly; ``dynamic`` True
-    or False forces it)."""
+    one item of every round of ``programs`` items (`blocks.program_item`), or, where
+    `claims_items` holds (``max_seqlen_q``: the batch's longest query), claiming the next
+    item of the list whenever it is ready for one (``dynamic``, as FlashAttention 3's
+    persistent scheduler: static shares of items as uneven as a causal prefill's end
+    unevenly; ``dynamic`` True or False forces it). Compiling only, a persistent launch
+    compiles both binaries: the batches it will run decide between them."""
     import torch  # lazy, as triton
 
     from ..steps.blocks import Geometry, launch_or_compile, per_token_args  # lazy: triton, only to launch
@@ -155,24 +159,34 @@ def launch_qblock(kernel, extra: dict, out, q, k_cache, v_cache, block_table, cu
     g = Geometry.of(q, k_cache, seq_lens)
     block_q = BLOCK_M // g.qpk
     grid, walk = (g.q_blocks_bound(block_q), g.num_kv_heads), {}
+    walks = [{}]
     if items is not None:
         num_items = grid[0] * grid[1]
         programs = num_items if items == ONE_PER_ITEM else min(num_items, Platform.detect(q.device).num_sms)
-        # a persistent launch of long queries with many items per program claims them from a
-        # counter that starts at 0 (a memset per launch); elsewhere the kernel never reads it
-        if dynamic is None:
-            dynamic = (items == PERSISTENT and (max_seqlen_q or 0) > DYNAMIC_MIN_QUERY
-                       and num_items >= DYNAMIC_MIN_ITEMS_PER_PROGRAM * programs)
-        counter = torch.zeros(1, dtype=torch.int32, device=q.device) if dynamic else seq_lens
-        grid, walk = (programs,), {"num_q_blocks": grid[0], "num_items": num_items, "item_counter_ptr": counter,
-                                   "DYNAMIC": bool(dynamic) and items == PERSISTENT}
-    launch_or_compile(
-        kernel, grid, compile_only,
-        *per_token_args(g, out, q, k_cache, v_cache, block_table, cu_seqlens_q, seq_lens, scale, softcap,
-                        sliding_window),
-        QPK=g.qpk, HEAD_SIZE=g.head_size, BLOCK_SIZE=g.block_size,
-        TILE_SIZE=tile_size,
-        BLOCK_M=BLOCK_M, BLOCK_Q=block_q,
-        USE_SOFTCAP=softcap > 0, USE_WINDOW=sliding_window is not None,
-        **walk, **extra,
-    )
+        if items == ONE_PER_ITEM:
+            claims = [False]
+        elif dynamic is not None:
+            claims = [dynamic]
+        elif compile_only:  # the batches this binary will run decide
+            claims = [False, True]
+        else:
+            claims = [claims_items(max_seqlen_q or 0, work_items(g.num_tokens, g.qpk, g.num_kv_heads), programs)]
+        # claimed items come from a counter that starts at 0 (a memset per launch); a launch
+        # that does not claim, or only compiles, never reads it (the kernel does not
+        # specialize on it, so any int32 tensor compiles the same binary)
+        walks = [{"num_q_blocks": grid[0], "num_items": num_items, "DYNAMIC": claim,
+                  "item_counter_ptr": (torch.zeros(1, dtype=torch.int32, device=q.device)
+                                       if claim and not compile_only else seq_lens)}
+                 for claim in claims]
+        grid = (programs,)
+    for walk in walks:
+        launch_or_compile(
+            kernel, grid, compile_only,
+            *per_token_args(g, out, q, k_cache, v_cache, block_table, cu_seqlens_q, seq_lens, scale, softcap,
+                            sliding_window),
+            QPK=g.qpk, HEAD_SIZE=g.head_size, BLOCK_SIZE=g.block_size,
+            TILE_SIZE=tile_size,
+            BLOCK_M=BLOCK_M, BLOCK_Q=block_q,
+            USE_SOFTCAP=softcap > 0, USE_WINDOW=sliding_window is not None,
+            **walk, **extra,
+        )

@@ -524,7 +524,7 @@ def _smem_layout(shape, dtype):
     return gl.NVMMASharedLayout.get_default_for(shape, dtype)
 
 
-@gluon.jit(do_not_specialize=["num_seqs", "num_q_blocks", "num_items"])
+@gluon.jit(do_not_specialize=["num_seqs", "num_q_blocks", "num_items", "item_counter_ptr"])
 def qblock_ws_kernel(
     out_ptr, q_ptr, k_ptr, v_ptr,
     block_table_ptr, cu_seqlens_q_ptr, seq_lens_ptr,
