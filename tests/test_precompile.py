@@ -136,7 +136,7 @@ def test_no_compilation_after_precompile_on_the_gpu(variant):
             seqs = [(1 if rng.random() < 0.6 else rng.randint(2, 300), rng.randint(0, max_len - 400))
                     for _ in range(n)]
             if i == 7:  # a prefill of many work items: the Gluon kernel's persistent launch claims them
-                seqs = [(256, rng.randint(0, 256)) for _ in range(32)]
+                n, seqs = 32, [(256, rng.randint(0, 256)) for _ in range(32)]
             batch = PagedBatch.build(seqs, num_q_heads=32, num_kv_heads=8, head_size=128, block_size=16,
                                      dtype=torch.bfloat16, device="cuda", seed=i)
             table = torch.zeros(n, max_len // 16, dtype=torch.int32, device="cuda")  # one fixed width
