@@ -137,7 +137,7 @@ def test_hopper_prefill_and_mixed_batches_get_the_gluon_kernel(monkeypatch, gluo
 def test_the_h100_runs_its_tuned_tree(monkeypatch, gluon):
     """The H100's fitted tree (kernels/dispatch/tuned_nvidia_h100_80gb_hbm3.py): long
     prompts run the Gluon kernel at 128-key tiles, short ones 64-key tiles, persistent with
-    8 work items per SM or more (4 x 2k: 2,048 items; 16 x 512: 2,048) and one program per
+    5 work items per SM or more (4 x 2k: 2,048 items; 16 x 512: 2,048) and one program per
     item with fewer (1 x 2k: 512 items for 132 SMs), and so does a
     serving step of decodes with a new prompt; many decodes over at most 4k keys keep the
     Triton step whatever the tree (`_many_short_decodes`); decodes of a few long sequences
@@ -226,9 +226,9 @@ def test_the_gluon_kernel_runs_128_row_q_blocks_and_alone_has_a_persistent_launc
 def test_the_gluon_kernels_own_tree_runs_persistent_over_short_keys_unless_a_uniform_prefill():
     """`qblock_ws`'s hand-written tree (what `auto` runs where no tree was fitted): persistent
     up to 1,024 keys for batches with short queries (decodes, speculative decodes, mixed),
-    and at any length for batches of long queries with at least 8 work items per SM; one
-    program per item for uniform prefills with fewer and for decodes past 1,024 keys (64-key
-    tiles at head 256)."""
+    and at any length for batches of long queries with at least 5 work items per SM; one
+    program per item for uniform prefills with fewer, for head 256's prefills (64-key tiles:
+    long items) and for decodes past 1,024 keys."""
     def config(*shape):
         return step("qblock_ws").default_config(BatchShape(*shape), H100_SM90)
 
@@ -239,6 +239,8 @@ def test_the_gluon_kernels_own_tree_runs_persistent_over_short_keys_unless_a_uni
     assert config(4, 8192, 2048, 2048, 32, 8, 128).persistent  # 4 prompts of 2k: 2,048 items
     assert not config(4, 2048, 512, 512, 32, 8, 128).persistent  # 4 prompts of 512: 512 items
     assert not config(1, 2048, 2048, 2048, 32, 8, 128).persistent  # one prompt of 2k: 512 items
+    assert config(3, 3072, 1024, 1024, 32, 8, 128).persistent  # 3 prompts of 1k: 768 items
+    assert not config(4, 16384, 4096, 4096, 16, 8, 256).persistent  # Gemma-2's 4 x 4k: 2,048 long items
     assert not config(64, 64, 1, 1025, 32, 8, 128).persistent  # past 1,024 keys
     assert not config(64, 64, 1, 4096, 16, 8, 256).persistent  # 64-key tiles, long keys
     assert config(64, 64, 1, 512, 32, 8, 128).tile_size == 64
@@ -370,7 +372,7 @@ def test_every_choice_of_auto_says_why(monkeypatch):
     assert decide(SHAPES[2], H100_SM90).why == "the fitted tree (tuned_nvidia_h100_80gb_hbm3)"  # persistent, 2,048 items
     assert decide(BatchShape(1, 2048, 2048, 2048, 32, 8, 128), H100_SM90).why == (
         "the fitted tree (tuned_nvidia_h100_80gb_hbm3), one program per item: the longest sequence has 2048 keys "
-        "(persistent only up to 1024, or with at least 8 work items per SM)")
+        "(persistent only up to 1024, or with at least 5 work items per SM of a head that takes 128-key tiles)")
     short_decodes = BatchShape(16, 16, 1, 512, 32, 8, 128)  # persistent, as fitted
     assert decide(short_decodes, H100_SM90) == (KernelConfig("qblock_ws", tile_size=128, block_m=128, num_warps=12,
                                                              persistent=True),
@@ -405,11 +407,13 @@ def test_every_choice_of_auto_says_why(monkeypatch):
 
 @pytest.mark.parametrize("tree", ["shipped", "off"])
 def test_prefills_of_many_work_items_launch_persistent(monkeypatch, tree):
-    """Batches of long queries launch the Gluon kernel persistent from 8 work items per SM
+    """Batches of long queries launch the Gluon kernel persistent from 5 work items per SM
     (`host.many_items`; its programs then claim items as they free up), at any length, with
     or without a fitted tree: 48 Llama-8B prompts of 384 tokens give 4,608 items for 132
-    SMs, 16 of 512 give 2,048, 48 of 2k 24,576; 4 of 512 give 512 and keep one program per
-    item. Decodes count no items: their persistent launch follows the key length."""
+    SMs, 16 of 512 give 2,048, 48 of 2k 24,576, 4 of 1k and 2 of 2k 1,024 (7.8 per SM);
+    4 of 512 and one of 2k give 512 (3.9) and keep one program per item. So do Gemma-2's
+    prefills however many items they have: head 256 takes 64-key tiles, and its items are
+    long. Decodes count no items: their persistent launch follows the key length."""
     from attnbench.kernels.dispatch.heuristics import decide
     from attnbench.kernels.hopper import host
 
@@ -419,10 +423,15 @@ def test_prefills_of_many_work_items_launch_persistent(monkeypatch, tree):
     many = decide(BatchShape(48, 48 * 384, 384, 384, 32, 8, 128), H100_SM90)
     assert (many.config.variant, many.config.tile_size, many.config.persistent) == ("qblock_ws", 64, True)
     if tree == "shipped":
-        assert many.why.endswith(", persistent: at least 8 work items per SM, claimed as programs free up")
-    for more in (BatchShape(16, 16 * 512, 512, 512, 32, 8, 128), BatchShape(48, 48 * 2048, 2048, 2048, 32, 8, 128)):
-        assert decide(more, H100_SM90).config.persistent is True
-    assert decide(BatchShape(4, 4 * 512, 512, 512, 32, 8, 128), H100_SM90).config.persistent is False
+        assert many.why.endswith(", persistent: at least 5 work items per SM, claimed as programs free up")
+    for more in (BatchShape(16, 16 * 512, 512, 512, 32, 8, 128), BatchShape(48, 48 * 2048, 2048, 2048, 32, 8, 128),
+                 BatchShape(4, 4 * 1024, 1024, 1024, 32, 8, 128), BatchShape(2, 2 * 2048, 2048, 2048, 32, 8, 128)):
+        assert decide(more, H100_SM90).config.persistent is True, more
+    for fewer in (BatchShape(4, 4 * 512, 512, 512, 32, 8, 128), BatchShape(1, 2048, 2048, 2048, 32, 8, 128)):
+        assert decide(fewer, H100_SM90).config.persistent is False, fewer
+    gemma = BatchShape(4, 4 * 4096, 4096, 4096, 16, 8, 256)  # 2,048 items, 15.5 per SM
+    assert host.claims_items(4096, host.work_items(4 * 4096, 2, 8), 132) and not host.many_items(gemma, 132)
+    assert decide(gemma, H100_SM90).config.persistent is False
     assert host.many_items(BatchShape(48, 48 * 384, 384, 384, 32, 8, 128), 132)
     assert not host.many_items(BatchShape(4, 4 * 512, 512, 512, 32, 8, 128), 132)
     assert not host.many_items(BatchShape(2048, 2048, 1, 4096, 32, 8, 128), 132)  # decodes

@@ -131,7 +131,8 @@ def _persistent_pays(shape: BatchShape, p: Platform) -> bool:
     * on batches of long queries with many items per SM (`hopper.many_items`), which it
       walks claiming the next item whenever a program is ready for one, so no share is
       fixed (`hopper.launch_qblock`): 0.87-1.01x one program per item's time on the
-      training set's prefills from 15.5 items per SM, at any length (8k prefills 0.99-1.01x).
+      training set's prefills from 15.5 items per SM, at any length (8k prefills 0.99-1.01x),
+      0.94-1.01x from 5.8 (heads of 192 and 256 excepted: `hopper.many_items`).
       A 512-token chunk over 30k keys, with one item per SM, took 814 us in fixed shares and
       445 one per item on the held-out grid."""
     return shape.max_seqlen_k <= PERSISTENT_MAX_KEYS or hopper.many_items(shape, p.num_sms)
@@ -408,7 +409,7 @@ def decide(shape: BatchShape, platform: Platform, variant: str = AUTO) -> Decisi
         config = replace(config, persistent=False)
         fitted += (f", one program per item: the longest sequence has {shape.max_seqlen_k} keys "
                    f"(persistent only up to {PERSISTENT_MAX_KEYS}, or with at least "
-                   f"{hopper.PERSISTENT_MIN_ITEMS_PER_SM} work items per SM)")
+                   f"{hopper.PERSISTENT_MIN_ITEMS_PER_SM} work items per SM of a head that takes 128-key tiles)")
     elif config.variant == GLUON_QBLOCK and not config.persistent and hopper.many_items(shape, platform.num_sms):
         # fitted before the persistent launch claimed its items dynamically
         config = replace(config, persistent=True)

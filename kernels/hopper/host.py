@@ -47,7 +47,7 @@ def max_tile_size(head_size: int) -> int:
     return 128 if head_pad(head_size) <= 128 else 64
 
 
-PERSISTENT_MIN_ITEMS_PER_SM = 8  # work items per SM from which long queries' batches launch persistent
+PERSISTENT_MIN_ITEMS_PER_SM = 5  # work items per SM from which long queries' batches launch persistent
 
 
 def work_items(num_tokens: int, queries_per_kv: int, num_kv_heads: int) -> int:
@@ -63,12 +63,13 @@ def claims_items(max_seqlen_q: int, items: int, programs: int) -> bool:
     persistent programs at least `PERSISTENT_MIN_ITEMS_PER_SM` work items: where a
     persistent launch pays on prefills, each program claiming the list's next item whenever
     it is ready for one (`launch_qblock` launches it so), which saves a program's start and
-    prologue per item and keeps KV tiles flowing from one item into the next. On the H100's
-    training set (llama3-8b-tune.yaml and rules.yaml's many-items group,
-    docs/perf/h100/dynamic-2026-11-27.csv) this took 0.87-0.93x one program per item's time
-    from 15.5 items per SM (Llama-8B 16 x 512, 32 x 256 and 8 x 1k, Llama-1B 16 x 512) and
-    0.99-1.01x on the 8k prefills (15.6); 1.02x at 3.9 (Llama-8B's 2k prompt) and
-    1.07-1.49x with fewer, whose programs have too little to share. Decodes keep static
+    prologue per item and keeps KV tiles flowing from one item into the next. On the H100
+    (docs/perf/h100/dynamic-2026-11-27.csv: llama3-8b-tune.yaml and rules.yaml's
+    many-items group; dynamic-threshold-2026-11-27.csv: prefills of 4-16 items per SM)
+    this took 0.87-0.93x one program per item's time from 15.5 items per SM on short
+    prompts, 0.94-1.00x from 5.8 (Llama-8B 3 x 1k, 4 x 1k, 2 x 2k; Phi-3 2 x 2k; Qwen-7B
+    1 x 4k 1.007x), 0.99-1.01x on 8k prefills, but 1.00-1.02x at 3.9 (Llama-8B's 2k prompt)
+    and 1.07-1.49x with fewer, whose programs have too little to share. Decodes keep static
     shares: their items are short and even, and the claims' memset and atomics would be a
     real share of them."""
     return max_seqlen_q > SHORT_QUERY and items >= PERSISTENT_MIN_ITEMS_PER_SM * programs
@@ -76,9 +77,13 @@ def claims_items(max_seqlen_q: int, items: int, programs: int) -> bool:
 
 def many_items(shape: BatchShape, num_sms: int) -> bool:
     """`claims_items` for a batch on a GPU of ``num_sms`` SMs: whether `auto` launches the
-    Gluon kernel persistent for it whatever the key length."""
-    return claims_items(shape.max_seqlen_q, work_items(shape.num_tokens, shape.queries_per_kv, shape.num_kv_heads),
-                        num_sms)
+    Gluon kernel persistent for it whatever the key length. Not for heads that take only
+    64-key tiles (192, 256: `max_tile_size`): each of their items is long enough (a 64-row
+    Q-block of 256-wide rows over its keys) that a program's start is no share of it, and
+    the persistent launch gained nothing on Gemma-2's prefills from 5.8 to 15.5 items per
+    SM (0.996-1.02x one program per item)."""
+    items = work_items(shape.num_tokens, shape.queries_per_kv, shape.num_kv_heads)
+    return max_tile_size(shape.head_size) >= max(TILE_SIZES) and claims_items(shape.max_seqlen_q, items, num_sms)
 
 
 GLUON_ENV = "ATTNBENCH_GLUON"  # "0": `auto` keeps Triton's kernels on Hopper too (A/B runs)
