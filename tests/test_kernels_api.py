@@ -235,14 +235,15 @@ def test_kernels_compile_for_hopper_and_mi300(aot_builds):
 
 
 def test_hopper_kernels_overlap_softmax_with_pv(aot_builds):
-    """The Gluon Q-block kernels build for sm_90 within an H100's shared memory, on wgmma,
+    """The Gluon Q-block kernels (``qblock_ws`` also as a persistent launch that claims its
+    items) build for sm_90 within an H100's shared memory, on wgmma,
     and wait for QK^T with P V's products still in flight (``wgmma.wait_group 1``, or 2
     where a head of two column pieces takes one product per piece: the overlap they exist
     for), which ptxas keeps (no C7512: wgmma serialized for lack of registers); Triton's own
     pipelining of the Q-block step waits for all (0)."""
     by_variant = {b["variant"]: b for b in aot_builds if b["target"] == "sm_90"}
-    for variant in ("qblock_wgmma", "qblock_ws", "qblock_ws_pp", "qblock_ws_t64_lazy", "qblock_wgmma_h256",
-                    "qblock_ws_h256", "qblock_ws_h96", "qblock_ws_h192"):
+    for variant in ("qblock_wgmma", "qblock_ws", "qblock_ws_pp", "qblock_ws_dynamic", "qblock_ws_t64_lazy",
+                    "qblock_wgmma_h256", "qblock_ws_h256", "qblock_ws_h96", "qblock_ws_h192"):
         build = by_variant[variant]
         assert build["matrix_instructions"] == ["wgmma"] and build["shared_bytes"] <= 227 * 1024, build
         in_flight = 2 if variant in ("qblock_ws_h96", "qblock_ws_h192") else 1

@@ -204,8 +204,9 @@ def _llama3_mixed_batch():
 
 def hopper_launches() -> dict[str, list[Launch]]:
     """Launches of the sm_90-only kernels (`kernels/hopper`) on the mixed batch of
-    `representative_launches`, and on its Gemma-2 and Phi-3 twins (16/8 heads of 256 with a
-    softcap; 32/32 heads of 96, computed in two column pieces as 192 is: 16/8 heads)."""
+    `representative_launches` (``qblock_ws`` also persistent, claiming its items: its own
+    binary), and on its Gemma-2 and Phi-3 twins (16/8 heads of 256 with a softcap; 32/32
+    heads of 96, computed in two column pieces as 192 is: 16/8 heads)."""
     from ..hopper import qblock_wgmma, qblock_ws  # lazy: Gluon's Hopper API, not in every Triton
 
     llama = _llama3_mixed_batch()
@@ -219,6 +220,7 @@ def hopper_launches() -> dict[str, list[Launch]]:
     for name, launch, batch in (
             ("qblock_wgmma", qblock_wgmma.launch, llama), ("qblock_ws", qblock_ws.launch, llama),
             ("qblock_ws_pp", partial(qblock_ws.launch, pingpong=True), llama),
+            ("qblock_ws_dynamic", partial(qblock_ws.launch, persistent=True, dynamic=True), llama),
             ("qblock_ws_t64_lazy", partial(qblock_ws.launch, tile_size=64, lazy_rescale=True), llama),
             ("qblock_wgmma_h256", partial(qblock_wgmma.launch, tile_size=64), gemma),
             ("qblock_ws_h256", partial(qblock_ws.launch, tile_size=64), gemma),
