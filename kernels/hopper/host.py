@@ -78,8 +78,8 @@ def claims_items(max_seqlen_q: int, items: int, programs: int) -> bool:
 def many_items(shape: BatchShape, num_sms: int) -> bool:
     """`claims_items` for a batch on a GPU of ``num_sms`` SMs: whether `auto` launches the
     Gluon kernel persistent for it whatever the key length. Not for heads that take only
-    64-key tiles (192, 256: `max_tile_size`): each of their items is long enough (a 64-row
-    Q-block of 256-wide rows over its keys) that a program's start is no share of it, and
+    64-key tiles (192, 256: `max_tile_size`): each of their items is long enough (a Q-block
+    of 256-wide rows over its keys, 64 at a time) that a program's start is no share of it, and
     the persistent launch gained nothing on Gemma-2's prefills from 5.8 to 15.5 items per
     SM (0.996-1.02x one program per item)."""
     items = work_items(shape.num_tokens, shape.queries_per_kv, shape.num_kv_heads)
