@@ -252,6 +252,16 @@ def test_hopper_kernels_overlap_softmax_with_pv(aot_builds):
     assert by_variant["qblock"]["wgmma_waits"] == [0]
 
 
+def test_a_persistent_launch_claims_items_with_relaxed_atomics(aot_builds):
+    """The claiming binary of `qblock_ws` takes items with relaxed atomic increments (the
+    first claim and the loop's): a work counter publishes no data, and Triton's default
+    order (acq_rel) fences the GPU and invalidates L1 at every claim. One program per item
+    claims nothing."""
+    by_variant = {b["variant"]: b for b in aot_builds if b["target"] == "sm_90"}
+    assert by_variant["qblock_ws_dynamic"]["atomic_orders"] == ["relaxed", "relaxed"]
+    assert by_variant["qblock_ws"]["atomic_orders"] == []
+
+
 def test_head_256_takes_64_key_tiles_on_hopper():
     """Head 256's 128-key K and V rings would not fit shared memory beside the Q-block (the
     64-key build takes 224 KiB: test_hopper_kernels_overlap_softmax_with_pv): asked for

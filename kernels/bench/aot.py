@@ -183,6 +183,12 @@ def wgmma_waits(compiled) -> list[int]:
                                               compiled.asm.get("ptx") or "")})
 
 
+def atomic_orders(compiled) -> list[str]:
+    """The memory order of every global atomic in a compiled CUDA kernel's PTX (``relaxed``,
+    ``acq_rel``, ...), in program order."""
+    return re.findall(r"atom\.global(?:\.\w+)*?\.(relaxed|acquire|release|acq_rel)\.", compiled.asm.get("ptx") or "")
+
+
 def ptxas_report(compiled, arch: int = 90) -> str:
     """What Triton's own ptxas says (``-v``) about a compiled CUDA kernel's PTX for
     ``sm_<arch>a``: registers, spills, and warnings such as C7512 (wgmma serialized: the
@@ -266,6 +272,7 @@ def main(argv: list[str] | None = None) -> int:
             "grid": list(launch.grid), "shared_bytes": compiled.metadata.shared,
             "matrix_instructions": sorted(matrix_instructions(compiled)),
             "wgmma_waits": wgmma_waits(compiled),
+            "atomic_orders": atomic_orders(compiled) if target.startswith("sm_") else [],
         }
         if variant in hopper:  # what ptxas says of the kernels written for this chip
             build["ptxas"] = ptxas_report(compiled)

@@ -79,13 +79,13 @@ def _producer(k_ptr, v_ptr, cu_seqlens_q_ptr, seq_lens_ptr, block_table_ptr, ite
               HEAD_REST: gl.constexpr, BLOCK_Q: gl.constexpr, USE_WINDOW: gl.constexpr, DYNAMIC: gl.constexpr):
     """Fill the K and V rings for every work item of this program, one tile ahead of the
     consumers as far as buffers allow: the items `blocks.program_item` deals it, or with
-    ``DYNAMIC`` the next item of the list whenever it is ready for one, claimed with an
-    atomic increment of ``item_counter_ptr`` and posted to the consumers (`_post_item`;
-    a claim past the list, posted too, ends the program)."""
+    ``DYNAMIC`` the next item of the list whenever it is ready for one, claimed from
+    ``item_counter_ptr`` (`_claim`) and posted to the consumers (`_post_item`; a claim past
+    the list, posted too, ends the program)."""
     t = gl.program_id(0) * 0  # tiles of this program's earlier items: the rings' position
     if DYNAMIC:
         r = gl.program_id(0) * 0  # items claimed so far
-        item = gl.atomic_add(item_counter_ptr, 1)
+        item = _claim(item_counter_ptr)
         while item < num_items:
             _post_item(items_smem, item_ready, item_empty, r, item)
             t += _produce_item(item, t, k_ptr, v_ptr, cu_seqlens_q_ptr, seq_lens_ptr, block_table_ptr, num_seqs,
@@ -93,7 +93,7 @@ def _producer(k_ptr, v_ptr, cu_seqlens_q_ptr, seq_lens_ptr, block_table_ptr, ite
                                stride_kh, stride_vh, k_smem, v_smem, k_rest_smem, v_rest_smem, k_ready, k_empty,
                                v_ready, v_empty, BLOCK_SIZE, TILE_SIZE, HEAD_FIRST, HEAD_REST, BLOCK_Q, USE_WINDOW)
             r += 1
-            item = gl.atomic_add(item_counter_ptr, 1)
+            item = _claim(item_counter_ptr)
         _post_item(items_smem, item_ready, item_empty, r, item)
     else:
         for r in range(program_rounds(num_items)):
@@ -102,6 +102,16 @@ def _producer(k_ptr, v_ptr, cu_seqlens_q_ptr, seq_lens_ptr, block_table_ptr, ite
                                stride_ks, stride_kh, stride_vh, k_smem, v_smem, k_rest_smem, v_rest_smem, k_ready,
                                k_empty, v_ready, v_empty, BLOCK_SIZE, TILE_SIZE, HEAD_FIRST, HEAD_REST, BLOCK_Q,
                                USE_WINDOW)
+
+
+@gluon.jit
+def _claim(item_counter_ptr):
+    """The list's next unclaimed item: one atomic increment of the launch's counter. Relaxed,
+    as a work counter needs: it publishes no data (every input was written before the
+    launch). Triton's default, acq_rel, puts a GPU-wide fence of the claiming thread's
+    earlier memory operations before each claim and an L1 invalidation after it
+    (``MEMBAR.ALL.GPU`` ... ``CCTL.IVALL`` in the SASS)."""
+    return gl.atomic_add(item_counter_ptr, 1, sem="relaxed")
 
 
 @gluon.jit
