@@ -12,22 +12,17 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from attnbench.runner.catalogue import ITL, PREFIX_CACHE_HIT, TOKENS_PER_JOULE, TOTAL_TOKEN_THROUGHPUT, TPOT, TTFT
+from attnbench.runner.catalogue import (COALESCED_HEADLINE_LIMIT, ITL, PREFIX_CACHE_HIT, TOKENS_PER_JOULE,
+                                        TOTAL_TOKEN_THROUGHPUT, TPOT, TTFT)
 from attnbench.runner.recipe import ENGINE_LABELS
 
 from . import fig9
 from .normalize import CONVENTION
 from .plotting import OKABE_ITO, add_footnote, footnote, micro_footnote, plt, save_figure, skip
 
-# A suite's headline inter-token latency is TPOT instead of ITL when this share of some
-# run's chunk gaps are coalesced (two chunks read at once: a 0 ms gap, vLLM's definition
-# keeps it): at 20% the ITL's p20 error bar reads 0, at 50% its median does, and neither is
-# the server's real gap between tokens.
-COALESCED_HEADLINE_LIMIT = 0.2
-
-
 def headline_itl(df: pd.DataFrame):
-    """ITL, or TPOT where coalesced chunks dominate some run of ``df`` (`COALESCED_HEADLINE_LIMIT`)."""
+    """ITL, or TPOT where coalesced chunks dominate some run of ``df``
+    (`catalogue.COALESCED_HEADLINE_LIMIT`)."""
     share = df["coalesced_chunks"].max() if "coalesced_chunks" in df else 0.0
     return TPOT if share >= COALESCED_HEADLINE_LIMIT and TPOT.name in df else ITL
 

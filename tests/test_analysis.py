@@ -618,6 +618,26 @@ def test_the_run_table_never_cuts_a_run_name_in_80_columns():
         assert o.run in text, text
 
 
+def test_the_run_table_marks_an_itl_that_coalesced_chunks_make_read_low():
+    """A repeat whose chunk gaps were mostly read together has its ITL marked in the
+    console's table, and the caption gives the share and the repeat's median TPOT; a
+    repeat under the limit is not marked."""
+    from rich.console import Console
+
+    from attnbench.runner.execute import RepeatOutcome, summary_table
+    from attnbench.runner.summary import RepeatSummary
+
+    def outcome(run, share):
+        return RepeatOutcome(run, 1, "ok", RepeatSummary(run=run, completed=5, median_itl_ms=0.0, median_tpot_ms=2.42,
+                                                         client_coalesced_chunks=share))
+
+    console = Console(width=200, record=True)
+    console.print(summary_table("demo", [outcome("shared", 0.39), outcome("plain", 0.05)]))
+    text = console.export_text()
+    assert "0.00*" in text and text.count("*") == 2, text  # the cell and the caption
+    assert "shared r1: 39%, median TPOT 2.42 ms" in text and "plain r1" not in text.split("* ITL")[1], text
+
+
 def test_energy_is_a_column_a_table_and_a_panel_where_measured(tmp_path, captured):
     """summary.json's energy: output tokens per joule per repeat where the reading is valid,
     the mean of the valid repeats per run (a repeat whose reading is not valid is named in a
