@@ -185,7 +185,7 @@ def wgmma_waits(compiled) -> list[int]:
 
 def atomic_orders(compiled) -> list[str]:
     """The memory order of every global atomic in a compiled CUDA kernel's PTX (``relaxed``,
-    ``acq_rel``, ...), in program order."""
+    ``acq_rel``, ...), in program order; none for a kernel built for another vendor."""
     return re.findall(r"atom\.global(?:\.\w+)*?\.(relaxed|acquire|release|acq_rel)\.", compiled.asm.get("ptx") or "")
 
 
@@ -272,7 +272,7 @@ def main(argv: list[str] | None = None) -> int:
             "grid": list(launch.grid), "shared_bytes": compiled.metadata.shared,
             "matrix_instructions": sorted(matrix_instructions(compiled)),
             "wgmma_waits": wgmma_waits(compiled),
-            "atomic_orders": atomic_orders(compiled) if target.startswith("sm_") else [],
+            "atomic_orders": atomic_orders(compiled),
         }
         if variant in hopper:  # what ptxas says of the kernels written for this chip
             build["ptxas"] = ptxas_report(compiled)

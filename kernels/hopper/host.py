@@ -163,7 +163,7 @@ def launch_qblock(kernel, extra: dict, out, q, k_cache, v_cache, block_table, cu
                          f"got {tuple(v_cache.stride())}")
     g = Geometry.of(q, k_cache, seq_lens)
     block_q = BLOCK_M // g.qpk
-    grid, walk = (g.q_blocks_bound(block_q), g.num_kv_heads), {}
+    grid = (g.q_blocks_bound(block_q), g.num_kv_heads)
     walks = [{}]
     if items is not None:
         num_items = grid[0] * grid[1]
