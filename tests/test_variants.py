@@ -140,7 +140,7 @@ def test_the_h100_runs_its_tuned_tree(monkeypatch, gluon):
     5 work items per SM or more (4 x 2k: 2,048 items; 16 x 512: 2,048) and one program per
     item with fewer (1 x 2k: 512 items for 132 SMs), and so does a
     serving step of decodes with a new prompt; many decodes over at most 4k keys keep the
-    Triton step whatever the tree (`_many_short_decodes`); decodes of a few long sequences
+    Triton step whatever the tree (`_many_short_queries`); decodes of a few long sequences
     run Triton's split-KV step; where Gluon cannot run (no Gluon,
     ATTNBENCH_GLUON=0, head size 80, 256 query heads per KV head) the qblock step's own
     Triton config runs instead; head 256 gets the tree's pick with the 64-key tiles that fit,
@@ -322,6 +322,34 @@ def test_auto_splits_the_kv_range_of_short_queries_that_cannot_fill_the_gpu(monk
     assert choose_config(prompt, H100_SM90).variant in two_d
 
 
+@pytest.mark.parametrize("platform", [H100_SM90, HOPPER_UNTUNED])
+def test_many_speculative_decodes_keep_the_triton_step_where_they_fill_its_q_block(monkeypatch, platform):
+    """Speculative decodes of more programs than SMs over at most 4k keys run the Triton
+    step whatever the tree where each sequence's query rows fill one of its 16-row Q-blocks
+    (4 tokens at 4 query heads per KV head, 2 at 8): rules.yaml's spec-many cases,
+    0.86-1.01x the fitted tree's pick. Rows that fill part of one (2 tokens at 4 heads) or
+    take two (8 at 4) keep the Gluon kernel, as do batches past 4k keys, batches of too few
+    programs and batches of lengths the caller does not know."""
+    from attnbench.kernels.dispatch.heuristics import decide
+    from attnbench.kernels.hopper import host
+
+    monkeypatch.setattr(host, "available", lambda: True)
+
+    def spec(num_seqs, tokens, keys, q_heads=32, head_size=128, known=True):
+        return BatchShape(num_seqs, num_seqs * tokens, tokens, keys, q_heads, 8, head_size,
+                          sum_seqlen_k=num_seqs * keys if known else None)
+
+    for full in (spec(128, 4, 1024), spec(96, 4, 2048), spec(128, 4, 4096), spec(64, 2, 1024, q_heads=64),
+                 spec(128, 4, 1024, head_size=64)):
+        decision = decide(full, platform)
+        assert decision.config == step("qblock").default_config(full, platform), full
+        assert "queries filling one 16-row Q-block each over at most 4096 keys" in decision.why
+    for gluon in (spec(128, 2, 1024), spec(64, 8, 1024), spec(64, 4, 1024, q_heads=64), spec(128, 4, 4097),
+                  spec(128, 4, 1024, known=False)):
+        assert decide(gluon, platform).config.variant == "qblock_ws", gluon
+    assert decide(spec(12, 4, 1024), platform).config.variant != "qblock"  # 96 programs: too few
+
+
 def test_a_tuned_tree_does_not_extrapolate_to_short_queries_that_cannot_fill_the_gpu(monkeypatch):
     """The H100's fitted tree never saw a speculative decode (its training set has none) and
     would run one like a prefill: 8 sequences x 4 queries over 16k keys with 4 KV heads get
@@ -329,12 +357,12 @@ def test_a_tuned_tree_does_not_extrapolate_to_short_queries_that_cannot_fill_the
     every case the tree was fitted on, it picks what the tree picks, but for the persistent
     launch past 1,024 keys (`test_a_fitted_persistent_launch_runs_only_over_short_sequences`)
     and the Triton step on decodes of more programs than SMs over at most 4k keys
-    (`heuristics._many_short_decodes`: six of the 28 cases)."""
+    (`heuristics._many_short_queries`: six of the 28 cases)."""
     import csv
     from pathlib import Path
 
     from attnbench.kernels.bench.tune import best_per_case, shape_of
-    from attnbench.kernels.dispatch.heuristics import _many_short_decodes, choose_config
+    from attnbench.kernels.dispatch.heuristics import _many_short_queries, choose_config
     from attnbench.kernels.dispatch.tuned_nvidia_h100_80gb_hbm3 import choose as tree
     from attnbench.kernels.hopper import host
 
@@ -349,7 +377,7 @@ def test_a_tuned_tree_does_not_extrapolate_to_short_queries_that_cannot_fill_the
         fitted = KernelConfig.of(tree(shape, H100_SM90))
         persistent = (fitted.persistent and shape.max_seqlen_k <= 1024) or (
             fitted.variant == "qblock_ws" and host.many_items(shape, H100_SM90.num_sms))
-        if _many_short_decodes(shape, H100_SM90):
+        if _many_short_queries(shape, H100_SM90):
             triton_decodes.append(case)
             assert choose_config(shape, H100_SM90) == step("qblock").default_config(shape, H100_SM90), case
         else:
@@ -467,7 +495,7 @@ def test_a_ragged_decode_splits_where_its_longest_sequences_would_idle_the_gpu(m
                                 "ragged over more than a wave); segments as long as the longest sequence's")
     assert split.why.endswith(", whatever the fitted tree") == (tree == "shipped")
     assert decide(replace(gemma, sum_seqlen_k=24 * 12288), H100_SM90).config.variant == "qblock_ws"  # uniform
-    # unknown lengths (a captured graph): no split, and many decodes keep the Triton step (`_many_short_decodes`)
+    # unknown lengths (a captured graph): no split, and many decodes keep the Triton step (`_many_short_queries`)
     assert decide(replace(gemma, sum_seqlen_k=None), H100_SM90).config.variant == "qblock"
     llama = BatchShape(48, 48, 1, 16384, 32, 8, 128, sum_seqlen_k=176128)
     assert decide(llama, H100_SM90).config.variant == "parallel_tiled"

@@ -50,8 +50,8 @@ def _auto(shape: BatchShape, p: Platform) -> Decision:
     sequences x 4 queries over 16k tokens with 4 KV heads: 133 us split, 405 us not.)
     Otherwise, on an sm_90 GPU with Gluon's Hopper API and heads the Gluon kernel takes, it
     runs that kernel, ``qblock_ws`` (unless ``ATTNBENCH_GLUON=0``; short queries only at
-    heads of 64, 128 and 256, `_gluon_short_query_head`; not many decodes over short contexts,
-    `_many_short_decodes`). On the H100's training
+    heads of 64, 128 and 256, `_gluon_short_query_head`; not many short queries over short
+    contexts, `_many_short_queries`). On the H100's training
     set (docs/perf/h100/tune-2026-11-25-reduce1.csv), best config against best config, it
     takes 0.56-0.79x the Triton step's time on prefills and chunks, 0.65-1.01x on mixed
     batches, and 0.96-1.02x on the decodes the 2D grid runs (16 to 256 sequences, 512 to
@@ -62,9 +62,9 @@ def _auto(shape: BatchShape, p: Platform) -> Decision:
     """
     if _split_kv(shape, p):
         return Decision(_split_config(shape, p), _split_why(shape, p))
-    triton_decodes = _triton_for_many_decodes(shape, p)
-    if triton_decodes is not None:
-        return triton_decodes
+    triton_short = _triton_for_many_short_queries(shape, p)
+    if triton_short is not None:
+        return triton_short
     if _gluon_runs(shape, p):
         return Decision(step(GLUON_QBLOCK).default_config(shape, p),
                         f"{shape.max_seqlen_q}-token queries that fill the 2D grid, on sm_90 with Gluon: "
@@ -76,22 +76,32 @@ def _auto(shape: BatchShape, p: Platform) -> Decision:
     return Decision(step("qblock").default_config(shape, p), "the qblock step's own tree")
 
 
-MANY_DECODES_MAX_KEYS = 4096  # longest sequence up to which many decodes keep the Triton step
+MANY_SHORT_QUERIES_MAX_KEYS = 4096  # longest sequence up to which many short queries keep the Triton step
 
 
-def _many_short_decodes(shape: BatchShape, p: Platform) -> bool:
-    """A decode batch over at most `MANY_DECODES_MAX_KEYS` keys whose Q-block step launches
-    more programs than there are SMs: where `auto` keeps the Triton step on Hopper, with or
-    without a fitted tree. A decode fills 4-8 of the Gluon kernel's 128 Q-block rows, and
-    its one program per SM streams few tiles; the Triton step's 16-row Q-blocks and several
-    programs per SM do better once there are programs enough. On the H100's training set,
-    best config against best config, the Triton step took 0.98-1.00x the Gluon kernel's
-    time on every such decode batch (B32-B256 over 512-4k keys), and 0.95-1.01x the time of
-    the config the shipped tree fitted there picks (docs/perf/h100/tune-2026-11-25-reduce1.csv);
-    on the held-out grid 0.91-0.99x the fitted tree's pick (Llama-1B B64 over 4k, Qwen-0.5B
-    B128 over 2k, Llama-8B B256 over 512, Llama-2 B16 over 4k). With at most one program
-    per SM, or past 4k keys, the Gluon kernel wins: 0.87-0.96x the Triton step's time
-    (B16-B32 decodes over 512-8k keys in 128 programs, B48-B64 over 8k).
+def _many_short_queries(shape: BatchShape, p: Platform) -> bool:
+    """Short queries over at most `MANY_SHORT_QUERIES_MAX_KEYS` keys whose Q-block step
+    launches more programs than there are SMs, speculative ones only where each sequence's
+    query rows fill one of its Q-blocks: where `auto` keeps the Triton step on Hopper, with
+    or without a fitted tree.
+    Such a batch fills 1-16 of the Gluon kernel's 128 Q-block rows per program, and its one
+    program per SM streams few tiles; the Triton step's 16-row Q-blocks, several programs
+    per SM, do better once there are programs enough, where their rows are not wasted too:
+    a sequence in two Q-blocks reads its keys twice.
+
+    * Decodes: on the H100's training set, best config against best config, the Triton step
+      took 0.98-1.00x the Gluon kernel's time on every such batch (B32-B256 over 512-4k
+      keys), and 0.95-1.01x the time of the config the shipped tree fitted there picks
+      (docs/perf/h100/tune-2026-11-25-reduce1.csv). With at most one program per SM, or past
+      4k keys, the Gluon kernel wins: 0.87-0.96x the Triton step's time (B16-B32 decodes over
+      512-8k keys in 128 programs, B48-B64 over 8k).
+    * Speculative decodes (recipes/microbench/rules.yaml, spec-many; docs/perf/h100/
+      rules-spec-2026-11-27.csv), where a sequence's rows fill one 16-row Q-block
+      (`_fills_one_triton_q_block`: 4 queries at 4 query heads per KV head), 0.86-1.01x the
+      time of the shipped tree's pick (Llama-1B 128 x 4 over 1k: 0.86x; Llama-8B over
+      512-2k: 0.95-0.97x; over 4k: 1.01x); where they fill part of one (2 queries at 4
+      heads per KV head, 2 at 1), 0.99x, no gain (1.02x the best config at Phi-3's head
+      96); where they take two (8 queries at 4 heads per KV head, 4 at 7 or 8), 1.01-1.46x.
 
     Where the caller does not know the lengths (``sum_seqlen_k`` None: a captured CUDA
     graph, which replays for any lengths up to ``max_seqlen_k``, vLLM's max_model_len),
@@ -100,20 +110,35 @@ def _many_short_decodes(shape: BatchShape, p: Platform) -> bool:
     recipes/microbench/burst-steps.yaml: B48-B500 over 300-1,500 keys, ragged or not) the
     Triton step took 0.94-1.04x FA3's time, and the Gluon kernel that such a graph replayed
     before 1.06-1.21x; past 4k keys on uniform lengths the Triton step takes at most 1.10x
-    the Gluon kernel's time (the held-out grid's B48-B64 decodes over 8k keys)."""
-    return (shape.max_seqlen_q == 1 and _programs_2d(shape, p) > p.num_sms
-            and (shape.max_seqlen_k <= MANY_DECODES_MAX_KEYS or shape.sum_seqlen_k is None))
+    the Gluon kernel's time (the held-out grid's B48-B64 decodes over 8k keys). Speculative
+    decodes over unknown lengths keep the Gluon kernel: nothing measured them."""
+    if shape.max_seqlen_q > SHORT_QUERY or _programs_2d(shape, p) <= p.num_sms:
+        return False
+    if shape.max_seqlen_q == 1:
+        return shape.max_seqlen_k <= MANY_SHORT_QUERIES_MAX_KEYS or shape.sum_seqlen_k is None
+    return (_fills_one_triton_q_block(shape, p) and shape.sum_seqlen_k is not None
+            and shape.max_seqlen_k <= MANY_SHORT_QUERIES_MAX_KEYS)
 
 
-def _triton_for_many_decodes(shape: BatchShape, p: Platform) -> Decision | None:
-    """The Triton step's own config where the Gluon kernel would run `_many_short_decodes`,
+def _fills_one_triton_q_block(shape: BatchShape, p: Platform) -> bool:
+    """Whether each sequence's query rows (query tokens times query heads per KV head) fill
+    exactly one of the Triton step's Q-blocks: 4 tokens at 4 heads per KV head, 2 at 8."""
+    config = step("qblock").default_config(shape, p)
+    qpk = shape.queries_per_kv
+    return shape.max_seqlen_q * qpk == config.block_m_for(qpk) and shape.max_seqlen_q == config.block_q_for(qpk)
+
+
+def _triton_for_many_short_queries(shape: BatchShape, p: Platform) -> Decision | None:
+    """The Triton step's own config where the Gluon kernel would run `_many_short_queries`,
     with why; None elsewhere. Holds with or without a fitted tree."""
-    if not (_gluon_runs(shape, p) and _many_short_decodes(shape, p)):
+    if not (_gluon_runs(shape, p) and _many_short_queries(shape, p)):
         return None
-    over = (f"over at most {MANY_DECODES_MAX_KEYS} keys" if shape.max_seqlen_k <= MANY_DECODES_MAX_KEYS
+    rows = shape.max_seqlen_q * shape.queries_per_kv
+    what = "decodes" if shape.max_seqlen_q == 1 else f"{shape.max_seqlen_q}-token queries filling one {rows}-row Q-block each"
+    over = (f"over at most {MANY_SHORT_QUERIES_MAX_KEYS} keys" if shape.max_seqlen_k <= MANY_SHORT_QUERIES_MAX_KEYS
             else f"over unknown lengths up to {shape.max_seqlen_k} keys")
     return Decision(step("qblock").default_config(shape, p),
-                    f"the qblock step's own tree: decodes {over} in {_programs_2d(shape, p)} programs "
+                    f"the qblock step's own tree: {what} {over} in {_programs_2d(shape, p)} programs "
                     f"for {p.num_sms} SMs")
 
 
@@ -400,9 +425,9 @@ def decide(shape: BatchShape, platform: Platform, variant: str = AUTO) -> Decisi
         # The occupancy rule holds whatever the tree (uniform decodes keep the tree's split)
         return Decision(_split_config(shape, platform),
                         _split_why(shape, platform) + ", whatever the fitted tree")
-    triton_decodes = _triton_for_many_decodes(shape, platform)
-    if triton_decodes is not None:
-        return triton_decodes._replace(why=triton_decodes.why + ", whatever the fitted tree")
+    triton_short = _triton_for_many_short_queries(shape, platform)
+    if triton_short is not None:
+        return triton_short._replace(why=triton_short.why + ", whatever the fitted tree")
     config = _segments_for_lengths(KernelConfig.of(tuned(shape, platform)), shape)
     fitted = f"the fitted tree ({os.environ.get(TREE_ENV) or _tuned_module(platform.device_name)})"
     if config.persistent and not _persistent_pays(shape, platform):
