@@ -51,6 +51,8 @@ MICROBENCH_COLUMNS: tuple[tuple[str, str], ...] = (
     ("flops", "useful FLOPs (PagedBatch.flops)"),
     ("max_abs_err", "max |out - fp32 reference| of the checked run"),
     ("l2_flush", "how L2 was flushed before every timed call: zero (do_bench: dirty lines) | read (clean lines) | none (warm: calls back to back)"),
+    ("timing_rounds", "interleaved rounds each implementation of the case was timed in (timing.rounds); "
+                      "the times are its fastest round's (blank: one, before the column)"),
     ("median_us", "median of one call (do_bench's method; l2_flush says what preceded each call)"),
     ("p20_us", "20th percentile"), ("p80_us", "80th percentile"),
     ("graph_median_us", "median of CUDA/HIP-graph replays of the same call, per call (20 calls per graph with l2_flush none)"),

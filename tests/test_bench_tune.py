@@ -71,11 +71,43 @@ def test_microbench_checks_then_times_and_writes_the_schema(tmp_path, broken_imp
             assert float(r["max_abs_err"]) < 4 * atol
             assert float(r["p20_us"]) <= float(r["median_us"]) <= float(r["p80_us"])
             assert r["l2_flush"] == "zero"  # do_bench's flush unless the suite says otherwise
+            assert r["timing_rounds"] == "1"
         assert by[(case, "broken")]["status"] == "mismatch" and by[(case, "broken")]["median_us"] == ""
         assert by[(case, "crashing")]["status"] == "error" and "kernel exploded" in by[(case, "crashing")]["message"]
     assert '"tile_size": 16' in by[("decode", "qb-t16")]["config"]
     assert '"reduce_num_warps": 2' in by[("decode", "pt-rw2")]["config"]
     assert by[("prefill", "qblock")]["num_tokens"] == "12" and by[("decode", "qblock")]["decode_share"] == "1.0"
+
+
+def test_rounds_take_the_implementations_in_turn_and_keep_each_ones_fastest(monkeypatch):
+    """timing.rounds: round r times every implementation once, in order; each row keeps its
+    fastest round's (median, p20, p80), and one that fails in a later round keeps no time."""
+    from attnbench.kernels.bench import microbench
+    from attnbench.kernels.bench.spec import Timing
+
+    script = {"a": [(5.0, 4.0, 6.0), (3.0, 2.5, 3.5), (4.0, 3.0, 5.0)],
+              "b": [(2.0, 1.0, 3.0), (6.0, 5.0, 7.0), (1.5, 1.4, 1.6)],
+              "c": [(1.0, 1.0, 1.0), RuntimeError("lost the device"), (0.5, 0.5, 0.5)]}
+    calls = []
+
+    def fake_time_us(run, warmup_ms, rep_ms, device, l2_flush):
+        name = run()
+        calls.append(name)
+        value = script[name][sum(c == name for c in calls) - 1]
+        if isinstance(value, Exception):
+            raise value
+        return value
+
+    monkeypatch.setattr(microbench, "time_us", fake_time_us)
+    rows = {n: {"implementation": n, "status": "ok"} for n in script}
+    timed = [(rows[n], lambda n=n: n) for n in script]
+    microbench.time_in_rounds(timed, Timing(rounds=3, cuda_graph=False), torch.device("cpu"))
+    assert calls == ["a", "b", "c", "a", "b", "c", "a", "b"]  # c failed in round 2: not timed again
+    assert (rows["a"]["median_us"], rows["a"]["p20_us"], rows["a"]["p80_us"]) == (3.0, 2.5, 3.5)
+    assert (rows["b"]["median_us"], rows["b"]["p20_us"], rows["b"]["p80_us"]) == (1.5, 1.4, 1.6)
+    assert rows["c"]["status"] == "error" and "lost the device" in rows["c"]["message"]
+    assert "median_us" not in rows["c"]
+    assert {r["timing_rounds"] for r in rows.values()} == {3}
 
 
 MICROBENCH_SUITES = sorted(p for p in (Path(__file__).resolve().parents[1] / "recipes" / "microbench").glob("*.yaml")

@@ -42,7 +42,7 @@
 #   gputest:FILE[@K]     `python3 -m pytest tests/FILE [-k K]` (the GPU kernel tests), log kept
 #   ncu:SUITE/CASE/IMPL[,IMPL...]
 #                        Nsight Compute's full set on one launch of each IMPL (`attnbench kernels run`)
-# Timeouts: MICRO_TIMEOUT_S, TUNE_TIMEOUT_S (900), GPUTEST_TIMEOUT_S, NCU_TIMEOUT_S (300).
+# Timeouts: MICRO_TIMEOUT_S (1800), TUNE_TIMEOUT_S (900), GPUTEST_TIMEOUT_S, NCU_TIMEOUT_S (300).
 set -u
 CAMPAIGN=${CAMPAIGN:-/tmp/campaign}
 MODELS_DIR=${MODELS_DIR:-/tmp/models}
@@ -114,7 +114,7 @@ job() {
       local csv=$CAMPAIGN/micro/$what${flush:+-$flush}
       [ "${ATTNBENCH_TUNED_TREE:-}" = off ] && csv+=-untuned  # after tree:off
       mkdir -p "$CAMPAIGN/micro"
-      [ -s "$csv.csv" ] || timeout "${MICRO_TIMEOUT_S:-900}" attnbench microbench \
+      [ -s "$csv.csv" ] || timeout "${MICRO_TIMEOUT_S:-1800}" attnbench microbench \
         "recipes/microbench/$suite.yaml" "${flags[@]}" --out "$csv.csv" ;;
     tune)
       mkdir -p "$CAMPAIGN/tune"

@@ -2,10 +2,10 @@
 
 For each case of a suite (recipes/microbench/*.yaml): build the batch with fresh random
 data, compute the fp32 reference, and for each implementation run it once and compare
-(a wrong result is recorded as ``mismatch`` and never timed), then time it with
-``triton.testing.do_bench`` (median and p20/p80; L2 flushed before every run, see
-`timing` for the two ways) and,
-on a GPU, as a CUDA/HIP-graph replay of the same call. The roofline ceilings (copy
+(a wrong result is recorded as ``mismatch`` and never timed), then time those that match
+with ``triton.testing.do_bench`` (median and p20/p80; L2 flushed before every run, see
+`timing` for the ways) and, on a GPU, as a CUDA/HIP-graph replay of the same call, in
+``timing.rounds`` rounds that take the implementations in turn. The roofline ceilings (copy
 bandwidth, bf16 matmul rate) are measured once at the start of the same run. Rows are
 appended to the CSV as they are measured, so an interrupted run keeps what it measured.
 """
@@ -30,7 +30,7 @@ from ..schema import MICROBENCH_FIELDS
 from .batch import PagedBatch
 from .implementations import Prepared, Unsupported, prepare
 from .reference import within_tolerance
-from .spec import Case, MicrobenchSuite
+from .spec import Case, MicrobenchSuite, Timing
 from .timing import time_graph_us, time_us
 
 DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -155,17 +155,19 @@ def run_for_profiler(suite: MicrobenchSuite, case_name: str, name: str, device: 
 
 def measure_case(suite: MicrobenchSuite, case: Case, implementations: Iterable[str],
                  device: torch.device, ceilings: Ceilings | None, env: dict, seed: int) -> list[dict]:
-    """All rows of one case: one per implementation."""
+    """All rows of one case, one per implementation: each is prepared and checked against
+    the fp32 reference, then those that match are timed (`time_in_rounds`)."""
     batch = build_batch(suite, case, device, seed)
     ref = batch.reference()
     base = _case_columns(suite, case, batch, ceilings)
-    rows = []
+    rows, timed = [], []
     for name in implementations:
         row = dict(base, **env, implementation=name, config="", status="ok", message="",
                    timestamp=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"))
+        rows.append(row)
         limit = suite.max_floor_us.get(name)
         if limit is not None and base.get("floor_us", 0) > limit:
-            rows.append(dict(row, status="skipped", message=f"floor {base['floor_us']:.0f} us > max_floor_us {limit}"))
+            row.update(status="skipped", message=f"floor {base['floor_us']:.0f} us > max_floor_us {limit}")
             continue
         try:
             prepared = prepare_named(suite, name, batch)
@@ -174,30 +176,62 @@ def measure_case(suite: MicrobenchSuite, case: Case, implementations: Iterable[s
             err, ok = within_tolerance(out[: batch.num_tokens], ref[: batch.num_tokens], batch.dtype)
             row["max_abs_err"] = err
             if not ok:
-                rows.append(dict(row, status="mismatch", message="output differs from the fp32 reference"))
+                row.update(status="mismatch", message="output differs from the fp32 reference")
                 continue
-            t = suite.timing
-            row["l2_flush"] = t.l2_flush
-            row["median_us"], row["p20_us"], row["p80_us"] = time_us(prepared.run, t.warmup_ms, t.rep_ms, device,
-                                                                     t.l2_flush)
-            if t.cuda_graph and device.type == "cuda":
-                g = time_graph_us(prepared.run, t.warmup_ms, t.rep_ms, t.l2_flush)
-                row["graph_median_us"], row["graph_p20_us"], row["graph_p80_us"] = g
-                if "floor_us" in base:
-                    row["pct_roofline_graph"] = 100 * base["floor_us"] / g[0]
-            if "floor_us" in base:
-                row["pct_roofline"] = 100 * base["floor_us"] / row["median_us"]
-            row["achieved_gbps"] = base["bytes"] / (row["median_us"] * 1e-6) / 1e9
-            row["achieved_tflops"] = base["flops"] / (row["median_us"] * 1e-6) / 1e12
+            timed.append((row, prepared.run))
         except Unsupported as e:
             row.update(status="unavailable", message=str(e))
         except Exception as e:  # noqa: BLE001 - a broken implementation must not stop the suite
             row.update(status="error", message=f"{type(e).__name__}: {e}"[:500])
-        rows.append(row)
-    del batch, ref
+    time_in_rounds(timed, suite.timing, device)
+    for row, _ in timed:
+        if row["status"] == "ok":
+            _derived_columns(row, base)
+    del batch, ref, timed
     if device.type == "cuda":
         torch.cuda.empty_cache()
     return rows
+
+
+TIMES = ("median_us", "p20_us", "p80_us")
+GRAPH_TIMES = ("graph_median_us", "graph_p20_us", "graph_p80_us")
+
+
+def time_in_rounds(timed: list[tuple[dict, Callable]], t: Timing, device: torch.device) -> None:
+    """Time each (row, call) ``t.rounds`` times, the calls taking turns (one round times
+    every call once, eager and, on a GPU with ``t.cuda_graph``, as graph replays), and
+    write into each row its fastest round's eager times and its fastest round's graph times
+    (median, p20, p80 in microseconds, each set from one round). A call that fails in any
+    round gets status ``error`` and no times."""
+    for _ in range(t.rounds):
+        for row, run in timed:
+            if row["status"] != "ok":
+                continue
+            try:
+                eager = time_us(run, t.warmup_ms, t.rep_ms, device, t.l2_flush)
+                graph = (time_graph_us(run, t.warmup_ms, t.rep_ms, t.l2_flush)
+                         if t.cuda_graph and device.type == "cuda" else None)
+            except Exception as e:  # noqa: BLE001 - a broken implementation must not stop the suite
+                for k in (*TIMES, *GRAPH_TIMES):
+                    row.pop(k, None)
+                row.update(status="error", message=f"{type(e).__name__}: {e}"[:500])
+                continue
+            if row.get("median_us") is None or eager[0] < row["median_us"]:
+                row.update(zip(TIMES, eager))
+            if graph is not None and (row.get("graph_median_us") is None or graph[0] < row["graph_median_us"]):
+                row.update(zip(GRAPH_TIMES, graph))
+    for row, _ in timed:
+        row.update(l2_flush=t.l2_flush, timing_rounds=t.rounds)
+
+
+def _derived_columns(row: dict, base: dict) -> None:
+    """% of the roofline and achieved rates, from a timed row's median."""
+    if "floor_us" in base:
+        row["pct_roofline"] = 100 * base["floor_us"] / row["median_us"]
+        if row.get("graph_median_us") is not None:
+            row["pct_roofline_graph"] = 100 * base["floor_us"] / row["graph_median_us"]
+    row["achieved_gbps"] = base["bytes"] / (row["median_us"] * 1e-6) / 1e9
+    row["achieved_tflops"] = base["flops"] / (row["median_us"] * 1e-6) / 1e12
 
 
 class CsvSink:

@@ -105,12 +105,17 @@ class Timing(_Strict):
     buffer, which leaves L2 full of dirty lines the timed kernel writes back), ``read``
     (reading it: clean lines, as after the weight reads that precede attention in a model),
     ``none`` (no flush: calls back to back, each finding in L2 what the last one read; a
-    warm L2 that a model's layers, each with its own KV cache, never give attention)."""
+    warm L2 that a model's layers, each with its own KV cache, never give attention).
+    ``rounds``: how many times each implementation of a case is timed, the implementations
+    taking turns, its row keeping its fastest round (eager and graph apart): a GPU's clock
+    moves with its power draw and temperature over a case, and with one round whichever
+    implementation ran during a slow spell lost to the others by up to 5% on the H100."""
 
     warmup_ms: float = Field(25, gt=0)
     rep_ms: float = Field(100, gt=0)
     cuda_graph: bool = True
     l2_flush: Literal[L2_FLUSHES] = L2_FLUSHES[0]
+    rounds: int = Field(1, ge=1, le=10)
 
 
 IMPLEMENTATIONS = (*VARIANTS, AUTO, *HOPPER_KERNELS, *COMPARATORS)
