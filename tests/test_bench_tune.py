@@ -120,6 +120,40 @@ def test_every_shipped_microbench_suite_loads(path):
     assert suite.all_cases() and suite.implementations  # hand-written cases and sweeps
 
 
+def test_the_held_out_grid_covers_its_brief_and_shares_no_batch_with_what_is_fitted_or_read_off():
+    """recipes/microbench/heldout.yaml stays a test: none of its batches (sequences, heads,
+    page size, window, softcap) is in the shipped tree's training set or among the cases
+    the hand-written rules' thresholds are read off; and it spans what issue 41 asks of it
+    (40+ shapes; batches 1-256; 512 to 128k keys; 1, 2, 4 and 8 queries and chunks over long
+    context; 1 to 32 query heads per KV head with 7; heads 64-256; pages of 16-64)."""
+    root = Path(__file__).resolve().parents[1] / "recipes" / "microbench"
+
+    def batches(name):
+        suite = load_microbench_spec(root / name)
+        for case in suite.all_cases():
+            heads = case.heads or suite.heads
+            yield case, (tuple(sorted(case.seq_list())), heads.num_q_heads, heads.num_kv_heads, heads.head_size,
+                         case.block_size or suite.block_size, case.sliding_window, case.softcap)
+
+    held_out = dict((key, case) for case, key in batches("heldout.yaml"))
+    for fitted in ("llama3-8b-tune.yaml", "rules.yaml"):
+        shared = [case.name for case, key in batches(fitted) if key in held_out]
+        assert not shared, f"{fitted} holds held-out batches: {shared}"
+    assert len(held_out) >= 40
+    seqs = [key[0] for key in held_out]
+    assert {len(s) for s in seqs} >= {1, 256} and min(map(len, seqs)) == 1
+    keys = [q + k for s in seqs for q, k in s]
+    assert min(max(q + k for q, k in s) for s in seqs) <= 512 and max(keys) >= 128 * 1024
+    widths = {max(q for q, _ in s) for s in seqs}
+    assert {1, 2, 4, 8} <= widths
+    assert any(q > 16 and k >= 8192 for s in seqs for q, k in s)  # a chunk over a long prefix
+    assert any(len({q + k for q, k in s}) > 1 for s in seqs)  # ragged lengths
+    ratios = {key[1] // key[2] for key in held_out}
+    assert {1, 7, 32} <= ratios
+    assert {64, 96, 128, 256} <= {key[3] for key in held_out}
+    assert {16, 32, 64} <= {key[4] for key in held_out}
+
+
 def test_microbench_spec_errors_name_file_and_field(tmp_path):
     bad = dict(SUITE, implementations=["qblock", "flashy"])
     with pytest.raises(SpecError, match=r"(?s)suite.yaml.*implementations: unknown \['flashy'\]"):
