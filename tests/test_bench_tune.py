@@ -166,7 +166,7 @@ def test_microbench_spec_errors_name_file_and_field(tmp_path):
         load_microbench_spec(suite_file(tmp_path, bad))
 
 
-def test_the_l2_flush_is_a_suite_setting_and_a_cli_override(tmp_path):
+def test_the_l2_flush_and_the_rounds_are_suite_settings_and_cli_overrides(tmp_path):
     from click.testing import CliRunner
 
     from attnbench.kernels.bench.cli import microbench
@@ -186,6 +186,13 @@ def test_the_l2_flush_is_a_suite_setting_and_a_cli_override(tmp_path):
     assert result.exit_code == 0, result.output
     with (tmp_path / "warm.csv").open() as fh:
         assert [r["l2_flush"] for r in csv.DictReader(fh)] == ["none"]
+    result = CliRunner().invoke(microbench, [str(path), "--out", str(tmp_path / "two.csv"), "--device", DEVICE,
+                                             "--rounds", "2"])
+    assert result.exit_code == 0, result.output
+    with (tmp_path / "two.csv").open() as fh:
+        assert [(r["l2_flush"], r["timing_rounds"]) for r in csv.DictReader(fh)] == [("read", "2")]
+    result = CliRunner().invoke(microbench, [str(path), "--out", str(tmp_path / "bad.csv"), "--rounds", "0"])
+    assert result.exit_code == 2 and "--rounds" in result.output
 
 
 def test_kernels_run_checks_one_case_for_a_profiler(tmp_path, broken_impls, monkeypatch):

@@ -45,8 +45,11 @@ def _check_impls(suite, impls) -> None:
 @click.option("--l2-flush", type=click.Choice(L2_FLUSHES), default=None,
               help="Override the suite's timing.l2_flush: 'zero' (do_bench's flush, dirty L2), 'read' (clean L2) "
                    "or 'none' (no flush: each call finds its own data in L2 where it fits).")
+@click.option("--rounds", type=click.IntRange(1, 10), default=None,
+              help="Override the suite's timing.rounds: time a case's implementations in turn this many times, "
+                   "each keeping its fastest round.")
 def microbench(suite_file: Path, out_csv: Path, only: tuple[str, ...], impls: tuple[str, ...], device: str,
-               l2_flush: str | None):
+               l2_flush: str | None, rounds: int | None):
     """Check every implementation against the fp32 reference, then time it (median, p20/p80,
     CUDA-graph replay, % of the roofline measured in the same run)."""
     from .microbench import run_microbench  # lazy: torch (module doc)
@@ -57,8 +60,9 @@ def microbench(suite_file: Path, out_csv: Path, only: tuple[str, ...], impls: tu
     except SpecError as e:
         raise click.UsageError(str(e)) from None
     require_device(device)
-    if l2_flush:
-        suite = suite.model_copy(update={"timing": suite.timing.model_copy(update={"l2_flush": l2_flush})})
+    timing = {k: v for k, v in (("l2_flush", l2_flush), ("rounds", rounds)) if v is not None}
+    if timing:
+        suite = suite.model_copy(update={"timing": suite.timing.model_copy(update=timing)})
     _check_impls(suite, impls)
 
     def show(rows):
