@@ -123,9 +123,8 @@ def _many_short_queries(shape: BatchShape, p: Platform) -> bool:
 def _fills_one_triton_q_block(shape: BatchShape, p: Platform) -> bool:
     """Whether each sequence's query rows (query tokens times query heads per KV head) fill
     exactly one of the Triton step's Q-blocks: 4 tokens at 4 heads per KV head, 2 at 8."""
-    config = step("qblock").default_config(shape, p)
     qpk = shape.queries_per_kv
-    return shape.max_seqlen_q * qpk == config.block_m_for(qpk) and shape.max_seqlen_q == config.block_q_for(qpk)
+    return shape.max_seqlen_q * qpk == step("qblock").default_config(shape, p).block_m_for(qpk)
 
 
 def _triton_for_many_short_queries(shape: BatchShape, p: Platform) -> Decision | None:
