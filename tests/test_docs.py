@@ -283,7 +283,8 @@ def test_the_h100_kernels_beside_fa3_come_from_the_committed_summaries():
 def test_the_held_out_grid_numbers_come_from_the_committed_csvs():
     """README and docs/perf/kernels-h100.md: `auto` over FA3 on the held-out grid, geomean
     and worst, with the shipped tree and without it, as the report computes them from
-    docs/perf/h100/heldout-{tuned,untuned}.csv."""
+    docs/perf/h100/heldout-{tuned,untuned}.csv, and on the H200 (no tree) from
+    docs/perf/h200/heldout-untuned.csv."""
     from attnbench.analysis.collect import load_microbench
     from attnbench.analysis.report import against_fa3_and_best
 
@@ -296,5 +297,12 @@ def test_the_held_out_grid_numbers_come_from_the_committed_csvs():
     assert (f"{stated['tuned'][0]}x FA3's time in geometric mean with the shipped\n  tree, {stated['untuned'][0]}x "
             f"without it; worst {float(stated['tuned'][1]):.1f}x") in readme
     perf = (ROOT / "docs/perf/kernels-h100.md").read_text()
-    assert (f"| FA3, geomean (worst) | {float(stated['tuned'][0]):.3f}x ({float(stated['tuned'][1]):.2f}x, "
-            f"Gemma-2 2 x 4k prefill) | {float(stated['untuned'][0]):.3f}x ({float(stated['untuned'][1]):.2f}x,") in perf
+    row = re.search(r"\| FA3, geomean \(worst\) \| (\d\.\d{3})x \((\d\.\d{2})x, [^)]+\) \| "
+                    r"(\d\.\d{3})x \((\d\.\d{2})x,", perf).groups()
+    assert row == (f"{float(stated['tuned'][0]):.3f}", f"{float(stated['tuned'][1]):.2f}",
+                   f"{float(stated['untuned'][0]):.3f}", f"{float(stated['untuned'][1]):.2f}")
+    h200 = against_fa3_and_best(load_microbench(ROOT / "docs/perf/h200/heldout-untuned.csv"))
+    summary = next(line for line in h200 if line.startswith("- `auto` / FA3 over 45 cases"))
+    geomean, worst = re.search(r"geomean (\d\.\d+)x, worst (\d\.\d+)x", summary).groups()
+    assert f"H200, for which no tree is fitted, {geomean}x (worst {float(worst):.1f}x" in readme
+    assert f"`auto` over FA3 {geomean}x in geometric mean, worst {float(worst):.2f}x" in perf
