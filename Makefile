@@ -111,6 +111,18 @@ test-gpu-plugin: ## the vLLM plugin's layer tests on a GPU (needs vLLM >= 0.26 i
 	$(need_gpu_python)
 	$(call strip,$(GPU_PYTHON)) -m pytest -q tests/test_vllm_backend.py
 
+# pure-Python needs of attnbench (and pytest-xdist for test-gpu -n) for a GPU host with no
+# network and no vLLM bundle, as docs/campaign/gpu-setup.sh installs them from .whl/
+GPU_HOST_PYTHON ?= 3.12
+GPU_HOST_WHEELS ?= pydantic==2.14.4 pydantic-core==2.50.5 annotated-types==0.8.0 typing-extensions==4.16.0 \
+	typing-inspection==0.4.5 pyyaml==6.0.4 orjson==3.13.0 nvidia-ml-py==13.615.71 pytest-xdist==3.8.0 execnet==2.1.2
+
+.PHONY: gpu-host-wheels
+gpu-host-wheels: $(STAMP) ## download GPU_HOST_WHEELS for CPython GPU_HOST_PYTHON on x86-64 Linux into .whl/ (docs/gpu-host.md)
+	$(VENV)/bin/python -m pip download --quiet --no-deps --only-binary=:all: --python-version $(GPU_HOST_PYTHON) \
+	  --platform manylinux2014_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux_2_28_x86_64 \
+	  --dest .whl $(GPU_HOST_WHEELS)
+
 DEMO_ROOT ?= results/demo
 
 .PHONY: demo

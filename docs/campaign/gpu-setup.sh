@@ -2,9 +2,9 @@
 # docs/perf/): installs attnbench and its pure-Python needs into /tmp, sets PATH/PYTHONPATH.
 #   . docs/campaign/gpu-setup.sh        (from the repository root; a second source in the same shell is a
 #                                    no-op; each new shell reinstalls, so edits made between calls count)
-# Wheels in .whl/ (orjson; pydantic and friends for hosts without the vLLM bundle; CPython
-# 3.12) travel with the call and go after the offline vLLM bundle (/tmp/site) on the path,
-# so vLLM's own copies win where both exist.
+# Wheels in .whl/ (`make gpu-host-wheels`: orjson; pydantic and friends for hosts without
+# the vLLM bundle; pytest-xdist; CPython 3.12) travel with the call and go after the offline
+# vLLM bundle (/tmp/site) on the path, so vLLM's own copies win where both exist.
 set -u
 if [ -z "${ATTNBENCH_GPU_SETUP:-}" ]; then
   if [ -f /tmp/site/env.sh ]; then source /tmp/site/env.sh; fi
