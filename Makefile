@@ -112,16 +112,21 @@ test-gpu-plugin: ## the vLLM plugin's layer tests on a GPU (needs vLLM >= 0.26 i
 	$(call strip,$(GPU_PYTHON)) -m pytest -q tests/test_vllm_backend.py
 
 # pure-Python needs of attnbench (and pytest-xdist for test-gpu -n) for a GPU host with no
-# network and no vLLM bundle, as docs/campaign/gpu-setup.sh installs them from .whl/
+# network and no vLLM bundle, as docs/campaign/gpu-setup.sh installs them from .whl/: the
+# versions requirements-cpu.txt pins (the stack the tests run on)
 GPU_HOST_PYTHON ?= 3.12
-GPU_HOST_WHEELS ?= pydantic==2.14.4 pydantic-core==2.50.5 annotated-types==0.8.0 typing-extensions==4.16.0 \
-	typing-inspection==0.4.5 pyyaml==6.0.4 orjson==3.13.0 nvidia-ml-py==13.615.71 pytest-xdist==3.8.0 execnet==2.1.2
+GPU_HOST_PACKAGES = pydantic pydantic_core annotated-types typing_extensions typing-inspection PyYAML orjson \
+	nvidia-ml-py pytest-xdist execnet
+gpu_host_pins = $(shell sed -n 's/ *\#.*//; /^\($(subst $(space),\|,$(GPU_HOST_PACKAGES))\)==/p' requirements-cpu.txt)
+space := $(subst ,, )
 
 .PHONY: gpu-host-wheels
-gpu-host-wheels: $(STAMP) ## download GPU_HOST_WHEELS for CPython GPU_HOST_PYTHON on x86-64 Linux into .whl/ (docs/gpu-host.md)
+gpu-host-wheels: $(STAMP) ## download GPU_HOST_PACKAGES (requirements-cpu.txt's pins) for CPython GPU_HOST_PYTHON on x86-64 Linux into .whl/ (docs/gpu-host.md)
+	@test $(words $(gpu_host_pins)) -eq $(words $(GPU_HOST_PACKAGES)) || { echo "gpu-host-wheels: requirements-cpu.txt" \
+	  "pins only $(gpu_host_pins) of GPU_HOST_PACKAGES ($(GPU_HOST_PACKAGES))"; exit 2; }
 	$(VENV)/bin/python -m pip download --quiet --no-deps --only-binary=:all: --python-version $(GPU_HOST_PYTHON) \
 	  --platform manylinux2014_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux_2_28_x86_64 \
-	  --dest .whl $(GPU_HOST_WHEELS)
+	  --dest .whl $(gpu_host_pins)
 
 DEMO_ROOT ?= results/demo
 
