@@ -384,7 +384,7 @@ def against_fa3_and_best(mb: pd.DataFrame) -> list[str]:
 def _same_launch(auto_config, best_config) -> bool:
     """Whether two rows' ``config`` (the JSON of the launch config, blank for a comparator)
     name the same launch: then `auto` and that kernel ran the same code on the same batch."""
-    if not isinstance(auto_config, str) or not isinstance(best_config, str) or not auto_config:
+    if not (isinstance(auto_config, str) and auto_config and isinstance(best_config, str) and best_config):
         return False
     return json.loads(auto_config) == json.loads(best_config)
 
