@@ -200,7 +200,7 @@ def test_the_fitted_tree_is_switched_off_or_swapped_by_name(monkeypatch, tmp_pat
     fitted tree runs; a path: the tree in that file; a file that is not a tree: one line."""
     from attnbench.kernels.dispatch.heuristics import TreeError, _auto, choose_config
 
-    one_decode = SHAPES[0]  # the shipped tree sends it to the split-KV step
+    one_decode = BatchShape(1, 1, 1, 2048, 32, 8, 128)  # the shipped tree sends it to the split-KV step
     monkeypatch.setenv("ATTNBENCH_TUNED_TREE", "off")
     assert choose_config(one_decode, H100_SM90) == _auto(one_decode, H100_SM90).config
     tree = tmp_path / "tuned_other.py"
@@ -322,6 +322,38 @@ def test_auto_splits_the_kv_range_of_short_queries_that_cannot_fill_the_gpu(monk
     assert choose_config(prompt, H100_SM90).variant in two_d
 
 
+@pytest.mark.parametrize("tree", ["shipped", "off"])
+def test_a_split_past_short_keys_takes_segments_for_about_two_programs_per_sm(monkeypatch, tree):
+    """Past 2.5k keys a uniform split on sm_90 cuts each (sequence, KV head) pair's keys into
+    the most segments (a power of two, 2-32) that keep pairs x segments within two per SM,
+    with or without the fitted tree (rules.yaml split-segments: 8 segments for 32 pairs,
+    4 for 48-64, each 0.87-0.99x the time of 16); a ragged batch keeps 16 equal segments, a
+    batch up to 2.5k keys 32, and the step named alone vLLM's 16."""
+    from attnbench.kernels.dispatch.heuristics import choose_config
+
+    if tree == "off":
+        monkeypatch.setenv("ATTNBENCH_TUNED_TREE", "off")
+
+    def segments(num_seqs, keys, q_heads=32, kv_heads=8, queries=1, ragged=False, platform=H100_SM90):
+        shape = BatchShape(num_seqs, num_seqs * queries, queries, keys, q_heads, kv_heads, 128,
+                           sum_seqlen_k=num_seqs * keys - (keys // 2 if ragged else 0))
+        config = choose_config(shape, platform)
+        assert config.variant == "parallel_tiled", shape
+        return config.num_segments, config.equal_segments
+
+    assert segments(1, 16384) == (32, False)  # 8 pairs
+    assert segments(2, 65536) == (16, False)  # 16
+    assert segments(4, 16384) == (8, False)  # 32
+    assert segments(32, 8192, kv_heads=1) == (8, False)  # MQA: 32 pairs, two 16-row Q-blocks each
+    assert segments(48, 16384, kv_heads=1) == (4, False)
+    assert segments(8, 8192) == (4, False)  # 64
+    assert segments(8, 16384, q_heads=28, kv_heads=4, queries=4) == (8, False)  # speculative, 32 pairs
+    assert segments(4, 16384, ragged=True) == (16, True)
+    assert segments(4, 2048) == (32, False)
+    decodes = BatchShape(4, 4, 1, 16384, 32, 8, 128)
+    assert choose_config(decodes, H100_SM90, "parallel_tiled").num_segments == 16
+
+
 @pytest.mark.parametrize("platform", [H100_SM90, HOPPER_UNTUNED])
 def test_many_speculative_decodes_keep_the_triton_step_where_they_fill_its_q_block(monkeypatch, platform):
     """Speculative decodes of more programs than SMs over at most 4k keys run the Triton
@@ -355,14 +387,16 @@ def test_a_tuned_tree_does_not_extrapolate_to_short_queries_that_cannot_fill_the
     would run one like a prefill: 8 sequences x 4 queries over 16k keys with 4 KV heads get
     64 programs on 132 SMs. The occupancy rule splits the KV range whatever the tree; on
     every case the tree was fitted on, it picks what the tree picks, but for the persistent
-    launch past 1,024 keys (`test_a_fitted_persistent_launch_runs_only_over_short_sequences`)
-    and the Triton step on decodes of more programs than SMs over at most 4k keys
-    (`heuristics._many_short_queries`: six of the 28 cases)."""
+    launch past 1,024 keys (`test_a_fitted_persistent_launch_runs_only_over_short_sequences`),
+    the Triton step on decodes of more programs than SMs over at most 4k keys
+    (`heuristics._many_short_queries`: six of the 28 cases) and the split's own segments on
+    decodes it splits past 2.5k keys (`heuristics._split_segments`: three cases)."""
     import csv
     from pathlib import Path
 
     from attnbench.kernels.bench.tune import best_per_case, shape_of
-    from attnbench.kernels.dispatch.heuristics import _many_short_queries, choose_config
+    from attnbench.kernels.dispatch.heuristics import (SPLIT_SHORT_KEYS, _many_short_queries, _split_config,
+                                                       _split_kv, choose_config)
     from attnbench.kernels.dispatch.tuned_nvidia_h100_80gb_hbm3 import choose as tree
     from attnbench.kernels.hopper import host
 
@@ -371,7 +405,7 @@ def test_a_tuned_tree_does_not_extrapolate_to_short_queries_that_cannot_fill_the
     assert KernelConfig.of(tree(spec, H100_SM90)).variant == "qblock_ws"
     assert choose_config(spec, H100_SM90).variant == "parallel_tiled"
     rows = list(csv.DictReader((Path(__file__).parents[1] / "docs/perf/h100/tune-2026-11-25-reduce1.csv").open()))
-    triton_decodes = []
+    triton_decodes, long_splits = [], []
     for case, row in best_per_case(rows).items():
         shape = replace(shape_of(row), head_size=128)
         fitted = KernelConfig.of(tree(shape, H100_SM90))
@@ -380,10 +414,15 @@ def test_a_tuned_tree_does_not_extrapolate_to_short_queries_that_cannot_fill_the
         if _many_short_queries(shape, H100_SM90):
             triton_decodes.append(case)
             assert choose_config(shape, H100_SM90) == step("qblock").default_config(shape, H100_SM90), case
+        elif _split_kv(shape, H100_SM90) and shape.max_seqlen_k > SPLIT_SHORT_KEYS:
+            long_splits.append(case)
+            assert fitted.variant == "parallel_tiled", case  # the tree split them too
+            assert choose_config(shape, H100_SM90) == _split_config(shape, H100_SM90), case
         else:
             assert choose_config(shape, H100_SM90) == replace(fitted, persistent=persistent), case
     assert sorted(triton_decodes) == ["decode-b128-ctx4k", "decode-b256-ctx1k", "decode-b32-ctx4k",
                                       "decode-b64-ctx2k", "decode-b64-ctx4k", "decode-b64-ctx512"]
+    assert sorted(long_splits) == ["decode-b1-ctx16k", "decode-b4-ctx16k", "mqa-decode-b16-ctx4k"]
 
 
 def test_every_choice_of_auto_says_why(monkeypatch):
@@ -395,8 +434,8 @@ def test_every_choice_of_auto_says_why(monkeypatch):
     monkeypatch.setattr(host, "available", lambda: True)
     spec = BatchShape(8, 32, 4, 16384, 28, 4, 128)
     assert decide(spec, H100_SM90).why == ("split-KV: 4-token queries over 16384 keys; the Q-block step would launch "
-                                          "64 programs for 132 SMs (at most 66 split where the Gluon kernel runs), "
-                                          "whatever the fitted tree")
+                                          "64 programs for 132 SMs (at most 66 split where the Gluon kernel runs); "
+                                          "8 segments per Q-block, whatever the fitted tree")
     assert decide(SHAPES[2], H100_SM90).why == "the fitted tree (tuned_nvidia_h100_80gb_hbm3)"  # persistent, 2,048 items
     assert decide(BatchShape(1, 2048, 2048, 2048, 32, 8, 128), H100_SM90).why == (
         "the fitted tree (tuned_nvidia_h100_80gb_hbm3), one program per item: the longest sequence has 2048 keys "

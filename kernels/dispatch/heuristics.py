@@ -171,7 +171,9 @@ def _split_why(shape: BatchShape, p: Platform) -> str:
     if shape.full_length_share < 1:
         ragged = (f", {_full_length_programs(shape, p)} at the longest sequence's length "
                   f"({shape.sum_seqlen_k} keys in {shape.num_seqs} sequences)")
-    equal = "; segments as long as the longest sequence's" if shape.full_length_share < 1 else ""
+    config = _split_config(shape, p)
+    equal = ("; segments as long as the longest sequence's" if config.equal_segments
+             else f"; {config.num_segments} segments per Q-block")
     return (f"split-KV: {shape.max_seqlen_q}-token queries over {shape.max_seqlen_k} keys; the Q-block step would "
             f"launch {_programs_2d(shape, p)} programs{ragged} for {p.num_sms} SMs{gluon}{equal}")
 
@@ -209,6 +211,8 @@ def _full_length_programs(shape: BatchShape, p: Platform) -> int:
 
 SPLIT_SHORT_KEYS = 2560  # longest sequence up to which a split takes 32-key tiles (Hopper)
 SPLIT_MAX_BLOCK_M = 64  # the largest Q-block a split widens to, to hold a sequence's speculative tokens
+SPLIT_PROGRAMS_PER_SM = 2  # (sequence, KV head) pairs x segments a split aims at, per SM (Hopper, past 2.5k keys)
+SPLIT_MAX_SEGMENTS = 32
 
 
 def _split_config(shape: BatchShape, p: Platform) -> KernelConfig:
@@ -222,7 +226,9 @@ def _split_config(shape: BatchShape, p: Platform) -> KernelConfig:
     the rules' 256-768-key decodes, 0.79-0.89x the step's own config's time); past them,
     128-key tiles up to a 128-wide head (the rules' speculative decodes over 8-32k keys:
     0.84-0.91x in the step's 16-row Q-blocks; its ragged decodes, in equal segments,
-    0.81-0.93x). Heads computed as 256 keep the step's own config: measured only at 64 and 128 wide (128-key tiles took
+    0.81-0.93x), in as many segments as `_split_segments` gives a batch of known, equal or
+    unknown lengths (a ragged batch keeps the step's own count, measured so). Heads computed
+    as 256 keep the step's own config: measured only at 64 and 128 wide (128-key tiles took
     1.15x at head 256). A Q-block there holds all of a sequence's query rows, up to
     `SPLIT_MAX_BLOCK_M` (`_split_block_m`)."""
     config = step("parallel_tiled").default_config(shape, p)
@@ -232,7 +238,32 @@ def _split_config(shape: BatchShape, p: Platform) -> KernelConfig:
             config = replace(config, tile_size=32, num_stages=2, num_segments=32)
         else:
             config = replace(config, tile_size=128, num_stages=2)  # 2 stages as fitted (3: the same time)
+            if shape.full_length_share == 1:
+                config = replace(config, num_segments=_split_segments(shape, p))
     return _segments_for_lengths(config, shape)
+
+
+def _split_segments(shape: BatchShape, p: Platform) -> int:
+    """Segments per (sequence, KV head) pair of a split over 128-key tiles: the most, as a
+    power of two up to `SPLIT_MAX_SEGMENTS`, for which pairs x segments stay within
+    `SPLIT_PROGRAMS_PER_SM` programs per SM, at least 2. Up to 16 pairs this is the step's
+    own rule on the H100 (32 segments up to 8 pairs, else 16); past it, fewer: each segment
+    writes a partial output and its softmax statistics for the reduction, and more than
+    about two waves of segments add that traffic without hiding any more memory latency.
+
+    On the H100 (recipes/microbench/rules.yaml, split-segments, 128-key tiles; best of 3
+    rounds): 32 pairs (Llama-8B 4 x 16k, Qwen-7B 8 x 32k, Llama-1B 4 x 32k, MQA 32 x 8k) in 8
+    segments 0.92-0.99x the time of 16 (4 segments: 1.05-1.18x); 48 and 64 pairs (MQA 48 x
+    16k and 64 x 4k, Llama-8B and 70B 8 x 8k, Qwen-7B 16 x 8k) in 4 segments 0.87-0.96x
+    (2 segments: 0.99-1.35x). The Q-blocks of a pair read the same keys and count once: an
+    MQA decode's 32 query rows in two 16-row Q-blocks or one 32-row Q-block took the same
+    time at the same segments."""
+    pairs = shape.num_seqs * shape.num_kv_heads
+    budget = SPLIT_PROGRAMS_PER_SM * p.num_sms
+    segments = 2
+    while segments < SPLIT_MAX_SEGMENTS and pairs * segments * 2 <= budget:
+        segments *= 2
+    return segments
 
 
 def _split_block_m(shape: BatchShape, block_m: int) -> int:
@@ -417,11 +448,15 @@ def decide(shape: BatchShape, platform: Platform, variant: str = AUTO) -> Decisi
     tuned = _tuned_tree(platform.device_name)
     if tuned is None:
         return _auto(shape, platform)
-    if _split_kv(shape, platform) and (shape.max_seqlen_q > 1 or _split_for_raggedness(shape, platform)):
+    if _split_kv(shape, platform) and (shape.max_seqlen_q > 1 or _split_for_raggedness(shape, platform)
+                                       or shape.max_seqlen_k > SPLIT_SHORT_KEYS):
         # speculative decodes that cannot fill the GPU: no fitted tree has seen one (the
         # shipped tree's training set has none), and a tree extrapolates from prefills;
-        # ragged decodes: a tree reads no sum of keys (its training batches are uniform).
-        # The occupancy rule holds whatever the tree (uniform decodes keep the tree's split)
+        # ragged decodes: a tree reads no sum of keys (its training batches are uniform);
+        # decodes past 2.5k keys: a tree's splits keep 16 or 32 segments, the tune space's,
+        # and on 64 pairs it ran the Gluon kernel, where `_split_segments`' 4 segments took
+        # 0.87-0.96x its time (rules.yaml, split-segments). The occupancy rule holds whatever
+        # the tree (uniform decodes over fewer keys keep the tree's pick)
         return Decision(_split_config(shape, platform),
                         _split_why(shape, platform) + ", whatever the fitted tree")
     triton_short = _triton_for_many_short_queries(shape, platform)
