@@ -257,10 +257,10 @@ def _split_segments(shape: BatchShape, p: Platform) -> int:
     16k and 64 x 4k, Llama-8B and 70B 8 x 8k, Qwen-7B 16 x 8k) in 4 segments 0.87-0.96x
     (2 segments: 0.99-1.35x). The Q-blocks of a pair read the same keys and count once: an
     MQA decode's 32 query rows in two 16-row Q-blocks or one 32-row Q-block took the same
-    time at the same segments. Past 66 pairs (a split of them happens only where the Gluon
-    kernel does not run short queries: heads of 96 and 192, up to a program per SM) the
-    rule gives 2, read off the same target and not yet measured (rules.yaml's segs-phi3
-    cases: 64, 96 and 128 pairs at head 96)."""
+    time at the same segments. Past 66 pairs (split only where the Gluon kernel does not run
+    short queries: heads of 96 and 192, up to a program per SM) 2 segments: Phi-3 (head 96)
+    at 128 pairs 0.96x the time of 16, at 96 pairs 1.03x (139 against 135 us; 8 segments
+    133, 4 segments 143); at 64 pairs 4 segments 0.99x."""
     pairs = shape.num_seqs * shape.num_kv_heads
     budget = SPLIT_PROGRAMS_PER_SM * p.num_sms
     segments = 2
