@@ -212,7 +212,7 @@ def _full_length_programs(shape: BatchShape, p: Platform) -> int:
 SPLIT_SHORT_KEYS = 2560  # longest sequence up to which a split takes 32-key tiles (Hopper)
 SPLIT_MAX_BLOCK_M = 64  # the largest Q-block a split widens to, to hold a sequence's speculative tokens
 SPLIT_PROGRAMS_PER_SM = 2  # (sequence, KV head) pairs x segments a split aims at, per SM (Hopper, past 2.5k keys)
-SPLIT_MAX_SEGMENTS = 32
+SPLIT_MAX_SEGMENTS = 32  # the most segments a split cuts a (sequence, KV head) pair's keys into
 
 
 def _split_config(shape: BatchShape, p: Platform) -> KernelConfig:
@@ -264,7 +264,7 @@ def _split_segments(shape: BatchShape, p: Platform) -> int:
     pairs = shape.num_seqs * shape.num_kv_heads
     budget = SPLIT_PROGRAMS_PER_SM * p.num_sms
     segments = 2
-    while segments < SPLIT_MAX_SEGMENTS and pairs * segments * 2 <= budget:
+    while segments < SPLIT_MAX_SEGMENTS and pairs * (2 * segments) <= budget:  # twice as many still fit
         segments *= 2
     return segments
 
@@ -458,7 +458,7 @@ def decide(shape: BatchShape, platform: Platform, variant: str = AUTO) -> Decisi
         # ragged decodes: a tree reads no sum of keys (its training batches are uniform);
         # decodes past 2.5k keys: a tree's splits keep 16 or 32 segments, the tune space's,
         # and on 64 pairs it ran the Gluon kernel, where `_split_segments`' 4 segments took
-        # 0.87-0.96x its time (rules.yaml, split-segments). The occupancy rule holds whatever
+        # 0.86-0.96x its time (rules.yaml, split-segments). The occupancy rule holds whatever
         # the tree (uniform decodes over fewer keys keep the tree's pick)
         return Decision(_split_config(shape, platform),
                         _split_why(shape, platform) + ", whatever the fitted tree")
