@@ -61,7 +61,7 @@ def _auto(shape: BatchShape, p: Platform) -> Decision:
     The paper's steps themselves (``variant="qblock"``, Fig. 7-8) stay Triton.
     """
     if _split_kv(shape, p):
-        return Decision(_split_config(shape, p), _split_why(shape, p))
+        return _split_decision(shape, p)
     triton_short = _triton_for_many_short_queries(shape, p)
     if triton_short is not None:
         return triton_short
@@ -162,7 +162,10 @@ def _persistent_pays(shape: BatchShape, p: Platform) -> bool:
     return shape.max_seqlen_k <= PERSISTENT_MAX_KEYS or hopper.many_items(shape, p.num_sms)
 
 
-def _split_why(shape: BatchShape, p: Platform) -> str:
+def _split_decision(shape: BatchShape, p: Platform) -> Decision:
+    """The split-KV step's config (`_split_config`) and why: the programs the Q-block step
+    would launch for the SMs, and how the keys are cut."""
+    config = _split_config(shape, p)
     gluon = ""
     if _gluon_runs(shape, p):
         wave = ", the batch being ragged over more than a wave" if _ragged_over_a_wave(shape, p) else ""
@@ -171,11 +174,11 @@ def _split_why(shape: BatchShape, p: Platform) -> str:
     if shape.full_length_share < 1:
         ragged = (f", {_full_length_programs(shape, p)} at the longest sequence's length "
                   f"({shape.sum_seqlen_k} keys in {shape.num_seqs} sequences)")
-    config = _split_config(shape, p)
-    equal = ("; segments as long as the longest sequence's" if config.equal_segments
-             else f"; {config.num_segments} segments per Q-block")
-    return (f"split-KV: {shape.max_seqlen_q}-token queries over {shape.max_seqlen_k} keys; the Q-block step would "
-            f"launch {_programs_2d(shape, p)} programs{ragged} for {p.num_sms} SMs{gluon}{equal}")
+    cut = ("; segments as long as the longest sequence's" if config.equal_segments
+           else f"; {config.num_segments} segments per Q-block")
+    return Decision(config, f"split-KV: {shape.max_seqlen_q}-token queries over {shape.max_seqlen_k} keys; the "
+                            f"Q-block step would launch {_programs_2d(shape, p)} programs{ragged} for {p.num_sms} "
+                            f"SMs{gluon}{cut}")
 
 
 SPLIT_MIN_KEYS = 512  # longest sequence from which a batch of short queries may split its keys
@@ -460,8 +463,8 @@ def decide(shape: BatchShape, platform: Platform, variant: str = AUTO) -> Decisi
         # and on 64 pairs it ran the Gluon kernel, where `_split_segments`' 4 segments took
         # 0.86-0.96x its time (rules.yaml, split-segments). The occupancy rule holds whatever
         # the tree (uniform decodes over fewer keys keep the tree's pick)
-        return Decision(_split_config(shape, platform),
-                        _split_why(shape, platform) + ", whatever the fitted tree")
+        split = _split_decision(shape, platform)
+        return split._replace(why=split.why + ", whatever the fitted tree")
     triton_short = _triton_for_many_short_queries(shape, platform)
     if triton_short is not None:
         return triton_short._replace(why=triton_short.why + ", whatever the fitted tree")
