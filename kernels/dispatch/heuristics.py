@@ -263,7 +263,10 @@ def _split_segments(shape: BatchShape, p: Platform) -> int:
     time at the same segments. Past 66 pairs (split only where the Gluon kernel does not run
     short queries: heads of 96 and 192, up to a program per SM) 2 segments: Phi-3 (head 96)
     at 128 pairs 0.96x the time of 16, at 96 pairs 1.03x (139 against 135 us; 8 segments
-    133, 4 segments 143); at 64 pairs 4 segments 0.99x."""
+    133, 4 segments 143); at 64 pairs 4 segments 0.99x. On an H200 (132 SMs too, no fitted
+    tree; docs/perf/h200/rules-segs-2026-11-28.csv) the rule's pick took 0.80-1.01x the
+    time of 16 segments on the nine head-128 cases, 0.83x on Phi-3's 128 pairs and 1.06x
+    on its 96 (8 segments 0.94x): the one case both GPUs place elsewhere."""
     pairs = shape.num_seqs * shape.num_kv_heads
     budget = SPLIT_PROGRAMS_PER_SM * p.num_sms
     segments = 2
