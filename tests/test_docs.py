@@ -288,11 +288,12 @@ def test_the_held_out_grid_numbers_come_from_the_committed_csvs():
     from attnbench.analysis.collect import load_microbench
     from attnbench.analysis.report import against_fa3_and_best
 
-    stated = {}
-    for tree in ("tuned", "untuned"):
-        lines = against_fa3_and_best(load_microbench(ROOT / f"docs/perf/h100/heldout-{tree}.csv"))
+    def geomean_and_worst(csv_path: str) -> tuple[str, str]:
+        lines = against_fa3_and_best(load_microbench(ROOT / csv_path))
         summary = next(line for line in lines if line.startswith("- `auto` / FA3 over 45 cases"))
-        stated[tree] = re.search(r"geomean (\d\.\d+)x, worst (\d\.\d+)x", summary).groups()
+        return re.search(r"geomean (\d\.\d+)x, worst (\d\.\d+)x", summary).groups()
+
+    stated = {tree: geomean_and_worst(f"docs/perf/h100/heldout-{tree}.csv") for tree in ("tuned", "untuned")}
     readme = (ROOT / "README.md").read_text()
     assert (f"{stated['tuned'][0]}x FA3's time in geometric mean with the shipped\n  tree, {stated['untuned'][0]}x "
             f"without it; worst {float(stated['tuned'][1]):.1f}x") in readme
@@ -301,8 +302,6 @@ def test_the_held_out_grid_numbers_come_from_the_committed_csvs():
                     r"(\d\.\d{3})x \((\d\.\d{2})x,", perf).groups()
     assert row == (f"{float(stated['tuned'][0]):.3f}", f"{float(stated['tuned'][1]):.2f}",
                    f"{float(stated['untuned'][0]):.3f}", f"{float(stated['untuned'][1]):.2f}")
-    h200 = against_fa3_and_best(load_microbench(ROOT / "docs/perf/h200/heldout-untuned.csv"))
-    summary = next(line for line in h200 if line.startswith("- `auto` / FA3 over 45 cases"))
-    geomean, worst = re.search(r"geomean (\d\.\d+)x, worst (\d\.\d+)x", summary).groups()
+    geomean, worst = geomean_and_worst("docs/perf/h200/heldout-untuned.csv")
     assert f"H200, for which no tree is fitted, {geomean}x (worst {float(worst):.1f}x" in readme
     assert f"`auto` over FA3 {geomean}x in geometric mean, worst {float(worst):.2f}x" in perf

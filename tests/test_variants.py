@@ -334,10 +334,10 @@ def test_a_split_past_short_keys_takes_segments_for_about_two_programs_per_sm(mo
     if tree == "off":
         monkeypatch.setenv("ATTNBENCH_TUNED_TREE", "off")
 
-    def segments(num_seqs, keys, q_heads=32, kv_heads=8, queries=1, ragged=False, platform=H100_SM90):
+    def segments(num_seqs, keys, q_heads=32, kv_heads=8, queries=1, ragged=False):
         shape = BatchShape(num_seqs, num_seqs * queries, queries, keys, q_heads, kv_heads, 128,
                            sum_seqlen_k=num_seqs * keys - (keys // 2 if ragged else 0))
-        config = choose_config(shape, platform)
+        config = choose_config(shape, H100_SM90)
         assert config.variant == "parallel_tiled", shape
         return config.num_segments, config.equal_segments
 
