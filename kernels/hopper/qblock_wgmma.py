@@ -32,7 +32,7 @@ from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared,
 from triton.experimental.gluon.language.nvidia.ampere import async_copy
 
 from .blocks import (K_STAGES, V_STAGES, cp_async, cta_barrier, kv_tile_offsets, kv_tile_slots,
-                     locate_qblock, qblock_rows, rescale_rows, row_layout, softmax_tile, tile_range)
+                     locate_qblock, normalized_rows, qblock_rows, rescale_rows, row_layout, softmax_tile, tile_range)
 from .host import HEAD_SIZES, launch_qblock  # HEAD_SIZES: the heads it takes, at their own width
 
 NUM_WARPS = 8  # two warpgroups, 64 rows of the 128-row Q-block each
@@ -163,9 +163,7 @@ def qblock_wgmma_kernel(
     acc = rescale_rows(acc, alpha, True)
     acc = warpgroup_mma(p_op, v_smem.index(last % V_STAGES), acc, is_async=True)
     acc, p_op = warpgroup_mma_wait(num_outstanding=0, deps=(acc, p_op))
-    l_o = gl.convert_layout(l_i, gl.SliceLayout(1, o_layout))
-    o = acc / gl.expand_dims(gl.where(l_o == 0.0, 1.0, l_o), 1)
-    o = gl.convert_layout(o.to(dtype), io_layout)
+    o = gl.convert_layout(normalized_rows(acc, l_i, dtype), io_layout)
     o_rows = (q_start + tok).to(gl.int64) * stride_ot + head * stride_oh
     gl.store(out_ptr + gl.expand_dims(o_rows, 1) + gl.expand_dims(offs_d, 0), o, mask=gl.expand_dims(row_valid, 1))
 

@@ -53,9 +53,9 @@ from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared
 
 from ..config import SHORT_QUERY, BatchShape, KernelConfig, Platform, Step
 from .blocks import (K_STAGES, V_STAGES, any_row_moved, cp_async, cta_barrier, kv_page_offsets,
-                     kv_page_rows, kv_tile_offsets, kv_tile_slots, page_layout, program_item, program_rounds,
-                     qblock_item, qblock_rows, rescale_rows, row_layout, softmax_tile, tiles_of_whole_pages,
-                     to_16bit_pairs)
+                     kv_page_rows, kv_tile_offsets, kv_tile_slots, normalized_rows, page_layout, program_item,
+                     program_rounds, qblock_item, qblock_rows, rescale_rows, row_layout, softmax_tile,
+                     tiles_of_whole_pages, to_16bit_pairs)
 from .host import (ONE_PER_ITEM, PERSISTENT, PIECEWISE_HEAD_SIZES, head_pieces, launch_qblock, many_items,
                    max_tile_size, unsupported_reason)
 
@@ -257,13 +257,6 @@ def _q_piece(q_ptr, q_start, query_len, q_block_local, kv_head, stride_qt, strid
 
 
 @gluon.jit
-def _normalized(acc, l_i, dtype: gl.constexpr):
-    """``acc / l`` row by row in ``dtype`` (rows that saw no key: 0)."""
-    l_o = gl.convert_layout(l_i, gl.SliceLayout(1, acc.type.layout))
-    return (acc / gl.expand_dims(gl.where(l_o == 0.0, 1.0, l_o), 1)).to(dtype)
-
-
-@gluon.jit
 def _store_o(out_ptr, o_smem, o, q_start, query_len, q_block_local, kv_head, stride_ot, stride_oh, row0,
              ROWS: gl.constexpr, BLOCK_Q: gl.constexpr, QPK: gl.constexpr, COL0: gl.constexpr, WIDTH: gl.constexpr):
     """Store the valid rows of one column piece of this half's normalized output: through
@@ -458,9 +451,9 @@ def _consumer_item(out_ptr, q_ptr, q_start, query_len, q_block_local, context_le
 
     # the normalized rows out, one column piece at a time, through the Q buffers once every
     # warp's products are done with them
-    o = _normalized(acc, l_i, dtype)
+    o = normalized_rows(acc, l_i, dtype)
     if HEAD_REST > 0:
-        o_rest = _normalized(acc_rest, l_i, dtype)
+        o_rest = normalized_rows(acc_rest, l_i, dtype)
     cta_barrier()
     _store_o(out_ptr, q_smem, o, q_start, query_len, q_block_local, kv_head, stride_ot, stride_oh, HALF * ROWS, ROWS,
              BLOCK_Q, QPK, 0, HEAD_FIRST)
