@@ -262,6 +262,21 @@ def test_a_persistent_launch_claims_items_with_relaxed_atomics(aot_builds):
     assert by_variant["qblock_ws"]["atomic_orders"] == []
 
 
+def test_hopper_kernels_divide_per_row_and_mask_128_key_tiles_with_selects(aot_builds):
+    """The Gluon kernels normalize their output by each row's reciprocal (a handful of fp32
+    divisions per kernel, not one per output element: 64-128 before), and a masked 128-key
+    tile of a causal batch puts -inf in each hidden score with one select (64 per thread
+    per masked-tile copy: the peeled first tile and the loop's, per consumer), not through
+    the bitmasks LLVM packs a boolean tile of that width into."""
+    by_variant = {b["variant"]: b for b in aot_builds if b["target"] == "sm_90"}
+    for variant in ("qblock_wgmma", "qblock_ws", "qblock_ws_pp", "qblock_ws_dynamic", "qblock_ws_t64_lazy",
+                    "qblock_wgmma_h256", "qblock_ws_h256", "qblock_ws_h96", "qblock_ws_h192"):
+        assert 0 < by_variant[variant]["fp32_divisions"] <= 8, by_variant[variant]
+    consumers = {"qblock_wgmma": 1, "qblock_ws": 2, "qblock_ws_pp": 2, "qblock_ws_dynamic": 2, "qblock_ws_h96": 2}
+    for variant, copies in consumers.items():  # the 128-key builds (`aot.hopper_launches`)
+        assert by_variant[variant]["masked_selects"] == 2 * 64 * copies, by_variant[variant]
+
+
 def test_head_256_takes_64_key_tiles_on_hopper():
     """Head 256's 128-key K and V rings would not fit shared memory beside the Q-block (the
     64-key build takes 224 KiB: test_hopper_kernels_overlap_softmax_with_pv): asked for

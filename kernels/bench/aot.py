@@ -189,6 +189,19 @@ def atomic_orders(compiled) -> list[str]:
     return re.findall(r"atom\.global(?:\.\w+)*?\.(relaxed|acquire|release|acq_rel)\.", compiled.asm.get("ptx") or "")
 
 
+def fp32_divisions(compiled) -> int:
+    """fp32 divisions in a compiled CUDA kernel's PTX: each is four or five SASS
+    instructions (ptxas's range scaling around ``MUFU.RCP``), so a kernel that normalizes
+    its output divides once per row, not per element."""
+    return len(re.findall(r"\bdiv\.(?:full|rn|approx)[\w.]*\.f32\b", compiled.asm.get("ptx") or ""))
+
+
+def masked_selects(compiled) -> int:
+    """``selp.f32 ..., -inf`` in a compiled CUDA kernel's PTX: the scores a causal mask
+    puts -inf in with one select each (`hopper.blocks.hide_later_keys`)."""
+    return len(re.findall(r"selp\.f32\s+\S+,\s*\S+,\s*0fFF800000", compiled.asm.get("ptx") or ""))
+
+
 def ptxas_report(compiled, arch: int = 90) -> str:
     """What Triton's own ptxas says (``-v``) about a compiled CUDA kernel's PTX for
     ``sm_<arch>a``: registers, spills, and warnings such as C7512 (wgmma serialized: the
@@ -273,6 +286,7 @@ def main(argv: list[str] | None = None) -> int:
             "matrix_instructions": sorted(matrix_instructions(compiled)),
             "wgmma_waits": wgmma_waits(compiled),
             "atomic_orders": atomic_orders(compiled),
+            "fp32_divisions": fp32_divisions(compiled), "masked_selects": masked_selects(compiled),
         }
         if variant in hopper:  # what ptxas says of the kernels written for this chip
             build["ptxas"] = ptxas_report(compiled)
