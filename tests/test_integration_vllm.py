@@ -397,7 +397,10 @@ def test_shared_prefix_multiturn_and_trace_loads_on_a_server_with_prefix_caching
     trace_summary = summaries["trace"]
     assert trace_summary.load_timing == f"trace: the timestamps of {trace}, 1x as fast"
     sent = sorted(r.sent_s for r in read_records(tmp_path / "results" / "it" / "trace" / "r1" / "requests.jsonl"))
-    assert [round(s - sent[0], 1) for s in sent] == [0.0, 0.2, 0.4, 1.2, 1.3, 2.5]
+    # each request leaves at its timestamp, give or take the event loop's delay on a loaded
+    # machine (on the 2-core CI machine beside a CPU server the one at 0.2 s left at 0.25)
+    offsets = [s - sent[0] for s in sent]
+    assert all(abs(o - t) < 0.15 for o, t in zip(offsets, [0.0, 0.2, 0.4, 1.2, 1.3, 2.5])), offsets
     assert trace_summary.prefix_cache_hit_rate > 0.3  # the shared blocks (vLLM's CPU blocks: 128 tokens)
     prov = json.loads((tmp_path / "results" / "it" / "trace" / "provenance.json").read_text())
     assert prov["load_timing"] == trace_summary.load_timing
