@@ -41,7 +41,9 @@
 #   khost                `attnbench kernels overhead --json --profile`: host cost per kernel call
 #   gputest:FILE[@K]     `python3 -m pytest tests/FILE [-k K]` (the GPU kernel tests), log kept
 #   ncu:SUITE/CASE/IMPL[,IMPL...]
-#                        Nsight Compute's full set on one launch of each IMPL (`attnbench kernels run`)
+#                        Nsight Compute's full set on one launch of each IMPL (`attnbench kernels run`):
+#                        the details page, and the source counters per SASS instruction (warp samples,
+#                        executions) as CSV
 # Timeouts: MICRO_TIMEOUT_S (1800), TUNE_TIMEOUT_S (900), GPUTEST_TIMEOUT_S, NCU_TIMEOUT_S (300).
 set -u
 CAMPAIGN=${CAMPAIGN:-/tmp/campaign}
@@ -165,6 +167,8 @@ job() {
           -f -o "$CAMPAIGN/ncu/$case-$impl" attnbench kernels run "recipes/microbench/$suite.yaml" --case "$case" \
           --impl "$impl" --repeat 1 > "$CAMPAIGN/ncu/$case-$impl.log" 2>&1
         "$ncu" -i "$CAMPAIGN/ncu/$case-$impl.ncu-rep" --page details > "$CAMPAIGN/ncu/$case-$impl.txt" 2>&1
+        "$ncu" -i "$CAMPAIGN/ncu/$case-$impl.ncu-rep" --page source --csv --print-source sass \
+          > "$CAMPAIGN/ncu/$case-$impl-sass.csv" 2>&1
       done ;;
     *) echo "unknown job $spec" ;;
   esac
