@@ -267,6 +267,11 @@ def softcap_scores(s, qk_scale, softcap):
     return t * (softcap * LOG2E)
 
 
+# $0 = $1 (a score) where $2 (its key's position) <= $3 (its query's), else -inf
+_HIDE_LATER_KEY: gl.constexpr = gl.constexpr(
+    "{ .reg .pred v; setp.le.s32 v, $2, $3; selp.f32 $0, $1, 0fFF800000, v; }")
+
+
 @gluon.jit
 def hide_later_keys(s, pos_k, pos_q):
     """Scores ``s`` with -inf where a key comes after the row's query (``pos_k > pos_q``;
@@ -277,8 +282,8 @@ def hide_later_keys(s, pos_k, pos_q):
     tiles (32 compares per thread) it leaves them as they are; there, and with a window's
     second compare, `softmax_tile` keeps ``gl.where`` (with this, Gemma-2's head 256 and
     window over 64-key tiles took 1.016x the time on its 2 x 4k prefill, H100)."""
-    return gl.inline_asm_elementwise("{ .reg .pred v; setp.le.s32 v, $2, $3; selp.f32 $0, $1, 0fFF800000, v; }",
-                                     "=f,f,r,r", [s, pos_k, pos_q], dtype=gl.float32, is_pure=True, pack=1)
+    return gl.inline_asm_elementwise(_HIDE_LATER_KEY, "=f,f,r,r", [s, pos_k, pos_q], dtype=gl.float32,
+                                     is_pure=True, pack=1)
 
 
 @gluon.jit

@@ -32,7 +32,8 @@ from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared,
 from triton.experimental.gluon.language.nvidia.ampere import async_copy
 
 from .blocks import (K_STAGES, V_STAGES, cp_async, cta_barrier, kv_tile_offsets, kv_tile_slots,
-                     locate_qblock, normalized_rows, qblock_rows, rescale_rows, row_layout, softmax_tile, tile_range)
+                     locate_qblock, normalized_rows, qblock_rows, rescale_rows, row_layout, softmax_tile,
+                     tile_range)
 from .host import HEAD_SIZES, launch_qblock  # HEAD_SIZES: the heads it takes, at their own width
 
 NUM_WARPS = 8  # two warpgroups, 64 rows of the 128-row Q-block each
