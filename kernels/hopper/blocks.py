@@ -307,6 +307,9 @@ def softmax_tile(s, m_i, l_i, tile, first_unmasked, first_masked, pos_q, qk_scal
         scale = 1.0
     else:
         scale = qk_scale
+    # each branch computes its own max and exponentials (the same lines but for the masked
+    # rows' guard), not one tail after the branch: the unmasked block, the hot one, keeps
+    # the SASS that was timed (a joined tail moves its exponentials out of it; untimed)
     if (tile >= first_masked) | (tile < first_unmasked):
         pos_k = tile * TILE_SIZE + gl.arange(0, TILE_SIZE, layout=gl.SliceLayout(0, s.type.layout))
         if TILE_SIZE >= 128 and not USE_WINDOW:  # where LLVM packs the mask (`hide_later_keys`)
