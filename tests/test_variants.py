@@ -497,13 +497,44 @@ def test_prefills_of_many_work_items_launch_persistent(monkeypatch, tree):
     for fewer in (BatchShape(4, 4 * 512, 512, 512, 32, 8, 128), BatchShape(1, 2048, 2048, 2048, 32, 8, 128)):
         assert decide(fewer, H100_SM90).config.persistent is False, fewer
     gemma = BatchShape(4, 4 * 4096, 4096, 4096, 16, 8, 256)  # 2,048 items, 15.5 per SM
-    assert host.claims_items(4096, host.work_items(4 * 4096, 2, 8), 132) and not host.many_items(gemma, 132)
+    assert host.claims_items(4096, host.work_items(4 * 4096, 4, 4096, 2, 8), 132) and not host.many_items(gemma, 132)
     assert decide(gemma, H100_SM90).config.persistent is False
     assert host.many_items(BatchShape(48, 48 * 384, 384, 384, 32, 8, 128), 132)
     assert not host.many_items(BatchShape(4, 4 * 512, 512, 512, 32, 8, 128), 132)
     assert not host.many_items(BatchShape(2048, 2048, 1, 4096, 32, 8, 128), 132)  # decodes
     # Qwen-7B: Q-blocks of 18 tokens x 7 heads, 4,552 of them
     assert host.many_items(BatchShape(40, 40 * 512, 512, 512, 28, 4, 128), 132)
+
+
+@pytest.mark.parametrize("tree", ["shipped", "off"])
+def test_a_mixed_batch_counts_one_work_item_per_decode(monkeypatch, tree):
+    """A decode beside prompts is a Q-block of its own: Phi-3's 32 decodes beside two 1k
+    prompts hold 41 Q-blocks x 32 KV heads = 1,312 items at least (9.9 per SM), not the
+    17 x 32 = 544 their 2,080 tokens fill, so the batch launches persistent and claims its
+    items (on the H100, docs/perf/h100/dynamic-2026-11-27.csv: 357 against 375 us one per
+    item); Llama-8B's 48 decodes beside a 2k chunk hold (64 + 48) x 8 = 896 (6.8 per SM;
+    215 against 222 us). Without decodes the count is the tokens' (a uniform prefill's
+    Q-blocks are full), and 16 decodes beside four 256-token prompts of Llama-70B (520
+    items, 3.9 per SM) keep one program per item."""
+    from attnbench.kernels.dispatch.heuristics import decide
+    from attnbench.kernels.hopper import host
+
+    monkeypatch.setattr(host, "available", lambda: True)
+    if tree == "off":
+        monkeypatch.setenv("ATTNBENCH_TUNED_TREE", "off")
+    phi3_mix = BatchShape(34, 32 + 2 * 1024, 1024, 2000, 32, 32, 96, 32 * 2000 + 2 * 1024)
+    assert host.work_items(32 + 2 * 1024, 34, 1024, 1, 32) == 1312
+    llama_mix = BatchShape(49, 48 + 2048, 2048, 3072, 32, 8, 128, 48 * 3072 + 3072)
+    assert host.work_items(48 + 2048, 49, 2048, 4, 8) == 896
+    for mixed in (phi3_mix, llama_mix):
+        assert host.many_items(mixed, 132), mixed
+        config = decide(mixed, H100_SM90).config
+        assert (config.variant, config.persistent) == ("qblock_ws", True), mixed
+    assert host.work_items(4 * 2048, 4, 2048, 4, 8) == 4 * 64 * 8  # uniform prefill: its tokens' Q-blocks
+    seventy_b_mix = BatchShape(20, 16 + 4 * 256, 256, 8192, 64, 8, 128, 20 * 8192)
+    assert host.work_items(16 + 4 * 256, 20, 256, 8, 8) == 520
+    assert not host.many_items(seventy_b_mix, 132)
+    assert decide(seventy_b_mix, H100_SM90).config.persistent is False
 
 
 @pytest.mark.parametrize("tree", ["shipped", "off"])

@@ -50,12 +50,17 @@ def max_tile_size(head_size: int) -> int:
 PERSISTENT_MIN_ITEMS_PER_SM = 5  # work items per SM from which long queries' batches launch persistent
 
 
-def work_items(num_tokens: int, queries_per_kv: int, num_kv_heads: int) -> int:
-    """A batch's work items (Q-blocks of ``BLOCK_M // queries_per_kv`` tokens x KV heads),
-    counted from its tokens: a lower bound (a launch's list, `launch_qblock`, bounds them
-    from above with a surplus Q-block per sequence)."""
+def work_items(num_tokens: int, num_seqs: int, max_seqlen_q: int, queries_per_kv: int, num_kv_heads: int) -> int:
+    """A batch's work items (Q-blocks of ``BLOCK_M // queries_per_kv`` tokens x KV heads), at
+    least: the longest query's Q-blocks, and for the other sequences one Q-block each or
+    their tokens' worth, whichever is more. (A launch's list, `launch_qblock`, bounds them
+    from above with a surplus Q-block per sequence.) Counting tokens alone would count a
+    mixed batch's decodes as a few Q-blocks in all where each is one: Phi-3's 32 decodes
+    beside two 1k prompts hold 1,312 items or more, not 544."""
     block_q = max(1, BLOCK_M // queries_per_kv)  # heads past BLOCK_M per KV head: not the kernels'
-    return -(-num_tokens // block_q) * num_kv_heads
+    longest = -(-max_seqlen_q // block_q)
+    others = max(num_seqs - 1, -(-(num_tokens - max_seqlen_q) // block_q))
+    return (longest + others) * num_kv_heads
 
 
 def claims_items(max_seqlen_q: int, items: int, programs: int) -> bool:
@@ -82,7 +87,8 @@ def many_items(shape: BatchShape, num_sms: int) -> bool:
     of 256-wide rows over its keys, 64 at a time) that a program's start is no share of it, and
     the persistent launch gained nothing on Gemma-2's prefills from 5.8 to 15.5 items per
     SM (0.996-1.02x one program per item)."""
-    items = work_items(shape.num_tokens, shape.queries_per_kv, shape.num_kv_heads)
+    items = work_items(shape.num_tokens, shape.num_seqs, shape.max_seqlen_q, shape.queries_per_kv,
+                       shape.num_kv_heads)
     return max_tile_size(shape.head_size) >= max(TILE_SIZES) and claims_items(shape.max_seqlen_q, items, num_sms)
 
 
@@ -175,7 +181,8 @@ def launch_qblock(kernel, extra: dict, out, q, k_cache, v_cache, block_table, cu
         elif compile_only:  # the batches this binary will run decide
             claims = [False, True]
         else:
-            claims = [claims_items(max_seqlen_q or 0, work_items(g.num_tokens, g.qpk, g.num_kv_heads), programs)]
+            items_bound = work_items(g.num_tokens, g.num_seqs, max_seqlen_q or 1, g.qpk, g.num_kv_heads)
+            claims = [claims_items(max_seqlen_q or 0, items_bound, programs)]
         # claimed items come from a counter that starts at 0 (a memset per launch); a launch
         # that does not claim, or only compiles, never reads it (the kernel does not
         # specialize on it, so any int32 tensor compiles the same binary)
