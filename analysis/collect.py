@@ -122,6 +122,37 @@ def _energy_columns(energy: EnergyReading | None) -> dict:
     return columns
 
 
+# where a request's time went by vLLM's own clocks (`runner.witness`: its /metrics between
+# the scrapes around a repeat), ms, means over the repeat's requests
+ENGINE_COLUMNS = ("server_e2el_ms", "engine_e2el_ms", "outside_engine_ms", "engine_itl_ms")
+
+
+def _engine_columns(server_metrics: dict | None) -> dict:
+    """A repeat's `ENGINE_COLUMNS` from the server's metrics (none where it had no /metrics):
+
+    * ``server_e2el_ms``: vLLM's E2EL, from the API server's arrival of a request to its
+      handling of the last token;
+    * ``engine_e2el_ms``: queued + prefill + decode time, stamped by the engine core (from
+      the request's queueing to its last token);
+    * ``outside_engine_ms``: the difference, the time a request spent in the API server:
+      tokenized and handed to the engine, then its outputs waiting to be detokenized and
+      streamed (a backlog there delays every client latency while the engine's do not move);
+    * ``engine_itl_ms``: vLLM's inter-token latency, between the engine steps that made
+      consecutive tokens (the client's ITL adds the API server's and the network's jitter).
+    """
+    m = server_metrics or {}
+    parts = [m.get(f"mean_{name}_ms") for name in ("queue", "prefill", "decode")]
+    out = {}
+    if m.get("mean_e2el_ms") is not None:
+        out["server_e2el_ms"] = m["mean_e2el_ms"]
+        if all(v is not None for v in parts):
+            out["engine_e2el_ms"] = sum(parts)
+            out["outside_engine_ms"] = m["mean_e2el_ms"] - sum(parts)
+    if m.get("mean_itl_ms") is not None:
+        out["engine_itl_ms"] = m["mean_itl_ms"]
+    return out
+
+
 def read_record(path: Path, model: type[BaseModel], what: str) -> BaseModel:
     """A JSON file the runner wrote, as its typed record (``what`` names it in errors)."""
     try:
@@ -200,6 +231,7 @@ def collect_results(root: str | Path) -> Collected:
                          "jit_compiles": len(summary.jit_compiles or []), "session": summary.session or "",
                          **{f"host_{k}": v for k, v in (summary.client_host or {}).items()},  # HOST_COLUMNS
                          **_energy_columns(summary.energy),
+                         **_engine_columns(summary.server_metrics),
                          **({SLO_ATTAINMENT.name: 100 * summary.slo.attainment, "slo_holds": summary.slo.holds,
                              "slo": f"{', '.join(summary.slo.objectives)} (target {summary.slo.target:.0%})"}
                             if summary.slo else {}),

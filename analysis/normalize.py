@@ -25,7 +25,7 @@ import pandas as pd
 
 from attnbench.runner.catalogue import METRICS, REPORTED
 
-from .collect import HOST_COLUMNS, Collected, CollectError
+from .collect import ENGINE_COLUMNS, HOST_COLUMNS, Collected, CollectError
 
 CONVENTION = ("bars: mean of repeats; error bars: min/max over repeats (throughput), "
               "p20/p80 over requests, mean of the repeats' (latency)")
@@ -83,6 +83,9 @@ def aggregate(data: Collected, keep_degraded: bool = False) -> pd.DataFrame:
         for tenth in ("itl_first_tenth", "itl_last_tenth"):
             column = f"{tenth}_ms"
             row[tenth] = g[column].mean() if column in g else np.nan
+        for column in ("mean_e2el_ms", "mean_itl_ms", *ENGINE_COLUMNS):  # means, beside vLLM's own clocks
+            if column in g and g[column].notna().any():
+                row[column] = g[column].mean()
         rows.append(row)
     return pd.DataFrame(rows)
 

@@ -295,6 +295,26 @@ def _energy_table(s: pd.DataFrame) -> list[str]:
             pd.DataFrame(cells).rename(columns=ENERGY_HEADINGS).to_markdown(index=False, disable_numparse=True), ""]
 
 
+ENGINE_HEADINGS = {"run": "run", "mean_e2el_ms": "client E2EL ms", "server_e2el_ms": "server E2EL ms",
+                   "engine_e2el_ms": "in the engine ms", "outside_engine_ms": "outside the engine ms",
+                   "mean_itl_ms": "client ITL ms", "engine_itl_ms": "engine ITL ms"}
+
+
+def _engine_table(s: pd.DataFrame) -> list[str]:
+    """Where a request's time went, by vLLM's own clocks beside the client's (means over
+    requests and repeats; `collect._engine_columns`), where the server had /metrics."""
+    if "outside_engine_ms" not in s or s["outside_engine_ms"].isna().all():
+        return []
+    t = s[[c for c in ENGINE_HEADINGS if c in s]]
+    cells = {c: [format_value(v, c) for v in t[c]] for c in t.columns}
+    return ["Where a request's time went (means over requests): the client's E2EL and ITL beside vLLM's own "
+            "(its /metrics around each repeat). In the engine: queued + prefill + decode, stamped by the engine "
+            "core; outside the engine: the rest of the server's E2EL, spent in the API server (tokenizing, then "
+            "detokenizing and streaming the outputs). Latencies that differ between runs outside the engine "
+            "only are not the attention backend's:", "",
+            pd.DataFrame(cells).rename(columns=ENGINE_HEADINGS).to_markdown(index=False, disable_numparse=True), ""]
+
+
 def _fig9_tables(s: pd.DataFrame) -> list[str]:
     """Paper Fig. 9: % of FA3 per line and length, and the paper's claims beside ours."""
     table = fig9.sweep_table(s)
@@ -425,6 +445,7 @@ def write_report(analysis: Analysis, path: Path, notes: tuple[str, ...] = ()) ->
             lines += _timing_lines(s)
             lines += _turn_table(s)
             lines += _energy_table(s)
+            lines += _engine_table(s)
             lines += _warnings(s)
             if s["output_len"].nunique() > 1:
                 lines += _fig9_tables(s)

@@ -699,3 +699,43 @@ def test_energy_is_a_column_a_table_and_a_panel_where_measured(tmp_path, capture
     analysis = analyze([tmp_path / "cpu"], tmp_path / "cpu-figs")
     text = write_report(analysis, tmp_path / "cpu.md").read_text()
     assert "tok/J" not in text and "energy" not in text.lower()
+
+
+def test_the_report_splits_a_requests_time_at_the_engine_where_the_server_counted_it(tmp_path):
+    """summary.json's server_metrics (vLLM's /metrics around a repeat): the engine's time per
+    request (queued + prefill + decode, engine-core stamps) against the server's E2EL, the
+    rest being the API server's, beside the client's mean E2EL and ITL. Two runs whose
+    engine times agree and whose deliveries differ show it in the table; a run without the
+    server's metrics leaves its cells empty, and a tree without any has no table."""
+    store = ResultsStore(tmp_path / "res", "talk")
+    for run, backend in (("custom", "CUSTOM"), ("flash", "FLASH_ATTN")):
+        write_run(store, "talk", run, [make_records([100, 120], 10), make_records([110, 130], 10)], backend=backend)
+    write_run(store, "talk", "cpu", [make_records([100, 120], 10)])
+    metrics = {"custom": [(12_000.0, 1_000.0, 400.0, 5_400.0, 22.0), (13_000.0, 1_000.0, 400.0, 5_400.0, 22.0)],
+               "flash": [(10_000.0, 1_100.0, 380.0, 5_420.0, 21.0), (10_000.0, 1_100.0, 380.0, 5_420.0, 23.0)]}
+    for run, repeats in metrics.items():
+        for k, (e2el, queue, prefill, decode, itl) in enumerate(repeats, start=1):
+            path = store.repeat_dir(run, k) / "summary.json"
+            server = {"mean_e2el_ms": e2el, "mean_queue_ms": queue, "mean_prefill_ms": prefill,
+                      "mean_decode_ms": decode, "mean_itl_ms": itl, "requests": 2.0}
+            path.write_text(json.dumps({**json.loads(path.read_text()), "server_metrics": server}))
+    agg = aggregate(collect_results(tmp_path / "res")).set_index("run")
+    assert agg.loc["custom", "server_e2el_ms"] == 12_500.0 and agg.loc["custom", "engine_e2el_ms"] == 6_800.0
+    assert agg.loc["custom", "outside_engine_ms"] == 5_700.0 and agg.loc["flash", "outside_engine_ms"] == 3_100.0
+    assert agg.loc["flash", "engine_itl_ms"] == 22.0 and pd.isna(agg.loc["cpu", "outside_engine_ms"])
+    text = write_report(analyze([tmp_path / "res"], tmp_path / "figs"), tmp_path / "report.md").read_text()
+    table = text[text.index("Where a request's time went"):].splitlines()
+    assert [c.strip() for c in table[2].split("|")[1:-1]] == [
+        "run", "client E2EL ms", "server E2EL ms", "in the engine ms", "outside the engine ms", "client ITL ms",
+        "engine ITL ms"]
+    rows = {cells[0]: cells[1:] for cells in ([c.strip() for c in line.split("|")[1:-1]] for line in table[4:7])}
+    client_e2el = format_value(agg.loc["custom", "mean_e2el_ms"])
+    assert rows["custom"] == [client_e2el, "12,500", "6,800", "5,700", format_value(agg.loc["custom", "mean_itl_ms"]),
+                              "22"]
+    assert rows["flash"][1:4] == ["10,000", "6,900", "3,100"]
+    assert rows["cpu"][1:4] == ["-"] * 3 and rows["cpu"][5] == "-" and rows["cpu"][0] != "-"
+
+    bare = ResultsStore(tmp_path / "bare", "demo")
+    write_run(bare, "demo", "cpu", [make_records([100, 120], 10)])
+    text = write_report(analyze([tmp_path / "bare"], tmp_path / "bare-figs"), tmp_path / "bare.md").read_text()
+    assert "Where a request's time went" not in text
