@@ -653,3 +653,23 @@ def test_where_the_gluon_kernel_runs_a_decode_batch_splits_only_at_half_the_sms(
                      else ["parallel_tiled", "parallel_tiled", "parallel_tiled"])
     # a head the Gluon kernel does not run decodes at (two pieces) keeps the Triton step's split point
     assert choose_config(BatchShape(16, 16, 1, 8192, 16, 8, 192), h200).variant == "parallel_tiled"
+
+
+def test_the_gluon_kernel_takes_128_key_tiles_past_512_keys_where_they_fit():
+    """`qblock_ws.default_config` (what a GPU without a fitted tree runs): 64-key tiles up to
+    512 keys, 128-key ones past them at heads up to 128 (on the H100 128-key tiles took
+    0.94-0.99x the 64-key time over 700-1,024 keys, 1.03-1.11x over 256-512:
+    docs/perf/h100/short-tiles-2026-11-28.csv); head 256 keeps 64 (shared memory). The
+    tile does not move the persistent launch: short queries up to 1,024 keys stay
+    persistent, a uniform prefill of few items does not."""
+    from attnbench.kernels.hopper import qblock_ws
+
+    def config(keys, head=128, queries=1, seqs=96):
+        return qblock_ws.default_config(BatchShape(seqs, seqs * queries, queries, keys, 32, 8, head), HOPPER_UNTUNED)
+
+    for head in (64, 128):
+        assert [config(k, head).tile_size for k in (256, 512, 513, 700, 1024, 4096)] == [64, 64, 128, 128, 128, 128]
+    assert {config(k, 256).tile_size for k in (256, 700, 4096)} == {64}
+    assert config(700).persistent and config(1024).persistent and not config(2048).persistent
+    prefill = config(768, queries=768, seqs=2)  # 2 x 24 Q-blocks x 8 heads: 384 items, 3.4 per SM
+    assert (prefill.tile_size, prefill.persistent) == (128, False)

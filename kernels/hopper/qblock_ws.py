@@ -644,33 +644,36 @@ def launch(out, q, k_cache, v_cache, block_table, cu_seqlens_q, seq_lens, *, sca
 
 # Its configs: num_warps and num_stages as the kernel fixes them (3 warpgroups, a 2-deep K
 # ring). 128-key tiles halve the fixed cost per tile (barrier waits, row reductions) that
-# bounds it once a Q-block has many tiles: on the H100 they win from 2,048 keys (prefill B1
-# 8k 1,070 vs 1,168 us, mixed 2k 309 vs 319); up to 512 keys 64-key tiles do (serving steps
-# 63 vs 66 us), wasting less on the causal diagonal and the last partial tile
-# (docs/perf/kernels-h100.md)
+# bounds it once a Q-block has many tiles; 64-key tiles waste less on the causal diagonal
+# and the last partial tile. On the H100 (rules.yaml short-tiles and many-items, code
+# 9b4c50f, docs/perf/h100/short-tiles-2026-11-28.csv) 128-key tiles took 0.94-0.99x the
+# 64-key time on prefills and mixed batches over 700-1,024 keys at heads of 64 and 128, and
+# 1.03-1.11x over 256-512 keys; from 2,048 keys they win by more (prefill B1 8k 1,070 vs
+# 1,168 us, docs/perf/kernels-h100.md)
 SHORT_KEYS = KernelConfig("qblock_ws", tile_size=64, block_m=128, num_warps=12, num_stages=2)
-SHORT_KEYS_PERSISTENT = replace(SHORT_KEYS, persistent=True)
 LONG_KEYS = replace(SHORT_KEYS, tile_size=128)
-LONG_KEYS_FROM = 1024  # max_seqlen_k above which LONG_KEYS runs
+LONG_KEYS_FROM = 512  # max_seqlen_k above which LONG_KEYS' 128-key tiles run (where they fit)
+PERSISTENT_SHORT_QUERIES_MAX_KEYS = 1024  # up to which batches of short queries launch persistent
 
 
 def default_config(shape: BatchShape, p: Platform) -> KernelConfig:
     """64-key tiles up to `LONG_KEYS_FROM` keys, 128-key ones past them where they fit
     (`host.max_tile_size`: not with head 256). Persistent (one program per SM, each with a
     share of the items) wherever the batch has many items per SM (`host.many_items`: its
-    programs then claim them as they free up), and up to `LONG_KEYS_FROM` keys where it
-    holds short queries (decodes, speculative decodes, or a mix): its items are short, so a
-    program's start is a real share of each. On the H100's training set the persistent
-    launch took 0.92-1.00x its one-per-item time on such batches (decodes and mixed
-    batches of 1-256 sequences over 256-1k keys) and 1.02-1.06x on uniform prefills of a
-    few items per SM, which keep one program per item."""
-    if shape.max_seqlen_k > LONG_KEYS_FROM:
-        config = LONG_KEYS if max_tile_size(shape.head_size) >= LONG_KEYS.tile_size else SHORT_KEYS
-        return replace(config, persistent=True) if many_items(shape, p.num_sms) else config
+    programs then claim them as they free up), and up to `PERSISTENT_SHORT_QUERIES_MAX_KEYS`
+    keys where it holds short queries (decodes, speculative decodes, or a mix): its items are
+    short, so a program's start is a real share of each. On the H100's training set the
+    persistent launch took 0.92-1.00x its one-per-item time on such batches (decodes and
+    mixed batches of 1-256 sequences over 256-1k keys) and 1.02-1.06x on uniform prefills of
+    a few items per SM, which keep one program per item."""
+    long_tiles = shape.max_seqlen_k > LONG_KEYS_FROM and max_tile_size(shape.head_size) >= LONG_KEYS.tile_size
+    config = LONG_KEYS if long_tiles else SHORT_KEYS
+    if many_items(shape, p.num_sms):
+        return replace(config, persistent=True)
+    if shape.max_seqlen_k > PERSISTENT_SHORT_QUERIES_MAX_KEYS:
+        return config
     uniform_prefill = shape.max_seqlen_q > SHORT_QUERY and shape.num_tokens == shape.num_seqs * shape.max_seqlen_q
-    if uniform_prefill and not many_items(shape, p.num_sms):
-        return SHORT_KEYS
-    return SHORT_KEYS_PERSISTENT
+    return config if uniform_prefill else replace(config, persistent=True)
 
 
 def refuses(q, k_cache, v_cache) -> str | None:
