@@ -110,7 +110,9 @@ async def run_conversations(cfg: LoadConfig, conversations: Sequence[Conversatio
                     history = req.prompt + SEPARATOR + "".join(answer)
                     history_tokens = (rec.prompt_tokens or req.prompt_len) + (rec.completion_tokens or len(answer))
                     due = rec.end_s + think_time_s
-                    await asyncio.sleep(max(0.0, t0 + due - time.perf_counter()))
+                    # not before it is due: the event loop may wake a sleep up to a millisecond early
+                    while (delay := t0 + due - time.perf_counter()) > 0:
+                        await asyncio.sleep(delay)
 
         tasks = [asyncio.create_task(converse(c)) for c in conversations]
         watch = asyncio.create_task(watch_loop(stats)) if stats is not None else None
