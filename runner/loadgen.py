@@ -455,9 +455,7 @@ async def run_load(cfg: LoadConfig, requests: list[BenchRequest], offsets: Itera
             # behind 1,024 busy streams took seconds, and slots freed meanwhile stood idle.)
             for i in sorted(range(len(records)), key=lambda i: records[i].scheduled_s):
                 rec = records[i]
-                # the event loop may wake a timer up to a millisecond early: sleep again until due
-                while (delay := rec.scheduled_s - (time.perf_counter() - t0)) > 0:
-                    await asyncio.sleep(delay)
+                await sleep_until(t0, rec.scheduled_s)
                 rec.dispatch_s = time.perf_counter() - t0
                 tasks.append(asyncio.create_task(one(i, requests[i], rec)))
                 if gate is None or not gate.locked():
@@ -485,6 +483,13 @@ async def run_load(cfg: LoadConfig, requests: list[BenchRequest], offsets: Itera
                 if on_done:
                     on_done(rec)
     return records
+
+
+async def sleep_until(t0: float, due_s: float) -> None:
+    """Sleep until ``due_s`` seconds after ``t0`` (a `time.perf_counter` reading), never
+    less: the event loop may wake a timer up to a millisecond early, so it sleeps again."""
+    while (delay := t0 + due_s - time.perf_counter()) > 0:
+        await asyncio.sleep(delay)
 
 
 async def watch_idle(idle: IdleWatch, in_flight: Callable[[], list[asyncio.Task]],

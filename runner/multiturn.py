@@ -25,8 +25,8 @@ from dataclasses import dataclass
 import aiohttp
 
 from .datasets import BenchRequest, Conversation
-from .loadgen import (IDLE_CONNECTION_S, ClientStats, IdleWatch, LoadConfig, RequestRecord, stream_one, watch_idle,
-                      watch_loop, write_times)
+from .loadgen import (IDLE_CONNECTION_S, ClientStats, IdleWatch, LoadConfig, RequestRecord, sleep_until, stream_one,
+                      watch_idle, watch_loop, write_times)
 
 SEPARATOR = "\n\n"  # between the turns and answers of a history
 
@@ -110,9 +110,7 @@ async def run_conversations(cfg: LoadConfig, conversations: Sequence[Conversatio
                     history = req.prompt + SEPARATOR + "".join(answer)
                     history_tokens = (rec.prompt_tokens or req.prompt_len) + (rec.completion_tokens or len(answer))
                     due = rec.end_s + think_time_s
-                    # not before it is due: the event loop may wake a sleep up to a millisecond early
-                    while (delay := t0 + due - time.perf_counter()) > 0:
-                        await asyncio.sleep(delay)
+                    await sleep_until(t0, due)
 
         tasks = [asyncio.create_task(converse(c)) for c in conversations]
         watch = asyncio.create_task(watch_loop(stats)) if stats is not None else None

@@ -181,8 +181,9 @@ def launch_qblock(kernel, extra: dict, out, q, k_cache, v_cache, block_table, cu
         elif compile_only:  # the batches this binary will run decide
             claims = [False, True]
         else:
-            items_bound = work_items(g.num_tokens, g.num_seqs, max_seqlen_q or 1, g.qpk, g.num_kv_heads)
-            claims = [claims_items(max_seqlen_q or 0, items_bound, programs)]
+            longest_q = max_seqlen_q or 0
+            claims = [claims_items(longest_q, work_items(g.num_tokens, g.num_seqs, longest_q, g.qpk, g.num_kv_heads),
+                                   programs)]
         # claimed items come from a counter that starts at 0 (a memset per launch); a launch
         # that does not claim, or only compiles, never reads it (the kernel does not
         # specialize on it, so any int32 tensor compiles the same binary)
