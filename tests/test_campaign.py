@@ -1,4 +1,5 @@
-"""docs/campaign/campaign.sh's `seed`: what one GPU lease measured, carried into the next.
+"""docs/campaign/campaign.sh: `seed` (what one GPU lease measured, carried into the next) and
+the microbench job's arguments.
 
 A lease packs its runs into results.tgz (split into .part-* pieces past 15 MB); `seed`
 unpacks them here into .carry/results without the server logs and run locks, small enough
@@ -59,3 +60,26 @@ def test_seed_without_a_packed_lease_says_what_it_expected(tmp_path):
     assert done.returncode == 2
     assert done.stderr.strip() == (f"seed: {tmp_path} holds no results.tgz (nor results.tgz.part-*): "
                                    "expected a campaign's packed runs")
+
+
+@pytest.mark.parametrize("spec, args, csv", [
+    ("micro:rules/page-tiles+auto,fa3@none",
+     ["recipes/microbench/rules.yaml", "--impl", "auto", "--impl", "fa3", "--only", "page-tiles",
+      "--l2-flush", "none"], "rules-page-tiles+auto,fa3-none.csv"),
+    ("micro:heldout", ["recipes/microbench/heldout.yaml"], "heldout.csv"),
+])
+def test_a_micro_job_names_its_suite_group_and_implementations(tmp_path, spec, args, csv):
+    """A worker's micro job, with `attnbench` replaced by a script that records its arguments
+    (the job's command line is what is under test, not the microbenchmark)."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    fake = bin_dir / "attnbench"
+    fake.write_text(f'#!/bin/sh\nprintf "%s\\n" "$@" > {tmp_path}/argv\n')
+    fake.chmod(0o755)
+    campaign = tmp_path / "campaign"
+    done = subprocess.run(["bash", str(CAMPAIGN), "worker", spec], cwd=CAMPAIGN.parents[2], capture_output=True,
+                          text=True, timeout=60, env={"PATH": f"{bin_dir}:/usr/bin:/bin", "CAMPAIGN": str(campaign),
+                                                      "ATTNBENCH_GPU_SETUP": "1"})
+    assert done.returncode == 0, done.stderr
+    argv = (tmp_path / "argv").read_text().splitlines()
+    assert argv == ["microbench", *args, "--out", str(campaign / "micro" / csv)]

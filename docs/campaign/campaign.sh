@@ -26,10 +26,11 @@
 # Jobs:
 #   run:NAME[,NAME...]   `attnbench run ${SUITE:-recipes/h100.yaml} --only NAME ... --resume` (names or
 #                        patterns: run:'fig9-steps-*')
-#   micro:NAME[+IMPL,...][@FLUSH]
-#                        `attnbench microbench recipes/microbench/NAME.yaml` into micro/NAME.csv; +IMPL,...:
-#                        only those implementations; @read, @zero or @none: --l2-flush; after tree:off
-#                        the CSV's name ends in -untuned
+#   micro:NAME[/GROUP][+IMPL,...][@FLUSH]
+#                        `attnbench microbench recipes/microbench/NAME.yaml` into micro/NAME.csv; /GROUP:
+#                        only that group's (or case's) cases, into micro/NAME-GROUP.csv; +IMPL,...: only
+#                        those implementations; @read, @zero or @none: --l2-flush; after tree:off the
+#                        CSV's name ends in -untuned
 #   tune:SUITE           `attnbench tune recipes/microbench/SUITE.yaml` over recipes/microbench/tune-space.yaml:
 #                        the sweep into tune/SUITE.csv, the fitted tree into tune/tuned_SUITE.py
 #   tree:SUITE           later jobs run the tree tune:SUITE fitted (ATTNBENCH_TUNED_TREE), not the shipped one;
@@ -107,13 +108,15 @@ job() {
       attnbench run "${SUITE:-recipes/h100.yaml}" --models dummy --models-dir "$MODELS_DIR" \
         --out "$CAMPAIGN/results" --resume "${only[@]}" 2>&1 | grep -v "it/s]\|req/s]" ;;
     micro)
-      local what=${arg%@*} flush= suite impls= flags=() i
+      local what=${arg%@*} flush= suite impls= group= flags=() i
       [ "$what" != "$arg" ] && flush=${arg#*@}
       suite=${what%%+*}
       [ "$suite" != "$what" ] && impls=${what#*+}
+      [ "${suite#*/}" != "$suite" ] && group=${suite#*/} && suite=${suite%%/*}
       for i in ${impls//,/ }; do flags+=(--impl "$i"); done
+      [ -n "$group" ] && flags+=(--only "$group")
       [ -n "$flush" ] && flags+=(--l2-flush "$flush")
-      local csv=$CAMPAIGN/micro/$what${flush:+-$flush}
+      local csv=$CAMPAIGN/micro/${what//\//-}${flush:+-$flush}
       [ "${ATTNBENCH_TUNED_TREE:-}" = off ] && csv+=-untuned  # after tree:off
       mkdir -p "$CAMPAIGN/micro"
       [ -s "$csv.csv" ] || timeout "${MICRO_TIMEOUT_S:-1800}" attnbench microbench \
