@@ -195,6 +195,25 @@ def test_a_fitted_persistent_launch_runs_only_over_short_sequences(monkeypatch, 
         assert f"one program per item: the longest sequence has {shape.max_seqlen_k} keys" in why
 
 
+def test_the_fitted_trees_64_key_tiles_become_128_past_512_keys(monkeypatch):
+    """The shipped tree picks 64-key tiles for prompts of 288-768 tokens over at most 768 keys
+    (fitted before ded4027 made a masked 128-key tile cheaper); past 512 keys, where the
+    kernel's own tree takes 128-key tiles, `decide` does too (on the H100 and an H200
+    128-key tiles took 0.96-1.00x the 64-key time on rules.yaml's page-tiles cases over
+    600-768 keys: docs/perf/h100/page-tiles-2026-11-28.csv), and says so. At 512 keys the
+    tree's 64 stay (128-key tiles 1.03-1.06x there), and so do head 256's."""
+    from attnbench.kernels.dispatch.heuristics import decide
+    from attnbench.kernels.hopper import host
+
+    monkeypatch.setattr(host, "available", lambda: True)
+    for keys, tile in ((512, 64), (513, 128), (768, 128)):
+        config, why = decide(BatchShape(8, 8 * keys, keys, keys, 32, 8, 64), H100_SM90)
+        assert (config.variant, config.tile_size) == ("qblock_ws", tile), keys
+        assert (f"{tile}-key tiles: the longest sequence has {keys} keys" in why) == (tile == 128)
+    head_256 = decide(BatchShape(8, 8 * 768, 768, 768, 16, 8, 256), H100_SM90).config
+    assert head_256.tile_size == 64
+
+
 def test_the_fitted_tree_is_switched_off_or_swapped_by_name(monkeypatch, tmp_path):
     """ATTNBENCH_TUNED_TREE=off: the H100 runs the hand-written tree, what a GPU without a
     fitted tree runs; a path: the tree in that file; a file that is not a tree: one line."""

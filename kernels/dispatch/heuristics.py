@@ -483,6 +483,13 @@ def decide(shape: BatchShape, platform: Platform, variant: str = AUTO) -> Decisi
         config = replace(config, persistent=True)
         fitted += (f", persistent: at least {hopper.PERSISTENT_MIN_ITEMS_PER_SM} work items per SM, "
                    f"claimed as programs free up")
+    if (config.variant == GLUON_QBLOCK
+            and config.tile_size < (own_tiles := step(GLUON_QBLOCK).default_config(shape, platform).tile_size)):
+        # fitted before ded4027 made a masked 128-key tile cheaper: past `qblock_ws.LONG_KEYS_FROM`
+        # keys its own 128-key tiles took 0.94-1.00x the 64-key time on every rules.yaml case
+        # (short-tiles and page-tiles groups; docs/perf/h100/page-tiles-2026-11-28.csv, H100 and H200)
+        config = replace(config, tile_size=own_tiles)
+        fitted += f", {own_tiles}-key tiles: the longest sequence has {shape.max_seqlen_k} keys"
     if config.variant == GLUON_QBLOCK and config.tile_size > hopper.max_tile_size(shape.head_size):
         # fitted on head 128: a head the tree never saw may not fit its tiles in shared memory
         config = replace(config, tile_size=hopper.max_tile_size(shape.head_size))
