@@ -27,10 +27,10 @@
 #   run:NAME[,NAME...]   `attnbench run ${SUITE:-recipes/h100.yaml} --only NAME ... --resume` (names or
 #                        patterns: run:'fig9-steps-*')
 #   micro:NAME[/GROUP][+IMPL,...][@FLUSH]
-#                        `attnbench microbench recipes/microbench/NAME.yaml` into micro/NAME.csv; /GROUP:
-#                        only that group's (or case's) cases, into micro/NAME-GROUP.csv; +IMPL,...: only
-#                        those implementations; @read, @zero or @none: --l2-flush; after tree:off the
-#                        CSV's name ends in -untuned
+#                        `attnbench microbench recipes/microbench/NAME.yaml` into
+#                        micro/NAME[-GROUP][+IMPL,...][-FLUSH].csv; /GROUP: only that group's (or case's)
+#                        cases; +IMPL,...: only those implementations; @read, @zero or @none: --l2-flush;
+#                        after tree:off the CSV's name ends in -untuned
 #   tune:SUITE           `attnbench tune recipes/microbench/SUITE.yaml` over recipes/microbench/tune-space.yaml:
 #                        the sweep into tune/SUITE.csv, the fitted tree into tune/tuned_SUITE.py
 #   tree:SUITE           later jobs run the tree tune:SUITE fitted (ATTNBENCH_TUNED_TREE), not the shipped one;
