@@ -329,8 +329,12 @@ def test_auto_splits_the_kv_range_of_short_queries_that_cannot_fill_the_gpu(monk
     assert (choose_config(spec, H100_SM90).tile_size, choose_config(spec, H100).tile_size) == (128, 64)
     short = choose_config(BatchShape(2, 2, 1, 640, 32, 8, 128), H100_SM90)
     assert (short.tile_size, short.num_stages, short.num_segments) == (32, 2, 32)
-    for long_keys in (16384, 1024):  # head 256: the step's own config
-        assert choose_config(BatchShape(2, 2, 1, long_keys, 16, 8, 256), H100_SM90).tile_size == 64
+    for long_keys in (16384, 1024):  # head 256: the step's own tiles and segments, in 2 stages (3 its own)
+        head_256 = BatchShape(2, 2, 1, long_keys, 16, 8, 256)
+        own = step("parallel_tiled").default_config(head_256, H100_SM90)
+        assert choose_config(head_256, H100_SM90) == replace(own, num_stages=2)
+        assert (own.tile_size, own.num_stages) == (64, 3)
+        assert choose_config(head_256, H100).num_stages == 3  # not sm_90: the step's own config
     two_d = ("qblock", "qblock_ws")  # the 2D grid: qblock_ws where Gluon runs
     many = BatchShape(16, 128, 8, 4096, 32, 8, 128)
     assert choose_config(many, H100_SM90).variant in two_d
@@ -577,7 +581,8 @@ def test_a_ragged_decode_splits_where_its_longest_sequences_would_idle_the_gpu(m
     gemma = BatchShape(24, 24, 1, 12288, 16, 8, 256, sum_seqlen_k=20 * 1024 + 4 * 12288)
     assert gemma.full_length_share == pytest.approx(69632 / (24 * 12288))
     split = decide(gemma, H100_SM90)
-    assert split.config == replace(step("parallel_tiled").default_config(gemma, H100_SM90), equal_segments=True)
+    assert split.config == replace(step("parallel_tiled").default_config(gemma, H100_SM90), equal_segments=True,
+                                   num_stages=2)
     assert split.why.startswith("split-KV: 1-token queries over 12288 keys; the Q-block step would launch 192 "
                                 "programs, 46 at the longest sequence's length (69632 keys in 24 sequences) "
                                 "for 132 SMs (at most 132 split where the Gluon kernel runs, the batch being "

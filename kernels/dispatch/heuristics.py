@@ -230,17 +230,27 @@ def _split_config(shape: BatchShape, p: Platform) -> KernelConfig:
     128-key tiles up to a 128-wide head (the rules' speculative decodes over 8-32k keys:
     0.84-0.91x in the step's 16-row Q-blocks; its ragged decodes, in equal segments,
     0.81-0.93x), in as many segments as `_split_segments` gives a batch of known, equal or
-    unknown lengths (a ragged batch keeps the step's own count, measured so). Heads computed
-    as 256 keep the step's own config: measured only at 64 and 128 wide (128-key tiles took
-    1.15x at head 256). A Q-block there holds all of a sequence's query rows, up to
-    `SPLIT_MAX_BLOCK_M` (`_split_block_m`)."""
+    unknown lengths (a ragged batch keeps the step's own count, measured so), and a Q-block
+    holds all of a sequence's query rows, up to `SPLIT_MAX_BLOCK_M` (`_split_block_m`).
+    Heads computed as 256 keep the step's own tiles and segments (128-key tiles took 1.15x
+    there). Every head takes 2 stages, as fitted at 64 and 128 (3 took the same time there).
+
+    At head 256 the step's 64-key tiles in 2 stages rather than 3 took 0.84-0.94x the time
+    on an H200 (recipes/microbench/rules.yaml, head256-tiles; docs/perf/h200/rules-head256-
+    2026-11-28.csv: Gemma-2's B4 decode over 8k keys 92 against 110 us, its B8 over a 4k
+    window 104 against 110, two ragged decodes in equal segments 212 / 207 against 225 /
+    221; 32-key tiles 100-121 / 243-245 us). Both take 76 KB of shared memory (Triton 3.6,
+    sm_90), the same programs per SM."""
     config = step("parallel_tiled").default_config(shape, p)
-    if p.arch == hopper.ARCH and hopper.head_pad(shape.head_size) <= 128:
+    if p.arch != hopper.ARCH:
+        return _segments_for_lengths(config, shape)
+    config = replace(config, num_stages=2)
+    if hopper.head_pad(shape.head_size) <= 128:
         config = replace(config, block_m=_split_block_m(shape, config.block_m))
         if shape.max_seqlen_k <= SPLIT_SHORT_KEYS:
-            config = replace(config, tile_size=32, num_stages=2, num_segments=32)
+            config = replace(config, tile_size=32, num_segments=32)
         else:
-            config = replace(config, tile_size=128, num_stages=2)  # 2 stages as fitted (3: the same time)
+            config = replace(config, tile_size=128)
             if shape.full_length_share == 1:
                 config = replace(config, num_segments=_split_segments(shape, p))
     return _segments_for_lengths(config, shape)
