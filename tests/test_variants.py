@@ -405,6 +405,33 @@ def test_many_speculative_decodes_keep_the_triton_step_where_they_fill_its_q_blo
     assert decide(spec(12, 4, 1024), platform).config.variant != "qblock"  # 96 programs: too few
 
 
+@pytest.mark.parametrize("platform", [H100_SM90, HOPPER_UNTUNED])
+def test_many_decodes_at_head_256_run_the_gluon_kernel_where_their_lengths_are_known(monkeypatch, platform):
+    """At a 256-wide head the Triton step's decode config fits one program per SM, and many
+    Gemma-2 decodes of known lengths run the Gluon kernel with its own config, tuned tree or
+    not (rules.yaml head256-tiles: 0.93-0.99x the Triton step's time on an H200); a captured
+    graph's decodes (unknown lengths) keep the Triton step, as at head 128. A speculative
+    batch at head 256 runs the Gluon kernel either way."""
+    from attnbench.kernels.dispatch.heuristics import decide
+    from attnbench.kernels.hopper import host
+
+    monkeypatch.setattr(host, "available", lambda: True)
+    ragged = BatchShape(192, 192, 1, 2000, 16, 8, 256, sum_seqlen_k=64 * (300 + 900 + 2000))
+    uniform = BatchShape(128, 128, 1, 600, 16, 8, 256, sum_seqlen_k=128 * 600)
+    for known in (ragged, uniform):
+        decision = decide(known, platform)
+        assert decision.config == step("qblock_ws").default_config(known, platform), known
+        assert "qblock_ws's own tree" in decision.why or "fitted tree" in decision.why
+    assert decide(uniform, platform).config.persistent  # up to 1,024 keys: its persistent launch
+    graph = replace(uniform, sum_seqlen_k=None)
+    assert decide(graph, platform).config == step("qblock").default_config(graph, platform)
+    spec = BatchShape(128, 256, 2, 600, 16, 8, 256, sum_seqlen_k=128 * 600)
+    assert decide(spec, platform).config.variant == "qblock_ws"
+    assert decide(replace(spec, sum_seqlen_k=None), platform).config.variant == "qblock_ws"
+    llama = BatchShape(128, 128, 1, 600, 32, 8, 128, sum_seqlen_k=128 * 600)  # head 128: the Triton step
+    assert decide(llama, platform).config.variant == "qblock"
+
+
 def test_a_tuned_tree_does_not_extrapolate_to_short_queries_that_cannot_fill_the_gpu(monkeypatch):
     """The H100's fitted tree never saw a speculative decode (its training set has none) and
     would run one like a prefill: 8 sequences x 4 queries over 16k keys with 4 KV heads get

@@ -77,6 +77,7 @@ def _auto(shape: BatchShape, p: Platform) -> Decision:
 
 
 MANY_SHORT_QUERIES_MAX_KEYS = 4096  # longest sequence up to which many short queries keep the Triton step
+MANY_SHORT_QUERIES_MAX_HEAD = 128  # widest head (as computed, `hopper.head_pad`) at which known lengths keep it
 
 
 def _many_short_queries(shape: BatchShape, p: Platform) -> bool:
@@ -111,13 +112,27 @@ def _many_short_queries(shape: BatchShape, p: Platform) -> bool:
     Triton step took 0.94-1.04x FA3's time, and the Gluon kernel that such a graph replayed
     before 1.06-1.21x; past 4k keys on uniform lengths the Triton step takes at most 1.10x
     the Gluon kernel's time (the held-out grid's B48-B64 decodes over 8k keys). Speculative
-    decodes over unknown lengths keep the Gluon kernel: nothing measured them."""
+    decodes over unknown lengths keep the Gluon kernel: nothing measured them.
+
+    At heads computed 256 wide (past `MANY_SHORT_QUERIES_MAX_HEAD`) batches of known
+    lengths go to the Gluon kernel: the Triton step's decode config (128-key tiles, 8 warps)
+    takes 143 KB of shared memory there, one program per SM, as the Gluon kernel runs. On an
+    H200 (recipes/microbench/rules.yaml, head256-tiles; docs/perf/h200/head256-tiles-
+    2026-11-28.csv) the Gluon kernel's own config took 0.93-0.99x the Triton step's time on
+    Gemma-2's decodes of 96-320 sequences over 200-2k keys (B96 over 1.2k 279 against 300 us,
+    B192 over 300-2k 489 against 522; the step's 64- and 32-key tiles 1.00-1.20x its own).
+    Over unknown lengths they keep the Triton step: one Gluon program per item, what a
+    graph replays past 1,024 keys, took 0.93-1.03x its time there, 1.03x on the two batches
+    under 1k keys, which most of a served decode is."""
     if shape.max_seqlen_q > SHORT_QUERY or _programs_2d(shape, p) <= p.num_sms:
         return False
+    if shape.sum_seqlen_k is None:  # a captured graph
+        return shape.max_seqlen_q == 1
+    if hopper.head_pad(shape.head_size) > MANY_SHORT_QUERIES_MAX_HEAD:
+        return False
     if shape.max_seqlen_q == 1:
-        return shape.max_seqlen_k <= MANY_SHORT_QUERIES_MAX_KEYS or shape.sum_seqlen_k is None
-    return (_fills_one_triton_q_block(shape, p) and shape.sum_seqlen_k is not None
-            and shape.max_seqlen_k <= MANY_SHORT_QUERIES_MAX_KEYS)
+        return shape.max_seqlen_k <= MANY_SHORT_QUERIES_MAX_KEYS
+    return _fills_one_triton_q_block(shape, p) and shape.max_seqlen_k <= MANY_SHORT_QUERIES_MAX_KEYS
 
 
 def _fills_one_triton_q_block(shape: BatchShape, p: Platform) -> bool:
@@ -236,7 +251,7 @@ def _split_config(shape: BatchShape, p: Platform) -> KernelConfig:
     there). Every head takes 2 stages, as fitted at 64 and 128 (3 took the same time there).
 
     At head 256 the step's 64-key tiles in 2 stages rather than 3 took 0.84-0.94x the time
-    on an H200 (recipes/microbench/rules.yaml, head256-tiles; docs/perf/h200/rules-head256-
+    on an H200 (recipes/microbench/rules.yaml, head256-tiles; docs/perf/h200/head256-stages-
     2026-11-28.csv: Gemma-2's B4 decode over 8k keys 92 against 110 us, its B8 over a 4k
     window 104 against 110, two ragged decodes in equal segments 212 / 207 against 225 /
     221; 32-key tiles 100-121 / 243-245 us). Both take 76 KB of shared memory (Triton 3.6,
