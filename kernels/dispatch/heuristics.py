@@ -77,7 +77,6 @@ def _auto(shape: BatchShape, p: Platform) -> Decision:
 
 
 MANY_SHORT_QUERIES_MAX_KEYS = 4096  # longest sequence up to which many short queries keep the Triton step
-MANY_SHORT_QUERIES_MAX_HEAD = 128  # widest head (as computed, `hopper.head_pad`) at which known lengths keep it
 
 
 def _many_short_queries(shape: BatchShape, p: Platform) -> bool:
@@ -114,25 +113,15 @@ def _many_short_queries(shape: BatchShape, p: Platform) -> bool:
     the Gluon kernel's time (the held-out grid's B48-B64 decodes over 8k keys). Speculative
     decodes over unknown lengths keep the Gluon kernel: nothing measured them.
 
-    At heads computed 256 wide (past `MANY_SHORT_QUERIES_MAX_HEAD`) batches of known
-    lengths go to the Gluon kernel: the Triton step's decode config (128-key tiles, 8 warps)
-    takes 143 KB of shared memory there, one program per SM, as the Gluon kernel runs. On an
-    H200 (recipes/microbench/rules.yaml, head256-tiles; docs/perf/h200/head256-tiles-
-    2026-11-28.csv) the Gluon kernel's own config took 0.93-0.99x the Triton step's time on
-    Gemma-2's decodes of 96-320 sequences over 200-2k keys (B96 over 1.2k 279 against 300 us,
-    B192 over 300-2k 489 against 522; the step's 64- and 32-key tiles 1.00-1.20x its own).
-    Over unknown lengths they keep the Triton step: one Gluon program per item, what a
-    graph replays past 1,024 keys, took 0.93-1.03x its time there, 1.03x on the two batches
-    under 1k keys, which most of a served decode is."""
+    At Gemma-2's head of 256 the Triton step runs such decodes in 32-key tiles and 4 warps
+    (`qblock.WIDE_HEAD_DECODES`): 0.80-0.98x the Gluon kernel's time on rules.yaml's
+    head256-tiles decodes on an H200 (B96-B320 over 200-2k keys)."""
     if shape.max_seqlen_q > SHORT_QUERY or _programs_2d(shape, p) <= p.num_sms:
         return False
-    if shape.sum_seqlen_k is None:  # a captured graph
-        return shape.max_seqlen_q == 1
-    if hopper.head_pad(shape.head_size) > MANY_SHORT_QUERIES_MAX_HEAD:
-        return False
     if shape.max_seqlen_q == 1:
-        return shape.max_seqlen_k <= MANY_SHORT_QUERIES_MAX_KEYS
-    return _fills_one_triton_q_block(shape, p) and shape.max_seqlen_k <= MANY_SHORT_QUERIES_MAX_KEYS
+        return shape.max_seqlen_k <= MANY_SHORT_QUERIES_MAX_KEYS or shape.sum_seqlen_k is None
+    return (_fills_one_triton_q_block(shape, p) and shape.sum_seqlen_k is not None
+            and shape.max_seqlen_k <= MANY_SHORT_QUERIES_MAX_KEYS)
 
 
 def _fills_one_triton_q_block(shape: BatchShape, p: Platform) -> bool:
