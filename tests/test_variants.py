@@ -406,30 +406,36 @@ def test_many_speculative_decodes_keep_the_triton_step_where_they_fill_its_q_blo
 
 
 @pytest.mark.parametrize("platform", [H100_SM90, HOPPER_UNTUNED])
-def test_many_decodes_at_head_256_run_the_gluon_kernel_where_their_lengths_are_known(monkeypatch, platform):
-    """At a 256-wide head the Triton step's decode config fits one program per SM, and many
-    Gemma-2 decodes of known lengths run the Gluon kernel with its own config, tuned tree or
-    not (rules.yaml head256-tiles: 0.93-0.99x the Triton step's time on an H200); a captured
-    graph's decodes (unknown lengths) keep the Triton step, as at head 128. A speculative
-    batch at head 256 runs the Gluon kernel either way."""
+def test_many_decodes_at_head_256_run_the_triton_step_in_32_key_tiles_and_4_warps(monkeypatch, platform):
+    """At a head over 128 the Triton step's 128-key, 8-warp decode config fits one program
+    per SM; many decodes run in 32-key tiles and 4 warps (`qblock.WIDE_HEAD_DECODES`), tuned
+    tree or not, known lengths or a captured graph's, wherever the longest sequences'
+    programs alone outnumber the SMs. Fewer programs, a ragged batch whose long sequences
+    are few, and heads of 128 keep the 8-warp config; a speculative batch keeps its own."""
     from attnbench.kernels.dispatch.heuristics import decide
     from attnbench.kernels.hopper import host
+    from attnbench.kernels.steps import qblock
 
     monkeypatch.setattr(host, "available", lambda: True)
-    ragged = BatchShape(192, 192, 1, 2000, 16, 8, 256, sum_seqlen_k=64 * (300 + 900 + 2000))
+    wide = qblock.WIDE_HEAD_DECODES
+    assert (wide.tile_size, wide.num_warps, wide.block_m) == (32, 4, 16)
+    ragged = BatchShape(192, 192, 1, 2000, 16, 8, 256, sum_seqlen_k=64 * (300 + 900 + 2000))  # 819 full-length
     uniform = BatchShape(128, 128, 1, 600, 16, 8, 256, sum_seqlen_k=128 * 600)
-    for known in (ragged, uniform):
-        decision = decide(known, platform)
-        assert decision.config == step("qblock_ws").default_config(known, platform), known
-        assert "qblock_ws's own tree" in decision.why or "fitted tree" in decision.why
-    assert decide(uniform, platform).config.persistent  # up to 1,024 keys: its persistent launch
-    graph = replace(uniform, sum_seqlen_k=None)
-    assert decide(graph, platform).config == step("qblock").default_config(graph, platform)
+    for shape in (ragged, uniform, replace(uniform, sum_seqlen_k=None)):
+        decision = decide(shape, platform)
+        assert decision.config == wide, shape
+        assert "the qblock step's own tree: decodes" in decision.why
+    eight_warps = KernelConfig("qblock", tile_size=128, block_m=16, num_warps=8, num_stages=2)
+    few = BatchShape(12, 12, 1, 600, 16, 8, 256)  # 96 programs: fewer than the SMs
+    long_tails = BatchShape(32, 32, 1, 10000, 16, 8, 256, sum_seqlen_k=4 * 10000 + 28 * 1500)  # 66 full-length
+    llama = BatchShape(128, 128, 1, 600, 32, 8, 128, sum_seqlen_k=128 * 600)
+    for shape in (few, long_tails, llama):
+        assert step("qblock").default_config(shape, platform) == eight_warps, shape
+    assert decide(llama, platform).config == eight_warps
     spec = BatchShape(128, 256, 2, 600, 16, 8, 256, sum_seqlen_k=128 * 600)
-    assert decide(spec, platform).config.variant == "qblock_ws"
-    assert decide(replace(spec, sum_seqlen_k=None), platform).config.variant == "qblock_ws"
-    llama = BatchShape(128, 128, 1, 600, 32, 8, 128, sum_seqlen_k=128 * 600)  # head 128: the Triton step
-    assert decide(llama, platform).config.variant == "qblock"
+    assert step("qblock").default_config(spec, platform) != wide
+    hip = Platform("hip", 304, "AMD Instinct MI300X", "gfx942")  # ROCm keeps its own decode tiles
+    assert step("qblock").default_config(uniform, hip).num_warps == 4
 
 
 def test_a_tuned_tree_does_not_extrapolate_to_short_queries_that_cannot_fill_the_gpu(monkeypatch):

@@ -97,12 +97,12 @@ def launch(out, q, k_cache, v_cache, block_table, cu_seqlens_q, seq_lens, *,
 
 
 # Decodes of more (sequence, KV head) programs than SMs at heads over 128 (Gemma-2's 256).
-# On an H200 (recipes/microbench/rules.yaml head256-tiles, docs/perf/h200/head256-w4-2026-11-28.csv)
-# they took 0.80-0.92x the time of the 128-key, 8-warp decode config on B96-B320 over 200-2k
+# On an H200 (recipes/microbench/rules.yaml head256-tiles, docs/perf/h200/head256-tiles-2026-11-28.csv)
+# they took 0.79-0.92x the time of the 128-key, 8-warp decode config on B96-B320 over 200-2k
 # keys (64-key tiles in 4 warps, 76 KB: 0.85-0.91x), and 0.80-0.98x the Gluon kernel's; with
-# fewer programs than SMs 1.5-2.0x, where `auto` splits the keys instead. The burst's Gemma-2
+# fewer programs than SMs 1.9-2.0x, where `auto` splits the keys instead. The burst's Gemma-2
 # decode steps, which nothing is fitted on: B256 over 700 keys 406 against 486 us, B500 over
-# 300-900 490 against 653 (FA3 394 and 517, docs/perf/h200/burst-steps-gemma-2026-11-28.csv).
+# 300-900 490 against 654 (FA3 394 and 517, docs/perf/h200/burst-steps-gemma-2026-11-28.csv).
 WIDE_HEAD = 128
 WIDE_HEAD_DECODES = KernelConfig("qblock", tile_size=32, block_m=16, num_warps=4, num_stages=2)
 
