@@ -103,7 +103,6 @@ def launch(out, q, k_cache, v_cache, block_table, cu_seqlens_q, seq_lens, *,
 # fewer programs than SMs 1.9-2.0x, where `auto` splits the keys instead. The burst's Gemma-2
 # decode steps, which nothing is fitted on: B256 over 700 keys 406 against 486 us, B500 over
 # 300-900 490 against 654 (FA3 394 and 517, docs/perf/h200/burst-steps-gemma-2026-11-28.csv).
-WIDE_HEAD = 128
 WIDE_HEAD_DECODES = KernelConfig("qblock", tile_size=32, block_m=16, num_warps=4, num_stages=2)
 
 
