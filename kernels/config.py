@@ -8,6 +8,7 @@ loads neither torch nor triton: `Platform.detect` imports torch when it is calle
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Callable
@@ -181,6 +182,12 @@ class BatchShape:
         if self.sum_seqlen_k is None:
             return 1.0
         return min(1.0, self.sum_seqlen_k / (self.num_seqs * self.max_seqlen_k))
+
+    def at_full_length(self, programs: int) -> int:
+        """``programs`` of a one-program-per-(sequence, ...) launch counted in units of the
+        longest sequence's (times `full_length_share`, rounded up): the GPU is full only
+        while this is at least a program per SM. All of them for unknown lengths."""
+        return math.ceil(programs * self.full_length_share)
 
 
 @dataclass(frozen=True)

@@ -250,15 +250,15 @@ def test_wide_heads_prefill_on_the_wide_head_config():
 
 def test_many_wide_head_decodes_on_the_wide_head_decode_config():
     """Decodes at heads of 256 (Gemma-2) with more programs than SMs: the Q-block step's
-    32-key, 4-warp decode config (`qblock.WIDE_HEAD_DECODES`, half a 64-token page per
+    32-key, 4-warp decode config (`qblock.TRITON_DECODE_WIDE_HEADS`, half a 64-token page per
     tile) matches the reference on ragged lengths, softcap and window included."""
     from attnbench.kernels.config import Platform
     from attnbench.kernels.dispatch.heuristics import choose_config
-    from attnbench.kernels.steps.qblock import WIDE_HEAD_DECODES
+    from attnbench.kernels.steps.qblock import TRITON_DECODE_WIDE_HEADS
 
     seed = fresh_seed()
     batch = build_head_case(HEAD_CASES["gemma-gqa2-h256-bf16-bs64"],
                             lambda rng: [(1, rng.randint(20, 200)) for _ in range(6)], seed, window_range=(30, 120))
     few_sms = Platform("cuda", 4, "", "sm_90")  # 6 sequences x 2 KV heads: more programs than SMs
-    assert choose_config(batch.shape, few_sms, "qblock") == WIDE_HEAD_DECODES
-    run_and_check(batch, seed, config=WIDE_HEAD_DECODES)
+    assert choose_config(batch.shape, few_sms, "qblock") == TRITON_DECODE_WIDE_HEADS
+    run_and_check(batch, seed, config=TRITON_DECODE_WIDE_HEADS)

@@ -408,7 +408,7 @@ def test_many_speculative_decodes_keep_the_triton_step_where_they_fill_its_q_blo
 @pytest.mark.parametrize("platform", [H100_SM90, HOPPER_UNTUNED])
 def test_many_decodes_at_head_256_run_the_triton_step_in_32_key_tiles_and_4_warps(monkeypatch, platform):
     """At a head over 128 the Triton step's 128-key, 8-warp decode config fits one program
-    per SM; many decodes run in 32-key tiles and 4 warps (`qblock.WIDE_HEAD_DECODES`), tuned
+    per SM; many decodes run in 32-key tiles and 4 warps (`qblock.TRITON_DECODE_WIDE_HEADS`), tuned
     tree or not, known lengths or a captured graph's, wherever the longest sequences'
     programs alone outnumber the SMs. Fewer programs, a ragged batch whose long sequences
     are few, and heads of 128 keep the 8-warp config; a speculative batch keeps its own."""
@@ -417,7 +417,7 @@ def test_many_decodes_at_head_256_run_the_triton_step_in_32_key_tiles_and_4_warp
     from attnbench.kernels.steps import qblock
 
     monkeypatch.setattr(host, "available", lambda: True)
-    wide = qblock.WIDE_HEAD_DECODES
+    wide = qblock.TRITON_DECODE_WIDE_HEADS
     assert (wide.tile_size, wide.num_warps, wide.block_m) == (32, 4, 16)
     ragged = BatchShape(192, 192, 1, 2000, 16, 8, 256, sum_seqlen_k=64 * (300 + 900 + 2000))  # 819 full-length
     uniform = BatchShape(128, 128, 1, 600, 16, 8, 256, sum_seqlen_k=128 * 600)
@@ -425,7 +425,8 @@ def test_many_decodes_at_head_256_run_the_triton_step_in_32_key_tiles_and_4_warp
         decision = decide(shape, platform)
         assert decision.config == wide, shape
         assert "the qblock step's own tree: decodes" in decision.why
-    eight_warps = KernelConfig("qblock", tile_size=128, block_m=16, num_warps=8, num_stages=2)
+    eight_warps = qblock.TRITON_DECODE
+    assert (eight_warps.tile_size, eight_warps.num_warps, eight_warps.block_m) == (128, 8, 16)
     few = BatchShape(12, 12, 1, 600, 16, 8, 256)  # 96 programs: fewer than the SMs
     long_tails = BatchShape(32, 32, 1, 10000, 16, 8, 256, sum_seqlen_k=4 * 10000 + 28 * 1500)  # 66 full-length
     llama = BatchShape(128, 128, 1, 600, 32, 8, 128, sum_seqlen_k=128 * 600)

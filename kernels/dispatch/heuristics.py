@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
-import math
 import os
 import re
 from dataclasses import replace
@@ -114,7 +113,7 @@ def _many_short_queries(shape: BatchShape, p: Platform) -> bool:
     decodes over unknown lengths keep the Gluon kernel: nothing measured them.
 
     At Gemma-2's head of 256 the Triton step runs such decodes in 32-key tiles and 4 warps
-    (`qblock.WIDE_HEAD_DECODES`): 0.80-0.98x the Gluon kernel's time on rules.yaml's
+    (`qblock.TRITON_DECODE_WIDE_HEADS`): 0.80-0.98x the Gluon kernel's time on rules.yaml's
     head256-tiles decodes on an H200 (B96-B320 over 200-2k keys)."""
     if shape.max_seqlen_q > SHORT_QUERY or _programs_2d(shape, p) <= p.num_sms:
         return False
@@ -213,7 +212,7 @@ def _full_length_programs(shape: BatchShape, p: Platform) -> int:
     ragged decode counts few: 4 of 24 Gemma-2 sequences over 12k keys and 20 over 1k (192
     programs) count 46. There, on the H100's held-out grid, one program per item took
     372 us (the Gluon kernel) and 428 us (the Triton step), the split-KV step 253 us."""
-    return math.ceil(_programs_2d(shape, p) * shape.full_length_share)
+    return shape.at_full_length(_programs_2d(shape, p))
 
 
 SPLIT_SHORT_KEYS = 2560  # longest sequence up to which a split takes 32-key tiles (Hopper)

@@ -12,8 +12,6 @@ page is looked up in the block table, so pages of 16, 32 or 48 tokens all work.
 
 from __future__ import annotations
 
-import math
-
 import triton
 import triton.language as tl
 
@@ -103,34 +101,29 @@ def launch(out, q, k_cache, v_cache, block_table, cu_seqlens_q, seq_lens, *,
 # fewer programs than SMs 1.9-2.0x, where `auto` splits the keys instead. The burst's Gemma-2
 # decode steps, which nothing is fitted on: B256 over 700 keys 406 against 486 us, B500 over
 # 300-900 490 against 654 (FA3 394 and 517, docs/perf/h200/burst-steps-gemma-2026-11-28.csv).
-WIDE_HEAD_DECODES = KernelConfig("qblock", tile_size=32, block_m=16, num_warps=4, num_stages=2)
-
-
-def _full_length_programs(shape: BatchShape) -> int:
-    """A decode batch's (sequence, KV head) programs in units of the longest sequence's
-    (all of them where the lengths are unknown): a program of 32-key tiles in 4 warps
-    streams its keys slower than one of 128-key tiles in 8, so `WIDE_HEAD_DECODES` pays only
-    where the longest sequences' programs alone fill the SMs. Two ragged Gemma-2 decodes
-    with 66 and 81 such programs (4 x 10k + 28 x 1.5k keys, 8 x 8k + 24 x 700) took 1.65x
-    and 1.71x the time in it; `auto` splits their keys where it knows them."""
-    return math.ceil(shape.num_seqs * shape.num_kv_heads * shape.full_length_share)
+# The longest sequences' programs alone must outnumber the SMs (`BatchShape.at_full_length`;
+# all programs where the lengths are unknown): a program of 32-key tiles in 4 warps streams
+# its keys slower than one of 128-key tiles in 8. Two ragged Gemma-2 decodes with 66 and 81
+# such programs (4 x 10k + 28 x 1.5k keys, 8 x 8k + 24 x 700) took 1.65x and 1.71x the time
+# in it; `auto` splits their keys where it knows them.
+TRITON_DECODE_WIDE_HEADS = KernelConfig("qblock", tile_size=32, block_m=16, num_warps=4, num_stages=2)
+# memory bound: large KV tiles keep enough bytes in flight (H100: 90-98% of copy BW)
+TRITON_DECODE = KernelConfig("qblock", tile_size=128, block_m=16, num_warps=8, num_stages=2)
 
 
 def default_config(shape: BatchShape, p: Platform) -> KernelConfig:
     """H100 values measured (docs/perf/kernels-h100.md), wide-head decodes on an H200
-    (`WIDE_HEAD_DECODES`); ROCm values from the paper's Listing 2 and the talk's platform
+    (`TRITON_DECODE_WIDE_HEADS`); ROCm values from the paper's Listing 2 and the talk's platform
     table, not yet measured here."""
     if p.vendor == "hip":
         # Listing 2: BLOCK_M 16 and tile 32 on AMD; talk: TILE_SIZE_PREFILL 64, 1 stage
         tile = 64 if shape.max_seqlen_q > 1 else 32
         return KernelConfig("qblock", tile_size=tile, block_m=16, num_warps=4, num_stages=1)
-    if shape.decode_only and shape.head_size > WIDE_HEAD and _full_length_programs(shape) > p.num_sms:
+    if shape.decode_only:
         # many decodes at a wide head: a 128-key tile of 256 columns takes 143 KB of shared
         # memory, one program per SM; 32-key tiles in 4 warps take 42 KB, five
-        return WIDE_HEAD_DECODES
-    if shape.decode_only:
-        # memory bound: large KV tiles keep enough bytes in flight (H100: 90-98% of copy BW)
-        return KernelConfig("qblock", tile_size=128, block_m=16, num_warps=8, num_stages=2)
+        many = shape.at_full_length(shape.num_seqs * shape.num_kv_heads) > p.num_sms
+        return TRITON_DECODE_WIDE_HEADS if shape.head_size > WIDE_HEAD and many else TRITON_DECODE
     if shape.max_seqlen_q <= 16:
         # speculative decodes and tiny chunks: a 16-row Q-block wastes no rows
         return KernelConfig("qblock", tile_size=64, block_m=16, num_warps=4, num_stages=3)
