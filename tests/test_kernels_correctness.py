@@ -248,6 +248,25 @@ def test_wide_heads_prefill_on_the_wide_head_config():
     run_and_check(batch, seed, variant="qblock")
 
 
+def test_few_wide_head_decodes_split_in_fewer_segments():
+    """Gemma-2's decodes of a few sequences at head 256, split as `auto` splits 32-64
+    (sequence, KV head) pairs: 64-key tiles, 2 stages, 4 or 8 segments
+    (`heuristics._split_segments`), with the sequences' lengths uneven across segments and
+    a window over part of them; checked against the reference, softcap included."""
+    from attnbench.kernels.config import BatchShape, Platform
+    from attnbench.kernels.dispatch.heuristics import choose_config
+
+    seed = fresh_seed()
+    batch = build_head_case(HEAD_CASES["gemma-gqa2-h256-bf16-bs64"],
+                            lambda rng: [(1, rng.randint(130, 400)) for _ in range(3)], seed, window_range=(60, 200))
+    hopper = Platform("cuda", 132, "NVIDIA H200", "sm_90")
+    for seqs, segments in ((6, 4), (4, 8)):  # Gemma-2's 16/8 heads of 256 over 3,000 keys
+        config = choose_config(BatchShape(seqs, seqs, 1, 3000, 16, 8, 256), hopper)
+        assert (config.variant, config.tile_size, config.num_stages, config.num_segments) == \
+            ("parallel_tiled", 64, 2, segments)
+        run_and_check(batch, seed, config=config)
+
+
 def test_many_wide_head_decodes_on_the_wide_head_decode_config():
     """Decodes at heads of 256 (Gemma-2) with more programs than SMs: the Q-block step's
     32-key, 4-warp decode config (`qblock.TRITON_DECODE_WIDE_HEADS`, half a 64-token page per

@@ -329,12 +329,20 @@ def test_auto_splits_the_kv_range_of_short_queries_that_cannot_fill_the_gpu(monk
     assert (choose_config(spec, H100_SM90).tile_size, choose_config(spec, H100).tile_size) == (128, 64)
     short = choose_config(BatchShape(2, 2, 1, 640, 32, 8, 128), H100_SM90)
     assert (short.tile_size, short.num_stages, short.num_segments) == (32, 2, 32)
-    for long_keys in (16384, 1024):  # head 256: the step's own tiles and segments, in 2 stages (3 its own)
+    for long_keys in (16384, 1024):  # head 256: the step's own tiles, in 2 stages (3 its own)
         head_256 = BatchShape(2, 2, 1, long_keys, 16, 8, 256)
         own = step("parallel_tiled").default_config(head_256, H100_SM90)
         assert choose_config(head_256, H100_SM90) == replace(own, num_stages=2)
-        assert (own.tile_size, own.num_stages) == (64, 3)
+        assert (own.tile_size, own.num_stages, own.num_segments) == (64, 3, 16)
         assert choose_config(head_256, H100).num_stages == 3  # not sm_90: the step's own config
+    # head 256's segments follow the pairs as head 128's do (`_split_segments`): 8 pairs 32,
+    # 32 pairs 8, 48 and 64 pairs 4, where the step's own cut is 32 or 16
+    for seqs, keys, segments in ((1, 32768, 32), (4, 8192, 8), (4, 2048, 8), (6, 3000, 4), (8, 1024, 4)):
+        config = choose_config(BatchShape(seqs, seqs, 1, keys, 16, 8, 256), H100_SM90)
+        assert (config.variant, config.tile_size, config.num_segments) == ("parallel_tiled", 64, segments)
+    ragged_256 = BatchShape(32, 32, 1, 10000, 16, 8, 256, sum_seqlen_k=4 * 10000 + 28 * 1500)
+    ragged_split = choose_config(ragged_256, H100_SM90)  # known ragged lengths: equal segments, the step's count
+    assert (ragged_split.num_segments, ragged_split.equal_segments) == (16, True)
     two_d = ("qblock", "qblock_ws")  # the 2D grid: qblock_ws where Gluon runs
     many = BatchShape(16, 128, 8, 4096, 32, 8, 128)
     assert choose_config(many, H100_SM90).variant in two_d

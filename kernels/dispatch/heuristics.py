@@ -217,7 +217,7 @@ def _full_length_programs(shape: BatchShape, p: Platform) -> int:
 
 SPLIT_SHORT_KEYS = 2560  # longest sequence up to which a split takes 32-key tiles (Hopper)
 SPLIT_MAX_BLOCK_M = 64  # the largest Q-block a split widens to, to hold a sequence's speculative tokens
-SPLIT_PROGRAMS_PER_SM = 2  # (sequence, KV head) pairs x segments a split aims at, per SM (Hopper, past 2.5k keys)
+SPLIT_PROGRAMS_PER_SM = 2  # (sequence, KV head) pairs x segments per SM a split aims at (Hopper)
 SPLIT_MAX_SEGMENTS = 32  # the most segments a split cuts a (sequence, KV head) pair's keys into
 
 
@@ -235,15 +235,21 @@ def _split_config(shape: BatchShape, p: Platform) -> KernelConfig:
     0.81-0.93x), in as many segments as `_split_segments` gives a batch of known, equal or
     unknown lengths (a ragged batch keeps the step's own count, measured so), and a Q-block
     holds all of a sequence's query rows, up to `SPLIT_MAX_BLOCK_M` (`_split_block_m`).
-    Heads computed as 256 keep the step's own tiles and segments (128-key tiles took 1.15x
-    there). Every head takes 2 stages, as fitted at 64 and 128 (3 took the same time there).
+    Heads computed as 256 keep the step's own 64-key tiles (128-key tiles took 1.15x there)
+    and take `_split_segments`' count too where the lengths are equal or unknown. Every head
+    takes 2 stages, as fitted at 64 and 128 (3 took the same time there).
 
     At head 256 the step's 64-key tiles in 2 stages rather than 3 took 0.84-0.94x the time
     on an H200 (recipes/microbench/rules.yaml, head256-tiles; docs/perf/h200/head256-stages-
     2026-11-28.csv: Gemma-2's B4 decode over 8k keys 92 against 110 us, its B8 over a 4k
     window 104 against 110, two ragged decodes in equal segments 212 / 207 against 225 /
     221; 32-key tiles 100-121 / 243-245 us). Both take 76 KB of shared memory (Triton 3.6,
-    sm_90), the same programs per SM."""
+    sm_90), the same programs per SM. Their segments, on the same H200 (head256-tiles;
+    docs/perf/h200/head256-segments-2026-11-28.csv): the step's own cut (32 segments up to 8
+    pairs, else 16) was the fastest up to 16 pairs, and past them `_split_segments`' count
+    was: 32 pairs over 2k and 8k keys in 8 segments 37.5 / 87.5 against 42.6 / 92.7 us, 48
+    pairs over 3k and 64 over 1k in 4 63.0 / 37.0 against 66.2 / 49.7, 64 over a 4k window
+    in 4 89.8 against 103.4 (0.84-1.05x FA3's time on these five, was 0.88-1.35x)."""
     config = step("parallel_tiled").default_config(shape, p)
     if p.arch != hopper.ARCH:
         return _segments_for_lengths(config, shape)
@@ -256,6 +262,8 @@ def _split_config(shape: BatchShape, p: Platform) -> KernelConfig:
             config = replace(config, tile_size=128)
             if shape.full_length_share == 1:
                 config = replace(config, num_segments=_split_segments(shape, p))
+    elif shape.full_length_share == 1:
+        config = replace(config, num_segments=_split_segments(shape, p))
     return _segments_for_lengths(config, shape)
 
 
