@@ -100,7 +100,7 @@ def launch(out, q, k_cache, v_cache, block_table, cu_seqlens_q, seq_lens, *,
 # keys (64-key tiles in 4 warps, 76 KB: 0.85-0.91x), and 0.80-0.98x the Gluon kernel's; with
 # fewer programs than SMs 1.9-2.0x, where `auto` splits the keys instead. The burst's Gemma-2
 # decode steps, which nothing is fitted on: B256 over 700 keys 406 against 486 us, B500 over
-# 300-900 490 against 654 (FA3 394 and 517, docs/perf/h200/burst-steps-gemma-2026-11-28.csv).
+# 300-900 490 against 654 (FA3 399 and 522, docs/perf/h200/burst-steps-gemma-2026-11-28.csv).
 # The longest sequences' programs alone must outnumber the SMs (`BatchShape.at_full_length`;
 # all programs where the lengths are unknown): a program of 32-key tiles in 4 warps streams
 # its keys slower than one of 128-key tiles in 8. Two ragged Gemma-2 decodes with 66 and 81
