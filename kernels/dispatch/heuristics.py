@@ -257,12 +257,9 @@ def _split_config(shape: BatchShape, p: Platform) -> KernelConfig:
     if hopper.head_pad(shape.head_size) <= 128:
         config = replace(config, block_m=_split_block_m(shape, config.block_m))
         if shape.max_seqlen_k <= SPLIT_SHORT_KEYS:
-            config = replace(config, tile_size=32, num_segments=32)
-        else:
-            config = replace(config, tile_size=128)
-            if shape.full_length_share == 1:
-                config = replace(config, num_segments=_split_segments(shape, p))
-    elif shape.full_length_share == 1:
+            return _segments_for_lengths(replace(config, tile_size=32, num_segments=32), shape)
+        config = replace(config, tile_size=128)
+    if shape.full_length_share == 1:  # equal or unknown lengths
         config = replace(config, num_segments=_split_segments(shape, p))
     return _segments_for_lengths(config, shape)
 
