@@ -218,7 +218,11 @@ def test_kernels_run_checks_one_case_for_a_profiler(tmp_path, broken_impls, monk
     result = run("--case", "nope", "--impl", "qblock")
     assert result.exit_code == 2 and "--case: expected one of ['decode', 'prefill'], got 'nope'" in result.output
     result = run("--case", "decode", "--impl", "fa9")
-    assert result.exit_code == 2 and "['fa9'] not in the suite's implementations" in result.output
+    assert result.exit_code == 2 and "['fa9']: expected registered implementations" in result.output
+    # a registered implementation the suite does not list by default runs when named
+    result = run("--case", "decode", "--impl", "parallel_tiled")
+    assert result.exit_code == 0, result.output
+    assert "decode parallel_tiled: attnbench parallel_tiled" in result.output
 
 
 def test_tuner_sweeps_fits_and_emits_working_heuristics(tmp_path):

@@ -28,11 +28,14 @@ def require_device(device: str) -> None:
 
 
 def _check_impls(suite, impls) -> None:
-    """--impl names must be the suite's implementations or named configs."""
-    unknown = [i for i in impls if i not in suite.implementations and i not in suite.configs]
+    """--impl names: any registered implementation (the suite's ``implementations`` are only
+    what runs when none is named) or one of the suite's named configs."""
+    from . import spec  # as the commands load it: inside the call
+
+    unknown = [i for i in impls if i not in spec.IMPLEMENTATIONS and i not in suite.configs]
     if unknown:
-        raise click.BadParameter(f"{unknown} not in the suite's implementations {suite.implementations} "
-                                 f"or configs {sorted(suite.configs)}", param_hint="--impl")
+        raise click.BadParameter(f"{unknown}: expected registered implementations {sorted(spec.IMPLEMENTATIONS)} "
+                                 f"or the suite's configs {sorted(suite.configs)}", param_hint="--impl")
 
 
 @click.command("microbench")
@@ -40,7 +43,8 @@ def _check_impls(suite, impls) -> None:
 @click.option("--out", "out_csv", type=click.Path(dir_okay=False, path_type=Path), required=True,
               help="CSV to append rows to (created with a header if new).")
 @click.option("--only", multiple=True, help="Case or sweep name to run (repeatable); default all.")
-@click.option("--impl", "impls", multiple=True, help="Implementation to time (repeatable); default the suite's.")
+@click.option("--impl", "impls", multiple=True,
+              help="Implementation to time (repeatable): any registered one or a suite config; default the suite's.")
 @click.option("--device", default="cuda", show_default=True, help="torch device ('cpu' runs Triton's interpreter).")
 @click.option("--l2-flush", type=click.Choice(L2_FLUSHES), default=None,
               help="Override the suite's timing.l2_flush: 'zero' (do_bench's flush, dirty L2), 'read' (clean L2) "
