@@ -108,7 +108,7 @@ def compile_cmd(targets: tuple[str, ...]):
 @kernels_group.command("run")
 @click.argument("suite_file", type=click.Path(dir_okay=False, path_type=Path))
 @click.option("--case", "case_name", required=True, help="Case of the suite.")
-@click.option("--impl", "impl", required=True, help="Implementation or named config of the suite.")
+@click.option("--impl", "impl", required=True, help="A registered implementation or one of the suite's named configs.")
 @click.option("--repeat", type=click.IntRange(min=1), default=3, show_default=True,
               help="Launches inside the NVTX range, after one checked run.")
 @click.option("--device", default="cuda", show_default=True)
