@@ -30,7 +30,7 @@ def require_device(device: str) -> None:
 def _check_impls(suite, impls) -> None:
     """--impl names: any registered implementation (the suite's ``implementations`` are only
     what runs when none is named) or one of the suite's named configs."""
-    from . import spec  # as the commands load it: inside the call
+    from . import spec  # lazy, as each command's own import of it (pydantic)
 
     unknown = [i for i in impls if i not in spec.IMPLEMENTATIONS and i not in suite.configs]
     if unknown:
