@@ -14,6 +14,7 @@ from __future__ import annotations
 import ctypes
 import json
 import os
+import random
 import shlex
 import signal
 import socket
@@ -73,7 +74,32 @@ class LaunchPlan:
         return (env + " " if env else "") + shlex.join(argv)
 
 
+EPHEMERAL_PORTS_FILE = Path("/proc/sys/net/ipv4/ip_local_port_range")  # Linux: "low high"
+LOWEST_CHOSEN_PORT = 10000  # free_port chooses from here up to the ephemeral range
+
+
+def ephemeral_ports_start(path: Path | None = None) -> int | None:
+    """The first port the kernel hands out for bind(0) and outgoing connections, where it
+    says (``path``: `EPHEMERAL_PORTS_FILE`, read per call)."""
+    try:
+        return int((path or EPHEMERAL_PORTS_FILE).read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
 def free_port(host: str = "127.0.0.1") -> int:
+    """A port nothing listens on now, for a server started moments later. Chosen at random
+    below the kernel's ephemeral range where that is known: a port the kernel handed out
+    (bind to port 0) can be handed out again before the server binds it, to an outgoing
+    connection or to another process's bind(0), such as a vLLM server's own ZMQ and
+    torch.distributed sockets, and the launch then finds it in use."""
+    start = ephemeral_ports_start()
+    if start is not None and start > LOWEST_CHOSEN_PORT:
+        rng = random.SystemRandom()
+        for _ in range(64):
+            port = rng.randrange(LOWEST_CHOSEN_PORT, start)
+            if port_is_free(host, port):
+                return port
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind((host, 0))
         return s.getsockname()[1]

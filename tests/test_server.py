@@ -137,6 +137,32 @@ def _group_alive(pgid: int) -> bool:
         return False
 
 
+def test_free_port_is_chosen_below_the_ephemeral_range(tmp_path, monkeypatch):
+    """A port the kernel could hand to another process's bind(0) or an outgoing connection
+    before the server binds it is not chosen: free_port picks below the ephemeral range
+    where the kernel states it, and a port something listens on is never returned."""
+    import socket
+
+    from attnbench.runner import server
+
+    start = server.ephemeral_ports_start()
+    if start is not None and start > server.LOWEST_CHOSEN_PORT:
+        assert all(server.LOWEST_CHOSEN_PORT <= free_port() < start for _ in range(20))
+    # a stated range with one port below it, held by a listener: the fallback asks the kernel
+    ranges = tmp_path / "ip_local_port_range"
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        taken = held.getsockname()[1]
+        ranges.write_text(f"{taken + 1}\t60999\n")
+        monkeypatch.setattr(server, "EPHEMERAL_PORTS_FILE", ranges)
+        monkeypatch.setattr(server, "LOWEST_CHOSEN_PORT", taken)
+        port = free_port()
+        assert port != taken and port_is_free("127.0.0.1", port)
+    ranges.write_text("not a range")
+    assert server.ephemeral_ports_start(ranges) is None
+
+
 def test_start_health_stop_kills_the_whole_group(tmp_path):
     plan = fake_plan(tmp_path, "ok")
     with ServerProcess(plan, tmp_path / "server.log", startup_timeout_s=30) as server:
