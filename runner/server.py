@@ -78,11 +78,10 @@ EPHEMERAL_PORTS_FILE = Path("/proc/sys/net/ipv4/ip_local_port_range")  # Linux: 
 LOWEST_CHOSEN_PORT = 10000  # free_port chooses from here up to the ephemeral range
 
 
-def ephemeral_ports_start(path: Path | None = None) -> int | None:
-    """The first port the kernel hands out for bind(0) and outgoing connections, where it
-    says (``path``: `EPHEMERAL_PORTS_FILE`, read per call)."""
+def ephemeral_ports_start() -> int | None:
+    """The first port the kernel hands out for bind(0) and outgoing connections, where it says."""
     try:
-        return int((path or EPHEMERAL_PORTS_FILE).read_text().split()[0])
+        return int(EPHEMERAL_PORTS_FILE.read_text().split()[0])
     except (OSError, ValueError, IndexError):
         return None
 

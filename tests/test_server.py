@@ -160,7 +160,7 @@ def test_free_port_is_chosen_below_the_ephemeral_range(tmp_path, monkeypatch):
         port = free_port()
         assert port != taken and port_is_free("127.0.0.1", port)
     ranges.write_text("not a range")
-    assert server.ephemeral_ports_start(ranges) is None
+    assert server.ephemeral_ports_start() is None
 
 
 def test_start_health_stop_kills_the_whole_group(tmp_path):
