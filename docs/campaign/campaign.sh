@@ -40,7 +40,8 @@
 #                        cross-check/RUN/ (XCHECK_ARGS: more options, e.g. "--side-by-side --load poisson")
 #   calibrate            `attnbench calibrate` at 256 and 1024 streams x 1/2/4/8 client processes
 #   khost                `attnbench kernels overhead --json --profile`: host cost per kernel call
-#   gputest:FILE[@K]     `python3 -m pytest tests/FILE [-k K]` (the GPU kernel tests), log kept
+#   gputest:FILE[@K]     `python3 -m pytest tests/FILE [-k K]` (the GPU kernel tests), log kept; GPUTEST_WORKERS=N
+#                        runs them in N pytest-xdist processes (compiling is most of their time)
 #   ncu:SUITE/CASE/IMPL[,IMPL...]
 #                        Nsight Compute's full set on one launch of each IMPL (`attnbench kernels run`):
 #                        the details page, and the source counters per SASS instruction (warp samples,
@@ -156,7 +157,7 @@ job() {
       # another lane's finished run of the same tests (the claim is free once it ends)
       grep -qE "[0-9]+ (passed|failed)" "$CAMPAIGN/gputest-${file%.py}.log" 2>/dev/null && return 0
       timeout "${GPUTEST_TIMEOUT_S:-300}" python3 -m pytest -q -x -p no:cacheprovider "tests/$file" \
-        ${select:+-k "$select"} > "$CAMPAIGN/gputest-${file%.py}.log" 2>&1
+        ${select:+-k "$select"} ${GPUTEST_WORKERS:+-n "$GPUTEST_WORKERS"} > "$CAMPAIGN/gputest-${file%.py}.log" 2>&1
       tail -3 "$CAMPAIGN/gputest-${file%.py}.log" ;;
     ncu)
       local suite=${arg%%/*} rest=${arg#*/} case impl ncu
