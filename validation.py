@@ -24,14 +24,23 @@ def validation_lines(err: ValidationError, prefix: str = "") -> list[str]:
 
 
 def read_yaml(path: str | Path, what: str, error: type[ValueError] = ValueError) -> Any:
-    """The YAML document at ``path``; ``error`` saying "no such <what>" or "not valid YAML"."""
+    """The YAML document at ``path``; ``error`` in one line saying "no such <what>", why the
+    file cannot be read (a folder, no permission, not UTF-8 text) or "not valid YAML" with
+    the line and column of the first problem."""
     path = Path(path)
     try:
-        return yaml.safe_load(path.read_text())
+        return yaml.safe_load(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise error(f"{path}: no such {what}") from None
+    except UnicodeDecodeError as e:
+        raise error(f"{path}: not valid YAML: not UTF-8 text (byte {e.start}); expected a {what}") from None
+    except OSError as e:
+        raise error(f"{path}: cannot read the {what}: {e.strerror or e}") from None
     except yaml.YAMLError as e:
-        raise error(f"{path}: not valid YAML: {e}") from None
+        mark = getattr(e, "problem_mark", None)
+        where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark is not None else ""
+        problem = getattr(e, "problem", None) or str(e).splitlines()[0]
+        raise error(f"{path}: not valid YAML{where}: {problem}") from None
 
 
 def validate_yaml(model, path: str | Path, what: str, error: type[ValueError] = ValueError):

@@ -291,6 +291,10 @@ def load_microbench(path: str | Path) -> pd.DataFrame:
         raise CollectError(f"{path}: no such microbenchmark CSV") from None
     except pd.errors.EmptyDataError:
         raise CollectError(f"{path}: empty file; expected the CSV `attnbench microbench --out` writes") from None
+    except (UnicodeDecodeError, pd.errors.ParserError) as e:
+        reason = "not UTF-8 text" if isinstance(e, UnicodeDecodeError) else str(e).splitlines()[0]
+        raise CollectError(f"{path}: not a CSV ({reason}); expected the CSV `attnbench microbench --out` writes") \
+            from None
     missing = [c for c in MICROBENCH_REQUIRED if c not in df.columns]
     if missing:
         raise CollectError(f"{path}: missing columns {missing}; expected the microbenchmark schema "

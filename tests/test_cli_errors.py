@@ -30,11 +30,12 @@ def inputs(tmp_path_factory) -> dict[str, str]:
         "no_tokenizer_suite": d / "notok.yaml", "text": d / "notes.txt", "empty_csv": d / "empty.csv",
         "wrong_csv": d / "wrong.csv", "not_json": d / "bench.json", "few_sharegpt": d / "few.json",
         "bad_micro": d / "micro.yaml", "bad_space": d / "space.yaml", "slash_name": d / "slash.yaml",
-        "empty_dir": d / "empty", "out": d / "out",
+        "empty_dir": d / "empty", "out": d / "out", "binary": d / "binary.yaml",
     }
     files["dir"].mkdir()
     files["empty_dir"].mkdir()
     files["bad_yaml"].write_text("name: [unclosed\n")
+    files["binary"].write_bytes(b"\x7fELF\x02\x01\x01\x00" + bytes(range(128, 256)))
     files["list_yaml"].write_text("- a\n- b\n")
     files["unknown_key"].write_text("name: s\nruns: [{name: r}]\nwhatever: 1\n")
     base = {"model": {"path": str(tok), "served_name": "tiny"}, "serve": {"gpu_vendor": "none"},
@@ -66,7 +67,8 @@ CASES = [
     # run
     ("run {missing}", 2, "no such suite file"),
     ("run {dir}", 2, "is a directory"),
-    ("run {bad_yaml}", 2, "not valid YAML"),
+    ("run {bad_yaml}", 2, "not valid YAML (line 2, column 1)"),
+    ("run {binary}", 2, "not valid YAML: not UTF-8 text"),
     ("run {list_yaml}", 2, "expected a mapping"),
     ("run {unknown_key}", 2, "unknown top-level keys ['whatever']"),
     ("run {slash_name}", 2, "run name 'a/b'"),
@@ -145,6 +147,8 @@ CASES = [
     ("plot --microbench {missing}", 2, "no such microbenchmark CSV"),
     ("plot --microbench {empty_csv}", 2, "empty file"),
     ("plot --microbench {wrong_csv}", 2, "missing columns"),
+    ("plot --microbench {binary}", 2, "not a CSV (not UTF-8 text)"),
+    ("plot --microbench {dir}", 2, "is a directory"),
     ("report --vllm-bench {not_json}", 2, "not JSON"),
     ("report --vllm-bench {text}", 2, "not JSON"),
     ("report", 2, "nothing to analyze"),
@@ -159,6 +163,8 @@ CASES = [
     # kernels and the client's own tools
     ("microbench {missing} --out {out}/m.csv", 2, "no such microbenchmark suite"),
     ("microbench {bad_micro} --out {out}/m.csv", 2, "unknown ['nope']"),
+    ("microbench {binary} --out {out}/m.csv", 2, "not UTF-8 text"),
+    ("microbench README.md --out {out}/m.csv", 2, "not valid YAML (line"),
     ("microbench recipes/microbench/smoke.yaml --out {out}/m.csv", 1, "no CUDA/ROCm GPU here"),
     ("microbench recipes/microbench/smoke.yaml --out {out}/m.csv --device cpu --impl nope", 2, "--impl"),
     ("tune {missing} --space {bad_space} --rows {out}/t.csv", 2, "no such microbenchmark suite"),
