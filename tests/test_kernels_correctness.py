@@ -35,6 +35,10 @@ HEAD_CASES = {
     "gqa2-h192-bf16-bs32": (4, 2, 192, 32, torch.bfloat16, {"softcap": 30.0}),
     # Gemma-2's heads: 256 wide (the wide-head prefill config), softcap and window, 64-token pages
     "gemma-gqa2-h256-bf16-bs64": (4, 2, 256, 64, torch.bfloat16, {"sliding_window": "random", "softcap": 50.0}),
+    # large pages (vLLM's block_size 128 and 256; hybrid models take large ones): a page
+    # holds many tiles, and most of these sequences whole
+    "gqa4-h128-bf16-bs128": (8, 2, 128, 128, torch.bfloat16, {}),
+    "window-softcap-mqa-h64-fp16-bs256": (4, 1, 64, 256, torch.float16, {"sliding_window": "random", "softcap": 3.0}),
 }
 
 

@@ -52,6 +52,10 @@ HEAD_CASES = {
     "window-gqa4-h96-fp16-bs48": (8, 2, 96, 48, torch.float16, {"sliding_window": "random"}),
     "softcap-gqa2-h192-bf16-bs32": (4, 2, 192, 32, torch.bfloat16, {"softcap": 2.0}),
     "mqa-h192-fp16-bs16": (4, 1, 192, 16, torch.float16, {}),
+    # large pages (vLLM's block_size 128 and 256): a page holds several tiles, copied per row
+    "gqa4-h128-bf16-bs128": (8, 2, 128, 128, torch.bfloat16, {}),
+    "window-softcap-gqa2-h256-bf16-bs256": (4, 2, 256, 256, torch.bfloat16,
+                                            {"sliding_window": "random", "softcap": 50.0}),
 }
 
 
