@@ -11,7 +11,8 @@ VPY := $(VENV)/bin/python
 STAMP := $(VENV)/.attnbench-installed
 PYTEST_WORKERS ?= 2
 GPU_PYTHON ?= python3     # a python with the GPU's torch + triton (test-gpu, microbench-gpu)
-GPU_TEST_WORKERS ?= 1     # test-gpu's pytest-xdist processes (8 on an H200 host of 16 cores: 4.5 min, not 10+)
+GPUTEST_WORKERS ?= 1      # test-gpu's pytest-xdist processes, as campaign.sh's gputest jobs name them (8 on a
+                          # 16-core H200 host: 4.5 min, not 10+)
 
 # GPU suites: images, mounts and switches
 VLLM_TAG ?= v0.26.0
@@ -106,7 +107,7 @@ slurm-packages:
 test-gpu: ## the kernel tests on a CUDA/ROCm GPU (GPU_PYTHON=python3, attnbench installed there)
 	$(need_gpu_python)
 	$(call strip,$(GPU_PYTHON)) -m pytest -q tests/test_kernels_correctness.py tests/test_kernels_api.py tests/test_kernels_hopper.py tests/test_precompile.py -k "not layer" \
-	  $(if $(filter-out 0 1,$(call strip,$(GPU_TEST_WORKERS))),-n $(call strip,$(GPU_TEST_WORKERS)))
+	  $(if $(filter-out 0 1,$(strip $(GPUTEST_WORKERS))),-n $(strip $(GPUTEST_WORKERS)))
 
 .PHONY: test-gpu-plugin
 test-gpu-plugin: ## the vLLM plugin's layer tests on a GPU (needs vLLM >= 0.26 in GPU_PYTHON)
