@@ -14,6 +14,7 @@ All times here are milliseconds. A histogram's median is interpolated inside its
 
 from __future__ import annotations
 
+import time
 import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
@@ -78,18 +79,34 @@ class Snapshot:
         return snap
 
 
-def scrape_text(base_url: str, timeout_s: float = 5.0) -> str | None:
-    """The server's /metrics page now, or None if it has none that answers."""
-    try:
-        with urllib.request.urlopen(base_url.rstrip("/") + "/metrics", timeout=timeout_s) as r:
-            return r.read().decode()
-    except (urllib.error.URLError, OSError, ValueError):
-        return None
+SCRAPE_ATTEMPTS = 3  # a page that fails this often in a row is taken as absent
+SCRAPE_RETRY_S = 0.5  # wait before the second attempt; doubled before each later one
 
 
-def scrape(base_url: str, timeout_s: float = 5.0) -> Snapshot | None:
-    """The server's metrics now, or None if it has no readable /metrics page."""
-    text = scrape_text(base_url, timeout_s)
+def scrape_text(base_url: str, timeout_s: float = 5.0, attempts: int = SCRAPE_ATTEMPTS) -> str | None:
+    """The server's /metrics page now, or None if it has none that answers.
+
+    A failure that may pass (a 5xx answer, a refused or timed-out connection) is tried
+    again, up to ``attempts`` times: with several API servers vLLM merges its metrics from
+    files each process creates, and a scrape that meets a file just being created answers
+    500 (prometheus/client_python#1199). A 4xx answer means there is no such page."""
+    for attempt in range(attempts):
+        if attempt:
+            time.sleep(SCRAPE_RETRY_S * 2 ** (attempt - 1))
+        try:
+            with urllib.request.urlopen(base_url.rstrip("/") + "/metrics", timeout=timeout_s) as r:
+                return r.read().decode()
+        except urllib.error.HTTPError as e:
+            if e.code < 500:
+                return None
+        except (urllib.error.URLError, OSError, ValueError):
+            pass
+    return None
+
+
+def scrape(base_url: str, timeout_s: float = 5.0, attempts: int = SCRAPE_ATTEMPTS) -> Snapshot | None:
+    """The server's metrics now, or None if it has no readable /metrics page (`scrape_text`)."""
+    text = scrape_text(base_url, timeout_s, attempts)
     try:
         return Snapshot.parse(text) if text is not None else None
     except ValueError:

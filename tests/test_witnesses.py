@@ -55,6 +55,51 @@ COMPILE = ("(EngineCore pid=1) WARNING 11-23 10:00:00 [jit_monitor.py:140] Trito
            "during inference: qblock_attention_kernel. This causes a latency spike; consider extending warmup")
 
 
+def serve_metrics(answers: list[tuple[int, str]]):
+    """A loopback HTTP server whose /metrics gives ``answers`` (status, body) in turn, the
+    last one from then on; returns (base URL, the server, how many GETs it answered)."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    hits = []
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self):
+            status, body = answers[min(len(hits), len(answers) - 1)]
+            hits.append(self.path)
+            self.send_response(status)
+            self.end_headers()
+            self.wfile.write(body.encode())
+
+        def log_message(self, *args):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return f"http://127.0.0.1:{server.server_address[1]}", server, hits
+
+
+@pytest.mark.parametrize("answers, parsed, gets", [
+    # vLLM with several API servers answers 500 while a process creates its metrics file
+    ([(500, "struct.error"), (500, "struct.error"), (200, METRICS_AFTER)], True, 3),
+    ([(500, "struct.error")], False, 3),  # failing every time: no page, after three tries
+    ([(404, "Not Found")], False, 1),  # no such page: not tried again
+    ([(200, "vllm:x{ not a metric")], False, 1),
+])
+def test_scrape_tries_a_failing_metrics_page_again(monkeypatch, answers, parsed, gets):
+    from attnbench.runner import witness
+
+    monkeypatch.setattr(witness, "SCRAPE_RETRY_S", 0.01)
+    url, server, hits = serve_metrics(answers)
+    try:
+        snap = witness.scrape(url)
+    finally:
+        server.shutdown()
+    assert (snap is not None) == parsed and len(hits) == gets and set(hits) == {"/metrics"}
+    if parsed:
+        assert snap.counters["generation_tokens"] == 1100.0
+
+
 def test_server_log_graph_modes_and_compiles_in_a_window(tmp_path):
     log = tmp_path / "server.log"
     log.write_text(LOG)
