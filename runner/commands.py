@@ -328,6 +328,9 @@ def _in_the_future(ctx, param, value: float | None) -> float | None:
 @click.option("--start-at", type=float, callback=_in_the_future, metavar="EPOCH_S",
               help="Start the schedule at this wall-clock time (Unix epoch s), not when ready: "
                    "clients given one start send as one load (e.g. `date -d '+20 s' +%s.%N`).")
+@click.option("--shared-server", is_flag=True,
+              help="Other clients load the server meanwhile on purpose (e.g. several given one --start-at): "
+                   "do not hold it against this load when the server's /metrics count more work than it sent.")
 @click.option("--request-timeout", "request_timeout_s", type=click.FloatRange(min=0, min_open=True), default=600.0,
               show_default=True, help="The most one request may take (s).")
 @click.option("--idle-timeout", "idle_timeout_s", type=click.FloatRange(min=0, min_open=True), default=60.0,
@@ -350,13 +353,15 @@ def _in_the_future(ctx, param, value: float | None) -> float | None:
 def load_cmd(url, model, tokenizer_dir, dataset, dataset_path, input_len, output_len, num_prompts, num_prefixes,
              prefix_len, conversations, think_time_s, max_turns, speedup, block_size,
              request_rate, arrival, burstiness, max_concurrency, ignore_eos, per_chunk_usage, client_processes,
-             start_at, request_timeout_s, idle_timeout_s, slo_objectives, slo_target, energy_vendor, energy_gpus,
-             seed, out_dir):
+             start_at, shared_server, request_timeout_s, idle_timeout_s, slo_objectives, slo_target, energy_vendor,
+             energy_gpus, seed, out_dir):
     """Load an already running server and write requests.jsonl + summary.json.
 
     Exits 1 when no request completed (the line names the first error, e.g. connection
-    refused) or the load was degraded (over 1% of requests failed, or one timed out), 130 on
-    Ctrl-C (the records so far stay in requests.jsonl)."""
+    refused) or the load was degraded (over 1% of requests failed, one timed out, or the
+    server's /metrics count more requests or tokens than this load sent or received:
+    another client's, unless --shared-server), 130 on Ctrl-C (the records so far stay in
+    requests.jsonl)."""
     slo = _slo_or_fail(slo_objectives, slo_target)
     fields = dict(kind=dataset, path=dataset_path, input_len=input_len, output_len=output_len,
                   num_prefixes=num_prefixes, prefix_len=prefix_len, conversations=conversations,
@@ -380,7 +385,7 @@ def load_cmd(url, model, tokenizer_dir, dataset, dataset_path, input_len, output
         try:
             measured = measure_repeat(cfg, workload.requests, workload.offsets(b, request_rate), writer, header,
                                       desc="load", processes=processes, slo=slo, meter=meter,
-                                      conversations=workload.conversations)
+                                      conversations=workload.conversations, shared_server=shared_server)
         except KeyboardInterrupt:
             click.echo(f"interrupted; records so far in {writer.path}", err=True)
             sys.exit(130)

@@ -206,7 +206,7 @@ def _load_argv(plan: CrossCheck, prompts: Path, count: int, rate: float, seed: i
             "--tokenizer", str(plan.tokenizer), "--dataset", "sharegpt", "--dataset-path", str(prompts),
             "--num-prompts", str(count), "--seed", str(seed), "--request-rate", str(rate), "--arrival", "poisson",
             "--client-processes", str(processes), "--out", str(out),
-            *(["--start-at", f"{start_at:.3f}"] if start_at is not None else [])]
+            *(["--start-at", f"{start_at:.3f}", "--shared-server"] if start_at is not None else [])]
 
 
 def _attnbench_load(plan: CrossCheck, prompts: Path, count: int, rate: float, out: Path) -> None:

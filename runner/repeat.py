@@ -39,13 +39,16 @@ class Repeat:
 def measure_repeat(cfg: LoadConfig, requests: list[BenchRequest], offsets: list[float], writer: RecordWriter,
                    header: RepeatHeader, *, desc: str, phase: str = "measure", processes: int = 1,
                    slo_ms: dict[str, float] | None = None, slo: Slo | None = None, server_log: Path | None = None,
-                   meter: EnergyMeter | None = None, conversations: ConversationLoad | None = None) -> Repeat:
+                   meter: EnergyMeter | None = None, conversations: ConversationLoad | None = None,
+                   shared_server: bool = False) -> Repeat:
     """Send ``requests`` at ``offsets`` to ``cfg.base_url`` (every finished record to
     ``writer``, as it finishes) and summarize them under ``header``, with the load's start
     and end times (and ``meter``'s reading of the GPUs' energy over the load, its idle
     power sampled first). ``conversations`` replaces ``requests`` and ``offsets`` with a
-    multi-turn load (runner/multiturn.py, in this process). Ctrl-C propagates after the
-    writer has every record measured so far."""
+    multi-turn load (runner/multiturn.py, in this process). ``shared_server``: other
+    clients load the server meanwhile on purpose, so its metrics may count more work than
+    this load's (otherwise that makes the repeat degraded: `summary.summarize_repeat`).
+    Ctrl-C propagates after the writer has every record measured so far."""
     window = LogWindow(server_log) if server_log is not None else None
     before = scrape(cfg.base_url)
     host_before = host_counters()
@@ -73,4 +76,5 @@ def measure_repeat(cfg: LoadConfig, requests: list[BenchRequest], offsets: list[
                           energy=meter.reading() if meter is not None else None)
     header = header.model_copy(update={"started_at": started, "finished_at": utc_now()})
     return Repeat(records, summarize_repeat(records, header, witnesses=witnesses, digest=writer.digest(),
-                                            slo_ms=slo_ms, slo=slo, loop_lag_ms=stats.loop_lag_ms))
+                                            slo_ms=slo_ms, slo=slo, loop_lag_ms=stats.loop_lag_ms,
+                                            shared_server=shared_server))

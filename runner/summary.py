@@ -13,9 +13,11 @@ keys are kept).
 A repeat's status (`STATUSES`):
   ok           every request completed, or failures at most `DEGRADED_FAILED_SHARE` of them
                and no timeout;
-  degraded     more failures than that, or any request timed out: its metrics describe a
-               server that was not serving normally, so reports leave it out of the means
-               and ``--resume`` measures it again;
+  degraded     more failures than that, any request timed out, or the server did work the
+               client did not send (`witness.foreign_work`: another client, unless the
+               load shares the server on purpose): its metrics describe a server that was
+               not serving this load normally, so reports leave it out of the means and
+               ``--resume`` measures it again;
   failed       no request completed, or the server did not start or died;
   interrupted  Ctrl-C or SIGTERM during the repeat.
 """
@@ -33,7 +35,7 @@ from .energy import EnergyReading
 from .loadgen import RequestRecord
 from .metrics import summarize
 from .slo import Slo, SloResult
-from .witness import prefix_cache_hit_rate
+from .witness import foreign_work, prefix_cache_hit_rate
 
 STATUSES = ("ok", "degraded", "failed", "interrupted")
 DEGRADED_FAILED_SHARE = 0.01  # more failed requests than this share makes a repeat degraded
@@ -161,11 +163,13 @@ def repeat_status(completed: int, failed: int, timed_out: int, first_error: str)
 def summarize_repeat(records: Sequence[RequestRecord], header: RepeatHeader, *,
                      witnesses: Witnesses | None = None, digest: RecordsDigest | None = None,
                      slo_ms: dict[str, float] | None = None, loop_lag_ms: Sequence[float] | None = None,
-                     slo: Slo | None = None, status: str | None = None, error: str = "") -> RepeatSummary:
+                     slo: Slo | None = None, status: str | None = None, error: str = "",
+                     shared_server: bool = False) -> RepeatSummary:
     """The summary of a repeat from its request records (measured ones count) and what the
     caller knows about it. ``status`` and ``error`` override the status the records give
-    (`repeat_status`): a repeat the server died in, or one interrupted, says so whatever
-    its records say."""
+    (`repeat_status`, then the server's count of its work, unless ``shared_server``: other
+    clients load it on purpose): a repeat the server died in, or one interrupted, says so
+    whatever its records say."""
     metrics = summarize(records, slo_ms, loop_lag_ms, slo)
     hit_rate = prefix_cache_hit_rate(witnesses.server_metrics) if witnesses is not None else None
     if hit_rate is not None:
@@ -176,6 +180,13 @@ def summarize_repeat(records: Sequence[RequestRecord], header: RepeatHeader, *,
     if status is None:
         status, error = repeat_status(metrics["completed"], metrics["failed"], metrics["timed_out"],
                                       metrics["first_error"])
+        if status == "ok" and witnesses is not None and not shared_server:
+            measured = [r for r in records if r.phase == "measure"]
+            counted = not metrics["failed"] and all(r.completion_tokens is not None for r in measured)
+            foreign = foreign_work(witnesses.server_metrics, len(measured),
+                                   metrics["total_output_tokens"] if counted else None)
+            if foreign:
+                status, error = "degraded", foreign
     return RepeatSummary(**header.model_dump(exclude_none=True), **metrics,
                          **(witnesses.model_dump(exclude_none=True, exclude_unset=True) if witnesses else {}),
                          **(digest.model_dump() if digest else {}), date=utc_now(), status=status, error=error)

@@ -143,6 +143,29 @@ def between(before: Snapshot, after: Snapshot) -> dict:
     return out
 
 
+def foreign_work(server_metrics: dict | None, sent: int, output_tokens: int | None) -> str:
+    """One line when the server did more during a load than its client asked of it, ""
+    when not (or unknown: no server metrics).
+
+    More requests finished than ``sent``, or more tokens generated than the
+    ``output_tokens`` that came back (given when every request was answered with its
+    count: a request still running at the second scrape shows only there): another client
+    loaded the server meanwhile, or a request of an earlier load was still running. Either
+    way the load's throughput and latencies are not its own. (vLLM counts a token when it
+    is appended to its request, trimmed at the request's stop, speculative decoding
+    included: the same count as the usage a client reads.)"""
+    if not server_metrics:
+        return ""
+    requests, generated = server_metrics.get("requests"), server_metrics.get("generation_tokens")
+    if requests is not None and requests > sent:
+        return (f"the server finished {requests:.0f} requests during the load, which sent {sent}: "
+                "another client loaded it meanwhile, or an earlier load's request was still running")
+    if output_tokens is not None and generated is not None and generated > output_tokens:
+        return (f"the server generated {generated:.0f} tokens during the load, which received {output_tokens}: "
+                "another client loaded it meanwhile, or an earlier load's request was still running")
+    return ""
+
+
 def prefix_cache_hit_rate(server_metrics: dict | None) -> float | None:
     """The share of the repeat's prompt tokens the server found in its prefix cache
     (``prefix_cache_hits`` / ``prefix_cache_queries`` between the scrapes, vLLM V1's

@@ -100,6 +100,103 @@ def test_scrape_tries_a_failing_metrics_page_again(monkeypatch, answers, parsed,
         assert snap.counters["generation_tokens"] == 1100.0
 
 
+@pytest.mark.parametrize("server, sent, received, foreign", [
+    ({"requests": 4.0, "generation_tokens": 64.0}, 4, 64, ""),
+    ({"requests": 3.0, "generation_tokens": 48.0}, 4, None, ""),  # one failed before the server finished it
+    ({"requests": 5.0, "generation_tokens": 80.0}, 4, 64, "the server finished 5 requests during the load, "
+                                                          "which sent 4"),
+    ({"requests": 4.0, "generation_tokens": 70.0}, 4, 64, "the server generated 70 tokens during the load, "
+                                                          "which received 64"),  # another still running
+    ({"requests": 4.0, "generation_tokens": 70.0}, 4, None, ""),  # counts unknown: only requests compared
+    (None, 4, 64, ""),  # no /metrics: nothing to compare
+])
+def test_foreign_work_is_what_the_server_did_beyond_the_load(server, sent, received, foreign):
+    from attnbench.runner.witness import foreign_work
+
+    got = foreign_work(server, sent, received)
+    assert got.startswith(foreign) and bool(got) == bool(foreign)
+
+
+class CountingServer:
+    """A loopback OpenAI completions server (streamed, one token per event, usage last)
+    with a vLLM-style /metrics page that counts the requests and tokens it served, plus,
+    once it has served one, ``extra`` of each: another client's work during the load.
+    ``with CountingServer(...) as url: ...``."""
+
+    def __init__(self, extra_requests: int = 0, extra_tokens: int = 0):
+        self.extra_requests, self.extra_tokens = extra_requests, extra_tokens
+        self.requests = self.tokens = 0
+
+    def __enter__(self) -> str:
+        import threading
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self):
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                n = body["max_tokens"]
+                self.send_response(200)
+                self.send_header("Content-Type", "text/event-stream")
+                self.end_headers()
+                for _ in range(n):
+                    self.wfile.write(b'data: {"choices": [{"index": 0, "text": "a"}]}\n\n')
+                usage = {"prompt_tokens": 8, "completion_tokens": n}
+                outer.requests, outer.tokens = outer.requests + 1, outer.tokens + n  # before the last event
+                self.wfile.write(f"data: {json.dumps({'choices': [], 'usage': usage})}\n\ndata: [DONE]\n\n".encode())
+
+            def do_GET(self):
+                during = outer.requests > 0  # the other client's work came during the load
+                page = ("# TYPE vllm:request_success_total counter\n"
+                        f"vllm:request_success_total{{finished_reason=\"length\"}} "
+                        f"{outer.requests + during * outer.extra_requests}\n"
+                        "# TYPE vllm:generation_tokens_total counter\n"
+                        f"vllm:generation_tokens_total {outer.tokens + during * outer.extra_tokens}\n")
+                self.send_response(200)
+                self.end_headers()
+                self.wfile.write(page.encode())
+
+            def log_message(self, *args):
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        return f"http://127.0.0.1:{self.server.server_address[1]}"
+
+    def __exit__(self, *exc):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.mark.parametrize("extra_requests, extra_tokens, shared, degraded", [
+    (0, 0, False, ""),
+    (1, 16, False, "the server finished 5 requests during the load, which sent 4"),
+    (0, 7, False, "the server generated 71 tokens during the load, which received 64"),
+    (1, 16, True, ""),  # --shared-server: other clients on purpose
+])
+def test_a_load_the_server_served_beside_another_client_is_degraded(tmp_path, extra_requests, extra_tokens,
+                                                                     shared, degraded):
+    """`attnbench load` against a server whose /metrics count more work than the load sent:
+    degraded (exit 1, said in one line, summary.json says why) unless --shared-server."""
+    from attnbench.cli import main
+    from attnbench.runner.models import write_tiny_model
+
+    tiny = write_tiny_model(tmp_path / "tiny")
+    with CountingServer(extra_requests, extra_tokens) as url:
+        result = CliRunner().invoke(main, ["load", "--url", url, "--model", "m", "--tokenizer", str(tiny),
+                                           "--num-prompts", "4", "--output-len", "16", "--out", str(tmp_path / "out"),
+                                           *(["--shared-server"] if shared else [])])
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    assert summary["completed"] == 4 and summary["total_output_tokens"] == 64
+    assert summary["server_metrics"]["requests"] == 4 + extra_requests
+    if degraded:
+        assert result.exit_code == 1 and summary["status"] == "degraded" and summary["error"].startswith(degraded)
+        assert f"error: degraded load: {degraded}" in result.output
+    else:
+        assert result.exit_code == 0 and summary["status"] == "ok", result.output
+
+
 def test_server_log_graph_modes_and_compiles_in_a_window(tmp_path):
     log = tmp_path / "server.log"
     log.write_text(LOG)
