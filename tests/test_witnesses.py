@@ -7,6 +7,8 @@ from __future__ import annotations
 import asyncio
 import json
 import socket
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 from click.testing import CliRunner
@@ -58,9 +60,6 @@ COMPILE = ("(EngineCore pid=1) WARNING 11-23 10:00:00 [jit_monitor.py:140] Trito
 def serve_metrics(answers: list[tuple[int, str]]):
     """A loopback HTTP server whose /metrics gives ``answers`` (status, body) in turn, the
     last one from then on; returns (base URL, the server, how many GETs it answered)."""
-    import threading
-    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-
     hits = []
 
     class Handler(BaseHTTPRequestHandler):
@@ -126,11 +125,9 @@ class CountingServer:
     def __init__(self, extra_requests: int = 0, extra_tokens: int = 0):
         self.extra_requests, self.extra_tokens = extra_requests, extra_tokens
         self.requests = self.tokens = 0
+        self.lock = threading.Lock()
 
     def __enter__(self) -> str:
-        import threading
-        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-
         outer = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -143,7 +140,8 @@ class CountingServer:
                 for _ in range(n):
                     self.wfile.write(b'data: {"choices": [{"index": 0, "text": "a"}]}\n\n')
                 usage = {"prompt_tokens": 8, "completion_tokens": n}
-                outer.requests, outer.tokens = outer.requests + 1, outer.tokens + n  # before the last event
+                with outer.lock:  # before the last event; the requests run in threads at once
+                    outer.requests, outer.tokens = outer.requests + 1, outer.tokens + n
                 self.wfile.write(f"data: {json.dumps({'choices': [], 'usage': usage})}\n\ndata: [DONE]\n\n".encode())
 
             def do_GET(self):
