@@ -151,9 +151,10 @@ def foreign_work(server_metrics: dict | None, sent: int, output_tokens: int | No
     ``output_tokens`` that came back (given when every request was answered with its
     count: a request still running at the second scrape shows only there): another client
     loaded the server meanwhile, or a request of an earlier load was still running. Either
-    way the load's throughput and latencies are not its own. (vLLM counts a token when it
-    is appended to its request, trimmed at the request's stop, speculative decoding
-    included: the same count as the usage a client reads.)"""
+    way the load's throughput and latencies are not its own. (vLLM V1 counts a token when
+    it is appended to its request, trimmed at the request's stop, speculative decoding
+    included: the same count as the usage a client reads. V0 derives it from each step's
+    batch, which undercounts speculative tokens, never overcounts.)"""
     if not server_metrics:
         return ""
     requests, generated = server_metrics.get("requests"), server_metrics.get("generation_tokens")
