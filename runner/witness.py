@@ -83,14 +83,14 @@ SCRAPE_ATTEMPTS = 3  # a page that fails this often in a row is taken as absent
 SCRAPE_RETRY_S = 0.5  # wait before the second attempt; doubled before each later one
 
 
-def scrape_text(base_url: str, timeout_s: float = 5.0, attempts: int = SCRAPE_ATTEMPTS) -> str | None:
+def scrape_text(base_url: str, timeout_s: float = 5.0) -> str | None:
     """The server's /metrics page now, or None if it has none that answers.
 
     A failure that may pass (a 5xx answer, a refused or timed-out connection) is tried
-    again, up to ``attempts`` times: with several API servers vLLM merges its metrics from
+    again, up to `SCRAPE_ATTEMPTS` times: with several API servers vLLM merges its metrics from
     files each process creates, and a scrape that meets a file just being created answers
     500 (prometheus/client_python#1199). A 4xx answer means there is no such page."""
-    for attempt in range(attempts):
+    for attempt in range(SCRAPE_ATTEMPTS):
         if attempt:
             time.sleep(SCRAPE_RETRY_S * 2 ** (attempt - 1))
         try:
@@ -104,9 +104,9 @@ def scrape_text(base_url: str, timeout_s: float = 5.0, attempts: int = SCRAPE_AT
     return None
 
 
-def scrape(base_url: str, timeout_s: float = 5.0, attempts: int = SCRAPE_ATTEMPTS) -> Snapshot | None:
+def scrape(base_url: str, timeout_s: float = 5.0) -> Snapshot | None:
     """The server's metrics now, or None if it has no readable /metrics page (`scrape_text`)."""
-    text = scrape_text(base_url, timeout_s, attempts)
+    text = scrape_text(base_url, timeout_s)
     try:
         return Snapshot.parse(text) if text is not None else None
     except ValueError:

@@ -8,6 +8,7 @@ import asyncio
 import json
 import socket
 import threading
+from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
@@ -57,12 +58,29 @@ COMPILE = ("(EngineCore pid=1) WARNING 11-23 10:00:00 [jit_monitor.py:140] Trito
            "during inference: qblock_attention_kernel. This causes a latency spike; consider extending warmup")
 
 
-def serve_metrics(answers: list[tuple[int, str]]):
-    """A loopback HTTP server whose /metrics gives ``answers`` (status, body) in turn, the
-    last one from then on; returns (base URL, the server, how many GETs it answered)."""
-    hits = []
+@contextmanager
+def loopback(handler: type[BaseHTTPRequestHandler]):
+    """An HTTP server on a free loopback port answering with ``handler``, in a thread, for
+    the ``with`` block: yields its base URL."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
 
-    class Handler(BaseHTTPRequestHandler):
+
+class QuietHandler(BaseHTTPRequestHandler):
+    def log_message(self, *args):
+        pass
+
+
+def metrics_answers(answers: list[tuple[int, str]], hits: list[str]) -> type[BaseHTTPRequestHandler]:
+    """A handler whose GETs give ``answers`` (status, body) in turn, the last one from then
+    on, each path it was asked for appended to ``hits``."""
+
+    class Handler(QuietHandler):
         def do_GET(self):
             status, body = answers[min(len(hits), len(answers) - 1)]
             hits.append(self.path)
@@ -70,12 +88,7 @@ def serve_metrics(answers: list[tuple[int, str]]):
             self.end_headers()
             self.wfile.write(body.encode())
 
-        def log_message(self, *args):
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    return f"http://127.0.0.1:{server.server_address[1]}", server, hits
+    return Handler
 
 
 @pytest.mark.parametrize("answers, parsed, gets", [
@@ -89,11 +102,9 @@ def test_scrape_tries_a_failing_metrics_page_again(monkeypatch, answers, parsed,
     from attnbench.runner import witness
 
     monkeypatch.setattr(witness, "SCRAPE_RETRY_S", 0.01)
-    url, server, hits = serve_metrics(answers)
-    try:
+    hits = []
+    with loopback(metrics_answers(answers, hits)) as url:
         snap = witness.scrape(url)
-    finally:
-        server.shutdown()
     assert (snap is not None) == parsed and len(hits) == gets and set(hits) == {"/metrics"}
     if parsed:
         assert snap.counters["generation_tokens"] == 1100.0
@@ -116,55 +127,46 @@ def test_foreign_work_is_what_the_server_did_beyond_the_load(server, sent, recei
     assert got.startswith(foreign) and bool(got) == bool(foreign)
 
 
-class CountingServer:
-    """A loopback OpenAI completions server (streamed, one token per event, usage last)
-    with a vLLM-style /metrics page that counts the requests and tokens it served, plus,
-    once it has served one, ``extra`` of each: another client's work during the load.
-    ``with CountingServer(...) as url: ...``."""
+class ServedCounts:
+    """What `counting_handler` served, and another client's ``extra`` work on its server."""
 
     def __init__(self, extra_requests: int = 0, extra_tokens: int = 0):
         self.extra_requests, self.extra_tokens = extra_requests, extra_tokens
         self.requests = self.tokens = 0
         self.lock = threading.Lock()
 
-    def __enter__(self) -> str:
-        outer = self
 
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self):
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                n = body["max_tokens"]
-                self.send_response(200)
-                self.send_header("Content-Type", "text/event-stream")
-                self.end_headers()
-                for _ in range(n):
-                    self.wfile.write(b'data: {"choices": [{"index": 0, "text": "a"}]}\n\n')
-                usage = {"prompt_tokens": 8, "completion_tokens": n}
-                with outer.lock:  # before the last event; the requests run in threads at once
-                    outer.requests, outer.tokens = outer.requests + 1, outer.tokens + n
-                self.wfile.write(f"data: {json.dumps({'choices': [], 'usage': usage})}\n\ndata: [DONE]\n\n".encode())
+def counting_handler(counts: ServedCounts) -> type[BaseHTTPRequestHandler]:
+    """An OpenAI completions server (streamed, one token per event, usage last) with a
+    vLLM-style /metrics page that counts the requests and tokens it served, plus, once it
+    has served one, ``counts``' extra of each: another client's work during the load."""
 
-            def do_GET(self):
-                during = outer.requests > 0  # the other client's work came during the load
-                page = ("# TYPE vllm:request_success_total counter\n"
-                        f"vllm:request_success_total{{finished_reason=\"length\"}} "
-                        f"{outer.requests + during * outer.extra_requests}\n"
-                        "# TYPE vllm:generation_tokens_total counter\n"
-                        f"vllm:generation_tokens_total {outer.tokens + during * outer.extra_tokens}\n")
-                self.send_response(200)
-                self.end_headers()
-                self.wfile.write(page.encode())
+    class Handler(QuietHandler):
+        def do_POST(self):
+            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            n = body["max_tokens"]
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            self.end_headers()
+            for _ in range(n):
+                self.wfile.write(b'data: {"choices": [{"index": 0, "text": "a"}]}\n\n')
+            usage = {"prompt_tokens": 8, "completion_tokens": n}
+            with counts.lock:  # before the last event; the requests run in threads at once
+                counts.requests, counts.tokens = counts.requests + 1, counts.tokens + n
+            self.wfile.write(f"data: {json.dumps({'choices': [], 'usage': usage})}\n\ndata: [DONE]\n\n".encode())
 
-            def log_message(self, *args):
-                pass
+        def do_GET(self):
+            during = counts.requests > 0  # the other client's work came during the load
+            page = ("# TYPE vllm:request_success_total counter\n"
+                    f"vllm:request_success_total{{finished_reason=\"length\"}} "
+                    f"{counts.requests + during * counts.extra_requests}\n"
+                    "# TYPE vllm:generation_tokens_total counter\n"
+                    f"vllm:generation_tokens_total {counts.tokens + during * counts.extra_tokens}\n")
+            self.send_response(200)
+            self.end_headers()
+            self.wfile.write(page.encode())
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-        return f"http://127.0.0.1:{self.server.server_address[1]}"
-
-    def __exit__(self, *exc):
-        self.server.shutdown()
-        self.server.server_close()
+    return Handler
 
 
 @pytest.mark.parametrize("extra_requests, extra_tokens, shared, degraded", [
@@ -181,7 +183,7 @@ def test_a_load_the_server_served_beside_another_client_is_degraded(tmp_path, ex
     from attnbench.runner.models import write_tiny_model
 
     tiny = write_tiny_model(tmp_path / "tiny")
-    with CountingServer(extra_requests, extra_tokens) as url:
+    with loopback(counting_handler(ServedCounts(extra_requests, extra_tokens))) as url:
         result = CliRunner().invoke(main, ["load", "--url", url, "--model", "m", "--tokenizer", str(tiny),
                                            "--num-prompts", "4", "--output-len", "16", "--out", str(tmp_path / "out"),
                                            *(["--shared-server"] if shared else [])])
