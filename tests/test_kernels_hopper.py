@@ -76,7 +76,9 @@ def prefill_seqs(rng: random.Random) -> list[tuple[int, int]]:
 
 
 def mixed_seqs(rng: random.Random) -> list[tuple[int, int]]:
-    """Decodes and speculative decodes beside a chunked prefill, shuffled."""
+    """Decodes and speculative decodes beside a chunked prefill, shuffled: the short
+    queries' Q-blocks fill at most 64 rows, so `qblock_ws`'s second consumer passes their
+    tiles on (`qblock_ws._pass_item`) between items it computes."""
     seqs = [(1, rng.randint(300, 600)), (1, rng.randint(1, 20)), (rng.randint(2, 8), rng.randint(10, 300)),
             (rng.randint(60, 200), rng.randint(17, 400))]
     rng.shuffle(seqs)

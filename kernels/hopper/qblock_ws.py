@@ -17,7 +17,9 @@ difference is who does what inside a program. Three warpgroups, each its own par
   its own shared buffer (in registers, as the A operand, they left too few registers for
   the wgmma pipeline: ptxas serialized it) and releases a K buffer once its ``S_j`` is done
   and a V buffer once its ``P V`` is, every thread for itself (`_release`). Its O rows
-  leave through the same buffer, in 16-byte pieces.
+  leave through the same buffer, in 16-byte pieces. Where an item's rows all lie in the
+  first half (a decode's, a short speculative query's: up to 64 rows), the second consumer
+  only releases each tile as it lands (`_pass_item`).
 
 A persistent program of a prefill-sized launch walks the items the producer claims from
 an atomic counter as it frees up, posted to the consumers through a small ring of shared
@@ -508,17 +510,54 @@ def _consume_item(item, t, k, out_ptr, q_ptr, cu_seqlens_q_ptr, seq_lens_ptr, bl
                   QPK: gl.constexpr, HEAD_FIRST: gl.constexpr, HEAD_REST: gl.constexpr, TILE_SIZE: gl.constexpr,
                   BLOCK_Q: gl.constexpr, USE_SOFTCAP: gl.constexpr, USE_WINDOW: gl.constexpr,
                   PINGPONG: gl.constexpr, LAZY_RESCALE: gl.constexpr, P_AT_PRODUCT: gl.constexpr):
-    """This half of work item ``item`` (`_consumer_item`); returns its tile count."""
+    """This half of work item ``item`` (`_consumer_item`); returns its tile count. The second
+    half of a Q-block whose rows all lie in the first (a decode's or a short speculative
+    query's: query tokens x query heads per KV head <= 64 rows) only passes the tiles on
+    (`_pass_item`), leaving the tensor cores and shared memory to the half with rows."""
     (kv_head, q_start, query_len, q_block_local, context_len, seq_len, bt_row, first_tile, first_unmasked,
      first_masked, end_tile) = qblock_item(item, num_items, num_q_blocks, cu_seqlens_q_ptr,
                                            seq_lens_ptr, block_table_ptr, num_seqs, sliding_window, stride_bt,
                                            BLOCK_Q, TILE_SIZE, USE_WINDOW)
-    _consumer_item(out_ptr, q_ptr, q_start, query_len, q_block_local, context_len, kv_head, first_tile,
-                   first_unmasked, first_masked, end_tile, t, k, qk_scale, softcap, sliding_window, stride_qt,
-                   stride_qh, stride_ot, stride_oh, q_smem, q_rest_smem, k_smem, v_smem, k_rest_smem,
-                   v_rest_smem, k_ready, k_empty, v_ready, v_empty, turns, HALF, ROWS, QPK, HEAD_FIRST, HEAD_REST,
-                   TILE_SIZE, BLOCK_Q, USE_SOFTCAP, USE_WINDOW, PINGPONG, LAZY_RESCALE, P_AT_PRODUCT)
-    return end_tile - first_tile
+    n = end_tile - first_tile
+    if HALF > 0:
+        rows = gl.minimum(query_len - q_block_local * BLOCK_Q, BLOCK_Q) * QPK  # the item's Q-block rows
+        if rows <= HALF * ROWS:
+            _pass_item(t, k, n, k_ready, k_empty, v_ready, v_empty, turns, HALF, PINGPONG)
+        else:
+            _consumer_item(out_ptr, q_ptr, q_start, query_len, q_block_local, context_len, kv_head, first_tile,
+                           first_unmasked, first_masked, end_tile, t, k, qk_scale, softcap, sliding_window,
+                           stride_qt, stride_qh, stride_ot, stride_oh, q_smem, q_rest_smem, k_smem, v_smem,
+                           k_rest_smem, v_rest_smem, k_ready, k_empty, v_ready, v_empty, turns, HALF, ROWS, QPK,
+                           HEAD_FIRST, HEAD_REST, TILE_SIZE, BLOCK_Q, USE_SOFTCAP, USE_WINDOW, PINGPONG,
+                           LAZY_RESCALE, P_AT_PRODUCT)
+    else:
+        _consumer_item(out_ptr, q_ptr, q_start, query_len, q_block_local, context_len, kv_head, first_tile,
+                       first_unmasked, first_masked, end_tile, t, k, qk_scale, softcap, sliding_window, stride_qt,
+                       stride_qh, stride_ot, stride_oh, q_smem, q_rest_smem, k_smem, v_smem, k_rest_smem,
+                       v_rest_smem, k_ready, k_empty, v_ready, v_empty, turns, HALF, ROWS, QPK, HEAD_FIRST,
+                       HEAD_REST, TILE_SIZE, BLOCK_Q, USE_SOFTCAP, USE_WINDOW, PINGPONG, LAZY_RESCALE,
+                       P_AT_PRODUCT)
+    return n
+
+
+@gluon.jit
+def _pass_item(t, k, n, k_ready, k_empty, v_ready, v_empty, turns, HALF: gl.constexpr, PINGPONG: gl.constexpr):
+    """A half with no rows in this item: release each of its ``n`` K and V tiles (ring
+    positions ``t ..``) as it lands, and take and pass its ``n + 1`` turns, so that the
+    producer and the other half run as if this half had computed. Each release waits for
+    the tile's "ready" first: an arrival ahead of the ring would count toward an earlier
+    phase of the buffer's "empty" barrier."""
+    for j in range(n):
+        g = t + j
+        _take_turn(turns, k + j, HALF, PINGPONG)
+        _pass_turn(turns, HALF, PINGPONG)
+        mbarrier.wait(k_ready.index(g % K_STAGES), (g // K_STAGES) & 1)
+        _release(k_empty.index(g % K_STAGES))
+        mbarrier.wait(v_ready.index(g % V_STAGES), (g // V_STAGES) & 1)
+        _release(v_empty.index(g % V_STAGES))
+    if n > 0:
+        _take_turn(turns, k + n, HALF, PINGPONG)
+        _pass_turn(turns, HALF, PINGPONG)
 
 
 @gluon.constexpr_function
