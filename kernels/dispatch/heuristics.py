@@ -118,9 +118,10 @@ def _many_short_queries(shape: BatchShape, p: Platform) -> bool:
 
     All of this was measured before the Gluon kernel's second consumer passed on the rows
     such a batch lacks (`qblock_ws._pass_item`: 0.78-0.98x its time on the held-out grid's
-    short queries). On the H200's held-out decodes since, the Triton step takes 1.02-1.06x
-    the persistent Gluon launch's time (docs/perf/kernels-h100.md); the thresholds stay
-    until the training cases are measured again."""
+    short queries). On an H200 since (docs/perf/kernels-h100.md), the Gluon kernel's own
+    config took 0.97x the Triton step's time on rules.yaml's many-decodes (0.91-1.03x) but
+    0.98-1.05x on the held-out decodes this rule keeps, and 0.94-1.07x on spec-many's
+    queries that fill one Q-block: the rule stays until the H100 has measured them too."""
     if shape.max_seqlen_q > SHORT_QUERY or _programs_2d(shape, p) <= p.num_sms:
         return False
     if shape.max_seqlen_q == 1:
