@@ -510,26 +510,19 @@ def _consume_item(item, t, k, out_ptr, q_ptr, cu_seqlens_q_ptr, seq_lens_ptr, bl
                   QPK: gl.constexpr, HEAD_FIRST: gl.constexpr, HEAD_REST: gl.constexpr, TILE_SIZE: gl.constexpr,
                   BLOCK_Q: gl.constexpr, USE_SOFTCAP: gl.constexpr, USE_WINDOW: gl.constexpr,
                   PINGPONG: gl.constexpr, LAZY_RESCALE: gl.constexpr, P_AT_PRODUCT: gl.constexpr):
-    """This half of work item ``item`` (`_consumer_item`); returns its tile count. The second
-    half of a Q-block whose rows all lie in the first (a decode's or a short speculative
-    query's: query tokens x query heads per KV head <= 64 rows) only passes the tiles on
-    (`_pass_item`), leaving the tensor cores and shared memory to the half with rows."""
+    """This half of work item ``item`` (`_consumer_item`); returns its tile count. A half
+    with none of the item's rows only passes its tiles on (`_pass_item`): the second half
+    of a decode's or a short speculative query's Q-block (query tokens x query heads per KV
+    head <= 64 rows), leaving the tensor cores and shared memory to the half with rows;
+    either half of an item past the list or past its sequence's query (no rows, no tiles)."""
     (kv_head, q_start, query_len, q_block_local, context_len, seq_len, bt_row, first_tile, first_unmasked,
      first_masked, end_tile) = qblock_item(item, num_items, num_q_blocks, cu_seqlens_q_ptr,
                                            seq_lens_ptr, block_table_ptr, num_seqs, sliding_window, stride_bt,
                                            BLOCK_Q, TILE_SIZE, USE_WINDOW)
     n = end_tile - first_tile
-    if HALF > 0:
-        rows = gl.minimum(query_len - q_block_local * BLOCK_Q, BLOCK_Q) * QPK  # the item's Q-block rows
-        if rows <= HALF * ROWS:
-            _pass_item(t, k, n, k_ready, k_empty, v_ready, v_empty, turns, HALF, PINGPONG)
-        else:
-            _consumer_item(out_ptr, q_ptr, q_start, query_len, q_block_local, context_len, kv_head, first_tile,
-                           first_unmasked, first_masked, end_tile, t, k, qk_scale, softcap, sliding_window,
-                           stride_qt, stride_qh, stride_ot, stride_oh, q_smem, q_rest_smem, k_smem, v_smem,
-                           k_rest_smem, v_rest_smem, k_ready, k_empty, v_ready, v_empty, turns, HALF, ROWS, QPK,
-                           HEAD_FIRST, HEAD_REST, TILE_SIZE, BLOCK_Q, USE_SOFTCAP, USE_WINDOW, PINGPONG,
-                           LAZY_RESCALE, P_AT_PRODUCT)
+    rows = gl.minimum(query_len - q_block_local * BLOCK_Q, BLOCK_Q) * QPK  # the item's Q-block rows
+    if rows <= HALF * ROWS:
+        _pass_item(t, k, n, k_ready, k_empty, v_ready, v_empty, turns, HALF, PINGPONG)
     else:
         _consumer_item(out_ptr, q_ptr, q_start, query_len, q_block_local, context_len, kv_head, first_tile,
                        first_unmasked, first_masked, end_tile, t, k, qk_scale, softcap, sliding_window, stride_qt,
