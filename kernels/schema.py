@@ -14,8 +14,8 @@ VARIANT_ENV = "ATTNBENCH_VARIANT"
 
 # the microbenchmark's implementations besides our own variants (bench/implementations.py):
 # our Gluon kernels for one GPU generation (kernels/hopper; "_t64": 64-token KV tiles, else
-# 128; "_pp": the consumers take turns; "_persistent": one program per SM; "_lazy": lazy
-# rescaling), then the comparators
+# 128; "_pp": the consumers take turns; "_persistent": one program per SM, in static shares;
+# "_lazy": lazy rescaling), then the comparators
 HOPPER_KERNELS = ("qblock_wgmma", "qblock_wgmma_t64", "qblock_ws_t128", "qblock_ws_t64", "qblock_ws_pp",
                   "qblock_ws_t64_pp", "qblock_ws_t64_persistent", "qblock_ws_t64_lazy", "qblock_ws_t64_lazy_persistent",
                   "qblock_ws_persistent", "qblock_ws_pp_persistent")

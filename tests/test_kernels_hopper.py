@@ -85,7 +85,15 @@ def mixed_seqs(rng: random.Random) -> list[tuple[int, int]]:
     return seqs
 
 
-COMPOSITIONS = {"prefill": prefill_seqs, "mixed": mixed_seqs}
+def short_seqs(rng: random.Random) -> list[tuple[int, int]]:
+    """Decodes and speculative decodes of up to 16 tokens only, more of them than an H100
+    has SMs at two KV heads: every query fits one Q-block (16 tokens at most at 8 query
+    heads per KV head), so told the longest query, `qblock_ws` lists one Q-block per
+    sequence (`host.listed_q_blocks`) and a persistent program walks two or three."""
+    return [(rng.choice([1, 1, 2, 4, rng.randint(1, 16)]), rng.randint(1, 900)) for _ in range(rng.randint(70, 140))]
+
+
+COMPOSITIONS = {"prefill": prefill_seqs, "mixed": mixed_seqs, "short": short_seqs}
 
 # test name -> (module of kernels/hopper, launch options); ``persistent``: one program per
 # SM walks the work items, so a program's rings and barriers carry on from one Q-block to
@@ -110,11 +118,13 @@ def build_case(head_case: str, composition: str, seed: int) -> PagedBatch:
 
 def _launch_run(kernel: str, batch: PagedBatch, tile_size: int) -> torch.Tensor:
     """``batch`` through the module and launch options of ``KERNEL_RUNS[kernel]``, into a
-    NaN-poisoned output."""
+    NaN-poisoned output; `qblock_ws` told the batch's longest query, as the API tells it."""
     import importlib
 
     name, options = KERNEL_RUNS[kernel]
     module = importlib.import_module(f"attnbench.kernels.hopper.{name}")
+    if name == "qblock_ws":
+        options = {"max_seqlen_q": batch.max_seqlen_q, **options}
     out = poisoned_like(batch.q)
     module.launch(out, batch.q, batch.k_cache, batch.v_cache, batch.block_table, batch.cu_seqlens_q,
                   batch.seq_lens, scale=batch.head_size ** -0.5, sliding_window=batch.sliding_window,

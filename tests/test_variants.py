@@ -571,6 +571,23 @@ def test_prefills_of_many_work_items_launch_persistent(monkeypatch, tree):
     assert host.many_items(BatchShape(40, 40 * 512, 512, 512, 28, 4, 128), 132)
 
 
+def test_a_launch_lists_one_q_block_per_sequence_where_every_query_fits_one():
+    """`host.listed_q_blocks`: decodes and speculative decodes whose longest query fits a
+    Q-block list one Q-block per sequence; anything longer, or a launch that does not know
+    its longest query (compiling only), lists the bound with its spare Q-blocks."""
+    from attnbench.kernels.hopper import host
+
+    # Llama-70B's B48 decode: Q-blocks of 16 tokens x 8 heads; the bound has 3 spares
+    assert host.listed_q_blocks(48, 48, 16, 1) == (48, True)
+    assert host.listed_q_blocks(48, 48, 16, None) == (51, False)
+    # 8-token speculative decodes at 4 heads per KV head: a spare per 4 sequences
+    assert host.listed_q_blocks(16 * 8, 16, 32, 8) == (16, True)
+    assert host.listed_q_blocks(16 * 8, 16, 32, None) == (20, False)
+    # a query that fills its Q-block exactly, and one a token longer
+    assert host.listed_q_blocks(3 * 32, 3, 32, 32) == (3, True)
+    assert host.listed_q_blocks(33 + 2, 3, 32, 33) == (4, False)
+
+
 @pytest.mark.parametrize("tree", ["shipped", "off"])
 def test_a_mixed_batch_counts_one_work_item_per_decode(monkeypatch, tree):
     """A decode beside prompts is a Q-block of its own: Phi-3's 32 decodes beside two 1k

@@ -157,7 +157,11 @@ def _fa3(batch: PagedBatch, config=None) -> Prepared:
 
 def _hopper(kernel: str, tile_size: int, **options):
     """A Gluon kernel of `kernels/hopper` (module ``kernel``) with ``tile_size``-token KV tiles
-    and its own launch ``options``."""
+    and its own launch ``options``. `qblock_ws` is told the batch's longest query, as the
+    registered kernel is (its list then holds one Q-block per sequence where every query
+    fits one); its persistent rows keep static shares (``dynamic=False``), the launch
+    `host.launch_qblock` would replace with claimed items on long queries' batches."""
+    lengths = kernel == "qblock_ws"
     def prepare(batch: PagedBatch, config=None) -> Prepared:
         try:  # optional: Gluon's Hopper API, not in every Triton
             from ..hopper import host
@@ -176,7 +180,8 @@ def _hopper(kernel: str, tile_size: int, **options):
         def run():
             module.launch(out, batch.q, batch.k_cache, batch.v_cache, batch.block_table, batch.cu_seqlens_q,
                           batch.seq_lens, scale=batch.head_size ** -0.5, sliding_window=batch.sliding_window,
-                          softcap=batch.softcap, tile_size=tile_size, **options)
+                          softcap=batch.softcap, tile_size=tile_size,
+                          **({"max_seqlen_q": batch.max_seqlen_q} if lengths else {}), **options)
             return out
 
         launch = {"tile_size": tile_size, "block_m": host.BLOCK_M, "num_warps": module.NUM_WARPS, **options}
@@ -244,11 +249,11 @@ HOPPER: dict[str, Callable[..., Prepared]] = {
     "qblock_ws_t128": _hopper("qblock_ws", 128), "qblock_ws_t64": _hopper("qblock_ws", 64),
     "qblock_ws_pp": _hopper("qblock_ws", 128, pingpong=True),
     "qblock_ws_t64_pp": _hopper("qblock_ws", 64, pingpong=True),
-    "qblock_ws_t64_persistent": _hopper("qblock_ws", 64, persistent=True),
+    "qblock_ws_t64_persistent": _hopper("qblock_ws", 64, persistent=True, dynamic=False),
     "qblock_ws_t64_lazy": _hopper("qblock_ws", 64, lazy_rescale=True),
-    "qblock_ws_t64_lazy_persistent": _hopper("qblock_ws", 64, lazy_rescale=True, persistent=True),
-    "qblock_ws_persistent": _hopper("qblock_ws", 128, persistent=True),
-    "qblock_ws_pp_persistent": _hopper("qblock_ws", 128, pingpong=True, persistent=True),
+    "qblock_ws_t64_lazy_persistent": _hopper("qblock_ws", 64, lazy_rescale=True, persistent=True, dynamic=False),
+    "qblock_ws_persistent": _hopper("qblock_ws", 128, persistent=True, dynamic=False),
+    "qblock_ws_pp_persistent": _hopper("qblock_ws", 128, pingpong=True, persistent=True, dynamic=False),
 }
 assert tuple(HOPPER) == HOPPER_KERNELS, "kernels/schema.py names the Hopper rows"
 REGISTRY: dict[str, Callable[..., Prepared]] = {

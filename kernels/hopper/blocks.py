@@ -108,23 +108,39 @@ def program_item(r):
 
 
 @gluon.jit
-def qblock_item(item, num_items, num_q_blocks, cu_seqlens_q_ptr, seq_lens_ptr, block_table_ptr, num_seqs,
-                sliding_window, stride_bt, BLOCK_Q: gl.constexpr, TILE_SIZE: gl.constexpr,
+def sequence_qblock(cu_seqlens_q_ptr, seq_lens_ptr, q_block):
+    """`locate_qblock` where every sequence's query fits one Q-block and Q-block ``s`` is
+    sequence ``s``'s: no search."""
+    q_start = gl.load(cu_seqlens_q_ptr + q_block)
+    query_len = gl.load(cu_seqlens_q_ptr + q_block + 1) - q_start
+    seq_len = gl.load(seq_lens_ptr + q_block)
+    return q_block, q_start, query_len, q_block * 0, seq_len
+
+
+@gluon.jit
+def qblock_item(item, num_items, num_q_blocks, one_q_block_per_seq, cu_seqlens_q_ptr, seq_lens_ptr, block_table_ptr,
+                num_seqs, sliding_window, stride_bt, BLOCK_Q: gl.constexpr, TILE_SIZE: gl.constexpr,
                 USE_WINDOW: gl.constexpr):
     """Work item ``item`` of a flat list of (Q-block, KV head) pairs, last Q-blocks first and
     KV heads innermost (under the causal mask the last Q-blocks see the most keys: for one
     sequence the list runs longest first): (KV head, first query row, query length, Q-block
     within its sequence, context length, sequence length, block-table row, and its tile range
     as `tile_range` gives it: first tile, first unmasked tile, first masked tile, end tile).
-    A Q-block past its sequence's query, or an item past the list (``item >= num_items``),
-    has no tiles and no rows (query length 0)."""
+    The Q-blocks are numbered as `locate_qblock` numbers them, a bound with spare Q-blocks
+    that have no rows; or, with ``one_q_block_per_seq`` (run time, 0 or 1: every query fits
+    one Q-block), one per sequence, in order (`sequence_qblock`). A Q-block past its
+    sequence's query, or an item past the list (``item >= num_items``), has no tiles and no
+    rows (query length 0)."""
     in_list = item < num_items
     item = gl.minimum(item, num_items - 1)
     num_kv_heads = num_items // num_q_blocks
     q_block = num_q_blocks - 1 - item // num_kv_heads
     kv_head = item % num_kv_heads
-    seq, q_start, query_len, q_block_local, seq_len = locate_qblock(cu_seqlens_q_ptr, seq_lens_ptr, q_block,
-                                                                    num_seqs, BLOCK_Q)
+    if one_q_block_per_seq != 0:
+        seq, q_start, query_len, q_block_local, seq_len = sequence_qblock(cu_seqlens_q_ptr, seq_lens_ptr, q_block)
+    else:
+        seq, q_start, query_len, q_block_local, seq_len = locate_qblock(cu_seqlens_q_ptr, seq_lens_ptr, q_block,
+                                                                        num_seqs, BLOCK_Q)
     context_len = seq_len - query_len
     query_len = gl.where(in_list, query_len, 0)
     bt_row = block_table_ptr + seq.to(gl.int64) * stride_bt

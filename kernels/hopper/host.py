@@ -130,6 +130,23 @@ def unsupported_reason(q, k_cache, head_sizes: tuple[int, ...] = HEAD_SIZES) -> 
     return shape_reason(q.shape[2], q.shape[1] // k_cache.shape[2], head_sizes)
 
 
+def listed_q_blocks(num_tokens: int, num_seqs: int, block_q: int, max_seqlen_q: int | None) -> tuple[int, bool]:
+    """(Q-blocks, one per sequence) of a launch's list of work items (`blocks.qblock_item`).
+
+    In general the bound of the 2D grid (`steps.blocks.Geometry.q_blocks_bound`: one spare
+    Q-block without rows per ``block_q`` tokens, so that no host read places them). Where
+    every query fits one Q-block (``max_seqlen_q <= block_q``: decodes and speculative
+    decodes, which the caller's longest query bounds) the list holds exactly one per
+    sequence instead: the bound would add 1/128 (single-head groups) to a quarter (8-token
+    queries at 4 query heads per KV head) more items. One program per item, a spare ends
+    at once; in a persistent launch's static shares it fills a slot, so programs get
+    uneven numbers of real items (Llama-70B's B48 decode: 408 items for 132 programs,
+    four rounds where its 384 take three)."""
+    if max_seqlen_q is not None and max_seqlen_q <= block_q:
+        return num_seqs, True
+    return num_tokens // block_q + num_seqs, False
+
+
 # how a kernel that walks a flat list of (Q-block, KV head) work items is launched
 ONE_PER_ITEM = "one per item"
 PERSISTENT = "one per SM"
@@ -154,7 +171,10 @@ def launch_qblock(kernel, extra: dict, out, q, k_cache, v_cache, block_table, cu
     item of the list whenever it is ready for one (``dynamic``, as FlashAttention 3's
     persistent scheduler: static shares of items as uneven as a causal prefill's end
     unevenly; ``dynamic`` True or False forces it). Compiling only, a persistent launch
-    compiles both binaries: the batches it will run decide between them."""
+    compiles both binaries: the batches it will run decide between them.
+
+    The list's Q-blocks are `listed_q_blocks`' (where every query fits one Q-block, one per
+    sequence)."""
     import torch  # lazy, as triton
 
     from ..steps.blocks import Geometry, launch_or_compile, per_token_args  # lazy: triton, only to launch
@@ -172,7 +192,9 @@ def launch_qblock(kernel, extra: dict, out, q, k_cache, v_cache, block_table, cu
     grid = (g.q_blocks_bound(block_q), g.num_kv_heads)
     walks = [{}]
     if items is not None:
-        num_items = grid[0] * grid[1]
+        num_q_blocks, one_q_block_per_seq = listed_q_blocks(g.num_tokens, g.num_seqs, block_q,
+                                                            None if compile_only else max_seqlen_q)
+        num_items = num_q_blocks * grid[1]
         programs = num_items if items == ONE_PER_ITEM else min(num_items, Platform.detect(q.device).num_sms)
         if items == ONE_PER_ITEM:
             claims = [False]
@@ -187,7 +209,8 @@ def launch_qblock(kernel, extra: dict, out, q, k_cache, v_cache, block_table, cu
         # claimed items come from a counter that starts at 0 (a memset per launch); a launch
         # that does not claim, or only compiles, never reads it (the kernel does not
         # specialize on it, so any int32 tensor compiles the same binary)
-        walks = [{"num_q_blocks": grid[0], "num_items": num_items, "DYNAMIC": claim,
+        walks = [{"num_q_blocks": num_q_blocks, "num_items": num_items,
+                  "one_q_block_per_seq": int(one_q_block_per_seq), "DYNAMIC": claim,
                   "item_counter_ptr": (torch.zeros(1, dtype=torch.int32, device=q.device)
                                        if claim and not compile_only else seq_lens)}
                  for claim in claims]

@@ -75,10 +75,11 @@ ITEM_SMEM_LAYOUT: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, [0])
 
 @gluon.jit
 def _producer(k_ptr, v_ptr, cu_seqlens_q_ptr, seq_lens_ptr, block_table_ptr, item_counter_ptr, num_seqs,
-              num_q_blocks, num_items, sliding_window, stride_bt, stride_kb, stride_ks, stride_kh,
-              stride_vh, k_smem, v_smem, k_rest_smem, v_rest_smem, k_ready, k_empty, v_ready, v_empty, items_smem,
-              item_ready, item_empty, BLOCK_SIZE: gl.constexpr, TILE_SIZE: gl.constexpr, HEAD_FIRST: gl.constexpr,
-              HEAD_REST: gl.constexpr, BLOCK_Q: gl.constexpr, USE_WINDOW: gl.constexpr, DYNAMIC: gl.constexpr):
+              num_q_blocks, num_items, one_q_block_per_seq, sliding_window, stride_bt, stride_kb, stride_ks,
+              stride_kh, stride_vh, k_smem, v_smem, k_rest_smem, v_rest_smem, k_ready, k_empty, v_ready, v_empty,
+              items_smem, item_ready, item_empty, BLOCK_SIZE: gl.constexpr, TILE_SIZE: gl.constexpr,
+              HEAD_FIRST: gl.constexpr, HEAD_REST: gl.constexpr, BLOCK_Q: gl.constexpr, USE_WINDOW: gl.constexpr,
+              DYNAMIC: gl.constexpr):
     """Fill the K and V rings for every work item of this program, one tile ahead of the
     consumers as far as buffers allow: the items `blocks.program_item` deals it, or with
     ``DYNAMIC`` the next item of the list whenever it is ready for one, claimed from
@@ -91,19 +92,20 @@ def _producer(k_ptr, v_ptr, cu_seqlens_q_ptr, seq_lens_ptr, block_table_ptr, ite
         while item < num_items:
             _post_item(items_smem, item_ready, item_empty, r, item)
             t += _produce_item(item, t, k_ptr, v_ptr, cu_seqlens_q_ptr, seq_lens_ptr, block_table_ptr, num_seqs,
-                               num_q_blocks, num_items, sliding_window, stride_bt, stride_kb, stride_ks,
-                               stride_kh, stride_vh, k_smem, v_smem, k_rest_smem, v_rest_smem, k_ready, k_empty,
-                               v_ready, v_empty, BLOCK_SIZE, TILE_SIZE, HEAD_FIRST, HEAD_REST, BLOCK_Q, USE_WINDOW)
+                               num_q_blocks, num_items, one_q_block_per_seq, sliding_window, stride_bt, stride_kb,
+                               stride_ks, stride_kh, stride_vh, k_smem, v_smem, k_rest_smem, v_rest_smem, k_ready,
+                               k_empty, v_ready, v_empty, BLOCK_SIZE, TILE_SIZE, HEAD_FIRST, HEAD_REST, BLOCK_Q,
+                               USE_WINDOW)
             r += 1
             item = _claim(item_counter_ptr)
         _post_item(items_smem, item_ready, item_empty, r, item)
     else:
         for r in range(program_rounds(num_items)):
             t += _produce_item(program_item(r), t, k_ptr, v_ptr, cu_seqlens_q_ptr, seq_lens_ptr, block_table_ptr,
-                               num_seqs, num_q_blocks, num_items, sliding_window, stride_bt, stride_kb,
-                               stride_ks, stride_kh, stride_vh, k_smem, v_smem, k_rest_smem, v_rest_smem, k_ready,
-                               k_empty, v_ready, v_empty, BLOCK_SIZE, TILE_SIZE, HEAD_FIRST, HEAD_REST, BLOCK_Q,
-                               USE_WINDOW)
+                               num_seqs, num_q_blocks, num_items, one_q_block_per_seq, sliding_window, stride_bt,
+                               stride_kb, stride_ks, stride_kh, stride_vh, k_smem, v_smem, k_rest_smem, v_rest_smem,
+                               k_ready, k_empty, v_ready, v_empty, BLOCK_SIZE, TILE_SIZE, HEAD_FIRST, HEAD_REST,
+                               BLOCK_Q, USE_WINDOW)
 
 
 @gluon.jit
@@ -142,7 +144,7 @@ def _take_item(items_smem, item_ready, item_empty, r):
 
 @gluon.jit
 def _produce_item(item, t, k_ptr, v_ptr, cu_seqlens_q_ptr, seq_lens_ptr, block_table_ptr, num_seqs, num_q_blocks,
-                  num_items, sliding_window, stride_bt, stride_kb, stride_ks, stride_kh, stride_vh,
+                  num_items, one_q_block_per_seq, sliding_window, stride_bt, stride_kb, stride_ks, stride_kh, stride_vh,
                   k_smem, v_smem, k_rest_smem, v_rest_smem, k_ready, k_empty, v_ready, v_empty,
                   BLOCK_SIZE: gl.constexpr, TILE_SIZE: gl.constexpr, HEAD_FIRST: gl.constexpr,
                   HEAD_REST: gl.constexpr, BLOCK_Q: gl.constexpr, USE_WINDOW: gl.constexpr):
@@ -153,7 +155,7 @@ def _produce_item(item, t, k_ptr, v_ptr, cu_seqlens_q_ptr, seq_lens_ptr, block_t
     WHOLE_PAGES: gl.constexpr = (tiles_of_whole_pages(TILE_SIZE, BLOCK_SIZE, HEAD_FIRST, 4)
                                  or (HEAD_REST > 0 and tiles_of_whole_pages(TILE_SIZE, BLOCK_SIZE, HEAD_REST, 4)))
     (kv_head, q_start, query_len, q_block_local, context_len, seq_len, bt_row, first_tile, first_unmasked,
-     first_masked, end_tile) = qblock_item(item, num_items, num_q_blocks, cu_seqlens_q_ptr,
+     first_masked, end_tile) = qblock_item(item, num_items, num_q_blocks, one_q_block_per_seq, cu_seqlens_q_ptr,
                                            seq_lens_ptr, block_table_ptr, num_seqs, sliding_window, stride_bt,
                                            BLOCK_Q, TILE_SIZE, USE_WINDOW)
     k_head = k_ptr + kv_head * stride_kh  # the item's KV head in each cache
@@ -466,11 +468,11 @@ def _consumer_item(out_ptr, q_ptr, q_start, query_len, q_block_local, context_le
 
 @gluon.jit
 def _consumer(out_ptr, q_ptr, cu_seqlens_q_ptr, seq_lens_ptr, block_table_ptr, num_seqs, num_q_blocks, num_items,
-              qk_scale, softcap, sliding_window, stride_qt, stride_qh, stride_ot, stride_oh, stride_bt,
-              q_smem, q_rest_smem, k_smem, v_smem, k_rest_smem, v_rest_smem, k_ready, k_empty, v_ready, v_empty,
-              items_smem, item_ready, item_empty, turns, HALF: gl.constexpr, ROWS: gl.constexpr, QPK: gl.constexpr,
-              HEAD_FIRST: gl.constexpr, HEAD_REST: gl.constexpr, TILE_SIZE: gl.constexpr, BLOCK_Q: gl.constexpr,
-              USE_SOFTCAP: gl.constexpr, USE_WINDOW: gl.constexpr, PINGPONG: gl.constexpr,
+              one_q_block_per_seq, qk_scale, softcap, sliding_window, stride_qt, stride_qh, stride_ot, stride_oh,
+              stride_bt, q_smem, q_rest_smem, k_smem, v_smem, k_rest_smem, v_rest_smem, k_ready, k_empty, v_ready,
+              v_empty, items_smem, item_ready, item_empty, turns, HALF: gl.constexpr, ROWS: gl.constexpr,
+              QPK: gl.constexpr, HEAD_FIRST: gl.constexpr, HEAD_REST: gl.constexpr, TILE_SIZE: gl.constexpr,
+              BLOCK_Q: gl.constexpr, USE_SOFTCAP: gl.constexpr, USE_WINDOW: gl.constexpr, PINGPONG: gl.constexpr,
               LAZY_RESCALE: gl.constexpr, P_AT_PRODUCT: gl.constexpr, DYNAMIC: gl.constexpr):
     """This half's part of every work item of the program, in the producer's order (with
     ``DYNAMIC``, the items it posts: `_take_item`)."""
@@ -481,11 +483,11 @@ def _consumer(out_ptr, q_ptr, cu_seqlens_q_ptr, seq_lens_ptr, block_table_ptr, n
         item = _take_item(items_smem, item_ready, item_empty, r)
         while item < num_items:
             n = _consume_item(item, t, k, out_ptr, q_ptr, cu_seqlens_q_ptr, seq_lens_ptr, block_table_ptr, num_seqs,
-                              num_q_blocks, num_items, qk_scale, softcap, sliding_window, stride_qt,
-                              stride_qh, stride_ot, stride_oh, stride_bt, q_smem, q_rest_smem, k_smem, v_smem,
-                              k_rest_smem, v_rest_smem, k_ready, k_empty, v_ready, v_empty, turns, HALF, ROWS, QPK,
-                              HEAD_FIRST, HEAD_REST, TILE_SIZE, BLOCK_Q, USE_SOFTCAP, USE_WINDOW, PINGPONG,
-                              LAZY_RESCALE, P_AT_PRODUCT)
+                              num_q_blocks, num_items, one_q_block_per_seq, qk_scale, softcap, sliding_window,
+                              stride_qt, stride_qh, stride_ot, stride_oh, stride_bt, q_smem, q_rest_smem, k_smem,
+                              v_smem, k_rest_smem, v_rest_smem, k_ready, k_empty, v_ready, v_empty, turns, HALF,
+                              ROWS, QPK, HEAD_FIRST, HEAD_REST, TILE_SIZE, BLOCK_Q, USE_SOFTCAP, USE_WINDOW,
+                              PINGPONG, LAZY_RESCALE, P_AT_PRODUCT)
             t += n
             k += gl.where(n > 0, n + 1, 0)  # an item with tiles issues n + 1 times
             r += 1
@@ -493,7 +495,7 @@ def _consumer(out_ptr, q_ptr, cu_seqlens_q_ptr, seq_lens_ptr, block_table_ptr, n
     else:
         for r in range(program_rounds(num_items)):
             n = _consume_item(program_item(r), t, k, out_ptr, q_ptr, cu_seqlens_q_ptr, seq_lens_ptr, block_table_ptr,
-                              num_seqs, num_q_blocks, num_items, qk_scale, softcap, sliding_window,
+                              num_seqs, num_q_blocks, num_items, one_q_block_per_seq, qk_scale, softcap, sliding_window,
                               stride_qt, stride_qh, stride_ot, stride_oh, stride_bt, q_smem, q_rest_smem, k_smem,
                               v_smem, k_rest_smem, v_rest_smem, k_ready, k_empty, v_ready, v_empty, turns, HALF, ROWS,
                               QPK, HEAD_FIRST, HEAD_REST, TILE_SIZE, BLOCK_Q, USE_SOFTCAP, USE_WINDOW, PINGPONG,
@@ -504,7 +506,7 @@ def _consumer(out_ptr, q_ptr, cu_seqlens_q_ptr, seq_lens_ptr, block_table_ptr, n
 
 @gluon.jit
 def _consume_item(item, t, k, out_ptr, q_ptr, cu_seqlens_q_ptr, seq_lens_ptr, block_table_ptr, num_seqs,
-                  num_q_blocks, num_items, qk_scale, softcap, sliding_window, stride_qt, stride_qh,
+                  num_q_blocks, num_items, one_q_block_per_seq, qk_scale, softcap, sliding_window, stride_qt, stride_qh,
                   stride_ot, stride_oh, stride_bt, q_smem, q_rest_smem, k_smem, v_smem, k_rest_smem, v_rest_smem,
                   k_ready, k_empty, v_ready, v_empty, turns, HALF: gl.constexpr, ROWS: gl.constexpr,
                   QPK: gl.constexpr, HEAD_FIRST: gl.constexpr, HEAD_REST: gl.constexpr, TILE_SIZE: gl.constexpr,
@@ -516,7 +518,7 @@ def _consume_item(item, t, k, out_ptr, q_ptr, cu_seqlens_q_ptr, seq_lens_ptr, bl
     head <= 64 rows), leaving the tensor cores and shared memory to the half with rows;
     either half of an item past the list or past its sequence's query (no rows, no tiles)."""
     (kv_head, q_start, query_len, q_block_local, context_len, seq_len, bt_row, first_tile, first_unmasked,
-     first_masked, end_tile) = qblock_item(item, num_items, num_q_blocks, cu_seqlens_q_ptr,
+     first_masked, end_tile) = qblock_item(item, num_items, num_q_blocks, one_q_block_per_seq, cu_seqlens_q_ptr,
                                            seq_lens_ptr, block_table_ptr, num_seqs, sliding_window, stride_bt,
                                            BLOCK_Q, TILE_SIZE, USE_WINDOW)
     n = end_tile - first_tile
@@ -559,7 +561,8 @@ def _smem_layout(shape, dtype):
     return gl.NVMMASharedLayout.get_default_for(shape, dtype)
 
 
-@gluon.jit(do_not_specialize=["num_seqs", "num_q_blocks", "num_items", "item_counter_ptr"])
+@gluon.jit(do_not_specialize=["num_seqs", "num_q_blocks", "num_items", "one_q_block_per_seq",
+                              "item_counter_ptr"])
 def qblock_ws_kernel(
     out_ptr, q_ptr, k_ptr, v_ptr,
     block_table_ptr, cu_seqlens_q_ptr, seq_lens_ptr,
@@ -569,7 +572,7 @@ def qblock_ws_kernel(
     stride_kb, stride_ks, stride_kh,
     stride_vb, stride_vs, stride_vh,  # equal to K's (launch_qblock checks): V reuses K's offsets
     stride_bt,
-    num_q_blocks, num_items, item_counter_ptr,
+    num_q_blocks, num_items, one_q_block_per_seq, item_counter_ptr,
     QPK: gl.constexpr, HEAD_SIZE: gl.constexpr, HEAD_FIRST: gl.constexpr, HEAD_REST: gl.constexpr,
     BLOCK_SIZE: gl.constexpr, TILE_SIZE: gl.constexpr,
     BLOCK_M: gl.constexpr, BLOCK_Q: gl.constexpr,
@@ -633,19 +636,19 @@ def qblock_ws_kernel(
 
     gl.warp_specialize([
         (_consumer, (out_ptr, q_ptr, cu_seqlens_q_ptr, seq_lens_ptr, block_table_ptr, num_seqs, num_q_blocks,
-                     num_items, qk_scale, softcap, sliding_window, stride_qt, stride_qh, stride_ot,
+                     num_items, one_q_block_per_seq, qk_scale, softcap, sliding_window, stride_qt, stride_qh, stride_ot,
                      stride_oh, stride_bt, q_smem.index(0), q_rest_0, k_smem, v_smem, k_rest_smem, v_rest_smem,
                      k_ready, k_empty, v_ready, v_empty, items_smem, item_ready, item_empty, turns, 0, HALF_M, QPK,
                      HEAD_FIRST, HEAD_REST, TILE_SIZE, BLOCK_Q, USE_SOFTCAP, USE_WINDOW, PINGPONG, LAZY_RESCALE,
                      P_AT_PRODUCT, DYNAMIC)),
         (_consumer, (out_ptr, q_ptr, cu_seqlens_q_ptr, seq_lens_ptr, block_table_ptr, num_seqs, num_q_blocks,
-                     num_items, qk_scale, softcap, sliding_window, stride_qt, stride_qh, stride_ot,
+                     num_items, one_q_block_per_seq, qk_scale, softcap, sliding_window, stride_qt, stride_qh, stride_ot,
                      stride_oh, stride_bt, q_smem.index(1), q_rest_1, k_smem, v_smem, k_rest_smem, v_rest_smem,
                      k_ready, k_empty, v_ready, v_empty, items_smem, item_ready, item_empty, turns, 1, HALF_M, QPK,
                      HEAD_FIRST, HEAD_REST, TILE_SIZE, BLOCK_Q, USE_SOFTCAP, USE_WINDOW, PINGPONG, LAZY_RESCALE,
                      P_AT_PRODUCT, DYNAMIC)),
         (_producer, (k_ptr, v_ptr, cu_seqlens_q_ptr, seq_lens_ptr, block_table_ptr, item_counter_ptr, num_seqs,
-                     num_q_blocks, num_items, sliding_window, stride_bt, stride_kb, stride_ks,
+                     num_q_blocks, num_items, one_q_block_per_seq, sliding_window, stride_bt, stride_kb, stride_ks,
                      stride_kh, stride_vh, k_smem, v_smem, k_rest_smem, v_rest_smem, k_ready, k_empty, v_ready,
                      v_empty, items_smem, item_ready, item_empty, BLOCK_SIZE, TILE_SIZE, HEAD_FIRST, HEAD_REST,
                      BLOCK_Q, USE_WINDOW, DYNAMIC)),
