@@ -109,7 +109,10 @@ def test_hopper_prefill_and_mixed_batches_get_the_gluon_kernel(monkeypatch, gluo
     assert choose_config(many_decodes, HOPPER_UNTUNED).variant == "qblock"  # 512 programs over 4k keys: Triton
     long_decodes = BatchShape(64, 64, 1, 8192, 32, 8, 128, sum_seqlen_k=64 * 8192)
     assert choose_config(long_decodes, HOPPER_UNTUNED).variant == ("qblock_ws" if gluon else "qblock")
-    assert choose_config(long_decodes, HOPPER_UNTUNED).persistent is False  # the kernel's own tree, past 1,024 keys
+    # equal known lengths: static shares, past 1,024 keys too; ragged ones keep one program per item
+    assert choose_config(long_decodes, HOPPER_UNTUNED).persistent is gluon
+    ragged_long = replace(long_decodes, sum_seqlen_k=48 * 8192 + 16 * 6000)
+    assert choose_config(ragged_long, HOPPER_UNTUNED).persistent is False
     # lengths unknown up to 8k (a captured graph): the Triton step, which holds for any
     assert choose_config(replace(long_decodes, sum_seqlen_k=None), HOPPER_UNTUNED).variant == "qblock"
     one_wave = BatchShape(16, 16, 1, 4096, 32, 8, 128)  # 128 programs for 114 SMs, 4k keys: Gluon where it runs
@@ -387,26 +390,30 @@ def test_a_split_past_short_keys_takes_segments_for_about_two_programs_per_sm(mo
 
 @pytest.mark.parametrize("platform", [H100_SM90, HOPPER_UNTUNED])
 def test_many_speculative_decodes_keep_the_triton_step_where_they_fill_its_q_block(monkeypatch, platform):
-    """Speculative decodes of more programs than SMs over at most 4k keys run the Triton
-    step whatever the tree where each sequence's query rows fill one of its 16-row Q-blocks
-    (4 tokens at 4 query heads per KV head, 2 at 8): rules.yaml's spec-many cases,
-    0.86-1.01x the fitted tree's pick. Rows that fill part of one (2 tokens at 4 heads) or
-    take two (8 at 4) keep the Gluon kernel, as do batches past 4k keys, batches of too few
-    programs and batches of lengths the caller does not know."""
+    """Ragged speculative decodes of more programs than SMs over at most 4k keys run the
+    Triton step whatever the tree where each sequence's query rows fill one of its 16-row
+    Q-blocks (4 tokens at 4 query heads per KV head, 2 at 8): rules.yaml's spec-many cases,
+    0.86-1.01x the fitted tree's pick on the H100. Equal lengths run the Gluon kernel in
+    static shares (0.77-1.00x on an H200, `_many_short_queries`). Rows that fill part of one
+    (2 tokens at 4 heads) or take two (8 at 4) keep the Gluon kernel, as do batches past 4k
+    keys, batches of too few programs and batches of lengths the caller does not know."""
     from attnbench.kernels.dispatch.heuristics import decide
     from attnbench.kernels.hopper import host
 
     monkeypatch.setattr(host, "available", lambda: True)
 
-    def spec(num_seqs, tokens, keys, q_heads=32, head_size=128, known=True):
+    def spec(num_seqs, tokens, keys, q_heads=32, head_size=128, known=True):  # a quarter of the sequences shorter
         return BatchShape(num_seqs, num_seqs * tokens, tokens, keys, q_heads, 8, head_size,
-                          sum_seqlen_k=num_seqs * keys if known else None)
+                          sum_seqlen_k=num_seqs * keys - num_seqs // 4 * (keys // 2) if known else None)
 
     for full in (spec(128, 4, 1024), spec(96, 4, 2048), spec(128, 4, 4096), spec(64, 2, 1024, q_heads=64),
                  spec(128, 4, 1024, head_size=64)):
         decision = decide(full, platform)
         assert decision.config == step("qblock").default_config(full, platform), full
         assert "queries filling one 16-row Q-block each over at most 4096 keys" in decision.why
+        uniform = decide(replace(full, sum_seqlen_k=full.num_seqs * full.max_seqlen_k), platform).config
+        assert uniform.variant == "qblock_ws", full  # its config: the fitted tree's where one ships
+        assert uniform.persistent or platform is H100_SM90, full
     for gluon in (spec(128, 2, 1024), spec(64, 8, 1024), spec(64, 4, 1024, q_heads=64), spec(128, 4, 4097),
                   spec(128, 4, 1024, known=False)):
         assert decide(gluon, platform).config.variant == "qblock_ws", gluon
@@ -440,7 +447,7 @@ def test_many_decodes_at_head_256_run_the_triton_step_in_32_key_tiles_and_4_warp
     llama = BatchShape(128, 128, 1, 600, 32, 8, 128, sum_seqlen_k=128 * 600)
     for shape in (few, long_tails, llama):
         assert step("qblock").default_config(shape, platform) == eight_warps, shape
-    assert decide(llama, platform).config == eight_warps
+    assert decide(replace(llama, sum_seqlen_k=None), platform).config == eight_warps
     spec = BatchShape(128, 256, 2, 600, 16, 8, 256, sum_seqlen_k=128 * 600)
     assert step("qblock").default_config(spec, platform) != wide
     hip = Platform("hip", 304, "AMD Instinct MI300X", "gfx942")  # ROCm keeps its own decode tiles

@@ -117,13 +117,21 @@ def _many_short_queries(shape: BatchShape, p: Platform) -> bool:
     head256-tiles decodes on an H200 (B96-B320 over 200-2k keys).
 
     All of this was measured before the Gluon kernel's second consumer passed on the rows
-    such a batch lacks (`qblock_ws._pass_item`: 0.78-0.98x its time on the held-out grid's
-    short queries). On an H200 since (docs/perf/kernels-h100.md), the Gluon kernel's own
-    config took 0.97x the Triton step's time on rules.yaml's many-decodes (0.91-1.03x) but
-    0.98-1.05x on the held-out decodes this rule keeps, and 0.94-1.07x on spec-many's
-    queries that fill one Q-block: the rule stays until the H100 has measured them too."""
+    such a batch lacks (`qblock_ws._pass_item`) and before its list held one Q-block per
+    sequence (`host.listed_q_blocks`). Since, batches of equal, known lengths
+    (`host.uniform_lengths`) at heads the Gluon kernel runs in 128-key tiles (up to 128)
+    keep the Triton step only where they are decodes whose items would leave its static
+    rounds idle (`host.static_rounds_full`); the rest run the Gluon kernel persistent
+    (`qblock_ws.default_config`). On an H200
+    (rules.yaml many-decodes, spec-many and decode-rounds; docs/perf/h200/
+    rules-decodes-2026-11-29.csv) that took 0.79-0.97x the Triton step's time on the 17
+    uniform decodes with full rounds, and 0.77-1.00x `auto`'s time before on every uniform
+    speculative decode (Llama-8B 64 x 4 over 512 keys: 49 against 63 us, FA3 54)."""
     if shape.max_seqlen_q > SHORT_QUERY or _programs_2d(shape, p) <= p.num_sms:
         return False
+    if (hopper.uniform_lengths(shape) and hopper.max_tile_size(shape.head_size) >= 128
+            and shape.max_seqlen_k <= MANY_SHORT_QUERIES_MAX_KEYS):
+        return shape.max_seqlen_q == 1 and not hopper.static_rounds_full(shape, p.num_sms)
     if shape.max_seqlen_q == 1:
         return shape.max_seqlen_k <= MANY_SHORT_QUERIES_MAX_KEYS or shape.sum_seqlen_k is None
     return (_fills_one_triton_q_block(shape, p) and shape.sum_seqlen_k is not None

@@ -92,6 +92,34 @@ def many_items(shape: BatchShape, num_sms: int) -> bool:
     return max_tile_size(shape.head_size) >= max(TILE_SIZES) and claims_items(shape.max_seqlen_q, items, num_sms)
 
 
+STATIC_ROUNDS_MIN_FILL = 0.8  # share of a persistent launch's static rounds its items must fill (`static_rounds_full`)
+
+
+def uniform_lengths(shape: BatchShape) -> bool:
+    """Whether every sequence of the batch has the same, known length (``sum_seqlen_k``
+    given and equal to ``num_seqs * max_seqlen_k``): a persistent launch's static shares
+    of equal items are then equal work."""
+    return shape.sum_seqlen_k is not None and shape.sum_seqlen_k == shape.num_seqs * shape.max_seqlen_k
+
+
+def static_rounds_full(shape: BatchShape, num_sms: int) -> bool:
+    """Whether a persistent launch's static shares of this batch's work items (`work_items`:
+    for short queries, one per sequence and KV head, `listed_q_blocks`) keep its programs
+    busy: more than two rounds of ``num_sms`` items, or at least `STATIC_ROUNDS_MIN_FILL` of
+    the rounds filled. A program's share is its rounds, so the last round's empty slots
+    are idle SMs: 192 items for 132 programs take two rounds, 73% filled.
+
+    On an H200 (recipes/microbench/rules.yaml, decode-rounds and many-decodes, uniform
+    decodes of 160-2,048 items; docs/perf/h200/rules-decodes-2026-11-29.csv) the static
+    shares of 128-key tiles took 0.79-0.97x the Triton step's time from 80% filled (240-
+    2,048 items) and at three rounds or more (288 items, 73%: 0.87x); at two rounds 73%
+    filled 1.01x (Llama-8B B24 over 1.5k keys), 61% filled (160 items) 1.00-1.09x."""
+    items = work_items(shape.num_tokens, shape.num_seqs, shape.max_seqlen_q, shape.queries_per_kv,
+                       shape.num_kv_heads)
+    rounds = -(-items // num_sms)
+    return rounds > 2 or items >= STATIC_ROUNDS_MIN_FILL * rounds * num_sms
+
+
 GLUON_ENV = "ATTNBENCH_GLUON"  # "0": `auto` keeps Triton's kernels on Hopper too (A/B runs)
 
 
