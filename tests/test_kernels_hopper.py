@@ -89,7 +89,7 @@ def short_seqs(rng: random.Random) -> list[tuple[int, int]]:
     """Decodes and speculative decodes of up to 16 tokens only, more of them than an H100
     has SMs at two KV heads: every query fits one Q-block (16 tokens at most at 8 query
     heads per KV head), so told the longest query, `qblock_ws` lists one Q-block per
-    sequence (`host.listed_q_blocks`) and a persistent program walks two or three."""
+    sequence (`host.one_q_block_per_seq`) and a persistent program walks two or three."""
     return [(rng.choice([1, 1, 2, 4, rng.randint(1, 16)]), rng.randint(1, 900)) for _ in range(rng.randint(70, 140))]
 
 

@@ -579,20 +579,23 @@ def test_prefills_of_many_work_items_launch_persistent(monkeypatch, tree):
 
 
 def test_a_launch_lists_one_q_block_per_sequence_where_every_query_fits_one():
-    """`host.listed_q_blocks`: decodes and speculative decodes whose longest query fits a
+    """`host.one_q_block_per_seq`: decodes and speculative decodes whose longest query fits a
     Q-block list one Q-block per sequence; anything longer, or a launch that does not know
-    its longest query (compiling only), lists the bound with its spare Q-blocks."""
+    its longest query (compiling only), lists the 2D grid's bound with its spare Q-blocks."""
     from attnbench.kernels.hopper import host
+    from attnbench.kernels.steps.blocks import Geometry
+
+    def bound(num_tokens, num_seqs, block_q):
+        return Geometry(num_tokens, 32, 128, 8, 16, num_seqs).q_blocks_bound(block_q)
 
     # Llama-70B's B48 decode: Q-blocks of 16 tokens x 8 heads; the bound has 3 spares
-    assert host.listed_q_blocks(48, 48, 16, 1) == (48, True)
-    assert host.listed_q_blocks(48, 48, 16, None) == (51, False)
-    # 8-token speculative decodes at 4 heads per KV head: a spare per 4 sequences
-    assert host.listed_q_blocks(16 * 8, 16, 32, 8) == (16, True)
-    assert host.listed_q_blocks(16 * 8, 16, 32, None) == (20, False)
+    assert host.one_q_block_per_seq(16, 1) and bound(48, 48, 16) == 51
+    assert not host.one_q_block_per_seq(16, None)
+    # 8-token speculative decodes at 4 heads per KV head: the bound has a spare per 4 sequences
+    assert host.one_q_block_per_seq(32, 8) and bound(16 * 8, 16, 32) == 20
     # a query that fills its Q-block exactly, and one a token longer
-    assert host.listed_q_blocks(3 * 32, 3, 32, 32) == (3, True)
-    assert host.listed_q_blocks(33 + 2, 3, 32, 33) == (4, False)
+    assert host.one_q_block_per_seq(32, 32)
+    assert not host.one_q_block_per_seq(32, 33)
 
 
 @pytest.mark.parametrize("tree", ["shipped", "off"])

@@ -118,7 +118,7 @@ def _many_short_queries(shape: BatchShape, p: Platform) -> bool:
 
     All of this was measured before the Gluon kernel's second consumer passed on the rows
     such a batch lacks (`qblock_ws._pass_item`) and before its list held one Q-block per
-    sequence (`host.listed_q_blocks`). Since, batches of equal, known lengths
+    sequence (`host.one_q_block_per_seq`). Since, batches of equal, known lengths
     (`host.uniform_lengths`) at heads the Gluon kernel runs in 128-key tiles (up to 128)
     keep the Triton step only where they are decodes whose items would leave its static
     rounds idle (`host.static_rounds_full`); the rest run the Gluon kernel persistent

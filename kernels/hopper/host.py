@@ -104,7 +104,7 @@ def uniform_lengths(shape: BatchShape) -> bool:
 
 def static_rounds_full(shape: BatchShape, num_sms: int) -> bool:
     """Whether a persistent launch's static shares of this batch's work items (`work_items`:
-    for short queries, one per sequence and KV head, `listed_q_blocks`) keep its programs
+    for short queries, one per sequence and KV head, `one_q_block_per_seq`) keep its programs
     busy: more than two rounds of ``num_sms`` items, or at least `STATIC_ROUNDS_MIN_FILL` of
     the rounds filled. A program's share is its rounds, so the last round's empty slots
     are idle SMs: 192 items for 132 programs take two rounds, 73% filled.
@@ -158,21 +158,18 @@ def unsupported_reason(q, k_cache, head_sizes: tuple[int, ...] = HEAD_SIZES) -> 
     return shape_reason(q.shape[2], q.shape[1] // k_cache.shape[2], head_sizes)
 
 
-def listed_q_blocks(num_tokens: int, num_seqs: int, block_q: int, max_seqlen_q: int | None) -> tuple[int, bool]:
-    """(Q-blocks, one per sequence) of a launch's list of work items (`blocks.qblock_item`).
-
-    In general the bound of the 2D grid (`steps.blocks.Geometry.q_blocks_bound`: one spare
-    Q-block without rows per ``block_q`` tokens, so that no host read places them). Where
-    every query fits one Q-block (``max_seqlen_q <= block_q``: decodes and speculative
-    decodes, which the caller's longest query bounds) the list holds exactly one per
-    sequence instead: the bound would add 1/128 (single-head groups) to a quarter (8-token
-    queries at 4 query heads per KV head) more items. One program per item, a spare ends
-    at once; in a persistent launch's static shares it fills a slot, so programs get
-    uneven numbers of real items (Llama-70B's B48 decode: 408 items for 132 programs,
-    four rounds where its 384 take three)."""
-    if max_seqlen_q is not None and max_seqlen_q <= block_q:
-        return num_seqs, True
-    return num_tokens // block_q + num_seqs, False
+def one_q_block_per_seq(block_q: int, max_seqlen_q: int | None) -> bool:
+    """Whether a launch's list of work items (`blocks.qblock_item`) holds one Q-block per
+    sequence rather than the 2D grid's bound (`steps.blocks.Geometry.q_blocks_bound`, a
+    spare Q-block without rows per ``block_q`` tokens, so that no host read places them):
+    where every query fits one Q-block (``max_seqlen_q <= block_q``: decodes and
+    speculative decodes, which the caller's longest query bounds). The bound adds 1/128
+    (single-head groups) to a quarter (8-token queries at 4 query heads per KV head) more
+    items there. One program per item, a spare ends at once; in a persistent launch's
+    static shares it fills a slot, so programs get uneven numbers of real items
+    (Llama-70B's B48 decode: 408 items for 132 programs, four rounds where its 384 take
+    three)."""
+    return max_seqlen_q is not None and max_seqlen_q <= block_q
 
 
 # how a kernel that walks a flat list of (Q-block, KV head) work items is launched
@@ -201,8 +198,8 @@ def launch_qblock(kernel, extra: dict, out, q, k_cache, v_cache, block_table, cu
     unevenly; ``dynamic`` True or False forces it). Compiling only, a persistent launch
     compiles both binaries: the batches it will run decide between them.
 
-    The list's Q-blocks are `listed_q_blocks`' (where every query fits one Q-block, one per
-    sequence)."""
+    The list holds one Q-block per sequence where every query fits one
+    (`one_q_block_per_seq`), else the grid's bound."""
     import torch  # lazy, as triton
 
     from ..steps.blocks import Geometry, launch_or_compile, per_token_args  # lazy: triton, only to launch
@@ -220,8 +217,8 @@ def launch_qblock(kernel, extra: dict, out, q, k_cache, v_cache, block_table, cu
     grid = (g.q_blocks_bound(block_q), g.num_kv_heads)
     walks = [{}]
     if items is not None:
-        num_q_blocks, one_q_block_per_seq = listed_q_blocks(g.num_tokens, g.num_seqs, block_q,
-                                                            None if compile_only else max_seqlen_q)
+        per_seq = one_q_block_per_seq(block_q, None if compile_only else max_seqlen_q)
+        num_q_blocks = g.num_seqs if per_seq else grid[0]
         num_items = num_q_blocks * grid[1]
         programs = num_items if items == ONE_PER_ITEM else min(num_items, Platform.detect(q.device).num_sms)
         if items == ONE_PER_ITEM:
@@ -238,7 +235,7 @@ def launch_qblock(kernel, extra: dict, out, q, k_cache, v_cache, block_table, cu
         # that does not claim, or only compiles, never reads it (the kernel does not
         # specialize on it, so any int32 tensor compiles the same binary)
         walks = [{"num_q_blocks": num_q_blocks, "num_items": num_items,
-                  "one_q_block_per_seq": int(one_q_block_per_seq), "DYNAMIC": claim,
+                  "one_q_block_per_seq": int(per_seq), "DYNAMIC": claim,
                   "item_counter_ptr": (torch.zeros(1, dtype=torch.int32, device=q.device)
                                        if claim and not compile_only else seq_lens)}
                  for claim in claims]
