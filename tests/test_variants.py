@@ -598,6 +598,38 @@ def test_a_launch_lists_one_q_block_per_sequence_where_every_query_fits_one():
     assert not host.one_q_block_per_seq(32, 33)
 
 
+def test_uniform_short_queries_run_static_shares_where_they_fill_the_rounds(monkeypatch):
+    """On an H200 (132 SMs, no fitted tree): many short queries of equal, known lengths run
+    the Gluon kernel persistent, in static shares, unless they are decodes whose items
+    would leave those rounds idle (two rounds or fewer, under 80% filled:
+    `host.static_rounds_full`), which keep the Triton step and say why. rules.yaml's
+    decode-rounds cases: Llama-8B B24 over 1.5k (192 items, 73% of two rounds) keeps
+    Triton; B36 over 1k (three rounds) and B30 over 3k (91%) do not; a 4-token speculative
+    B24 runs the Gluon kernel. Ragged batches, unknown lengths and head 256 keep their rules."""
+    from attnbench.kernels.dispatch.heuristics import decide
+    from attnbench.kernels.hopper import host
+    from attnbench.kernels.steps import qblock
+
+    monkeypatch.setattr(host, "available", lambda: True)
+    h200 = Platform("cuda", 132, "NVIDIA H200", "sm_90")
+
+    def decodes(num_seqs, keys, tokens=1, **heads):
+        shape = BatchShape(num_seqs, num_seqs * tokens, tokens, keys, heads.get("q", 32), heads.get("kv", 8),
+                           heads.get("head", 128), sum_seqlen_k=num_seqs * keys)
+        return shape, decide(shape, h200)
+
+    shape, kept = decodes(24, 1500)
+    assert kept.config == step("qblock").default_config(shape, h200)
+    assert kept.why.endswith("(equal lengths: 192 items would fill 73% of 2 static rounds)")
+    for shape, gluon in (decodes(36, 1024), decodes(30, 3072), decodes(24, 2048, tokens=4), decodes(84, 2048, q=28, kv=4)):
+        assert (gluon.config.variant, gluon.config.persistent, gluon.config.tile_size) == ("qblock_ws", True, 128), shape
+    ragged = BatchShape(36, 36, 1, 1024, 32, 8, 128, sum_seqlen_k=30 * 1024 + 6 * 500)
+    assert decide(ragged, h200).config.variant == "qblock"
+    assert decide(replace(ragged, sum_seqlen_k=None), h200).config.variant == "qblock"
+    _, gemma = decodes(128, 600, q=16, kv=8, head=256)
+    assert gemma.config == qblock.TRITON_DECODE_WIDE_HEADS
+
+
 @pytest.mark.parametrize("tree", ["shipped", "off"])
 def test_a_mixed_batch_counts_one_work_item_per_decode(monkeypatch, tree):
     """A decode beside prompts is a Q-block of its own: Phi-3's 32 decodes beside two 1k

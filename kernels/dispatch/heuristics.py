@@ -154,9 +154,13 @@ def _triton_for_many_short_queries(shape: BatchShape, p: Platform) -> Decision |
     what = "decodes" if shape.max_seqlen_q == 1 else f"{shape.max_seqlen_q}-token queries filling one {rows}-row Q-block each"
     over = (f"over at most {MANY_SHORT_QUERIES_MAX_KEYS} keys" if shape.max_seqlen_k <= MANY_SHORT_QUERIES_MAX_KEYS
             else f"over unknown lengths up to {shape.max_seqlen_k} keys")
+    rounds = ""
+    if hopper.uniform_lengths(shape):
+        items, n = hopper.static_rounds(shape, p.num_sms)
+        rounds = f" (equal lengths: {items} items would fill {items / (n * p.num_sms):.0%} of {n} static rounds)"
     return Decision(step("qblock").default_config(shape, p),
                     f"the qblock step's own tree: {what} {over} in {_programs_2d(shape, p)} programs "
-                    f"for {p.num_sms} SMs")
+                    f"for {p.num_sms} SMs{rounds}")
 
 
 PERSISTENT_MAX_KEYS = 1024  # longest sequence up to which a persistent launch may pay on any batch

@@ -114,10 +114,16 @@ def static_rounds_full(shape: BatchShape, num_sms: int) -> bool:
     shares of 128-key tiles took 0.79-0.97x the Triton step's time from 80% filled (240-
     2,048 items) and at three rounds or more (288 items, 73%: 0.87x); at two rounds 73%
     filled 1.01x (Llama-8B B24 over 1.5k keys), 61% filled (160 items) 1.00-1.09x."""
+    items, rounds = static_rounds(shape, num_sms)
+    return rounds > 2 or items >= STATIC_ROUNDS_MIN_FILL * rounds * num_sms
+
+
+def static_rounds(shape: BatchShape, num_sms: int) -> tuple[int, int]:
+    """(work items, rounds of ``num_sms``) of a persistent launch's static shares of this
+    batch (`blocks.program_item`: every program takes one item per round)."""
     items = work_items(shape.num_tokens, shape.num_seqs, shape.max_seqlen_q, shape.queries_per_kv,
                        shape.num_kv_heads)
-    rounds = -(-items // num_sms)
-    return rounds > 2 or items >= STATIC_ROUNDS_MIN_FILL * rounds * num_sms
+    return items, -(-items // num_sms)
 
 
 GLUON_ENV = "ATTNBENCH_GLUON"  # "0": `auto` keeps Triton's kernels on Hopper too (A/B runs)
