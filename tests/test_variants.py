@@ -628,6 +628,10 @@ def test_uniform_short_queries_run_static_shares_where_they_fill_the_rounds(monk
     assert decide(replace(ragged, sum_seqlen_k=None), h200).config.variant == "qblock"
     _, gemma = decodes(128, 600, q=16, kv=8, head=256)
     assert gemma.config == qblock.TRITON_DECODE_WIDE_HEADS
+    # 8-token queries at 32 query heads per KV head: 256 rows, two Q-blocks per sequence, so
+    # the list keeps its spare items and static shares are not even
+    wide, _ = decodes(64, 2048, tokens=8, q=32, kv=1)
+    assert not host.even_static_shares(wide) and host.even_static_shares(replace(wide, max_seqlen_q=4, num_tokens=256))
 
 
 @pytest.mark.parametrize("tree", ["shipped", "off"])

@@ -95,11 +95,13 @@ def many_items(shape: BatchShape, num_sms: int) -> bool:
 STATIC_ROUNDS_MIN_FILL = 0.8  # share of a persistent launch's static rounds its items must fill (`static_rounds_full`)
 
 
-def uniform_lengths(shape: BatchShape) -> bool:
-    """Whether every sequence of the batch has the same, known length (``sum_seqlen_k``
-    given and equal to ``num_seqs * max_seqlen_k``): a persistent launch's static shares
-    of equal items are then equal work."""
-    return shape.sum_seqlen_k is not None and shape.sum_seqlen_k == shape.num_seqs * shape.max_seqlen_k
+def even_static_shares(shape: BatchShape) -> bool:
+    """Whether a persistent launch's static shares of this batch are equal work: every
+    sequence has the same, known length (``sum_seqlen_k`` equal to ``num_seqs *
+    max_seqlen_k``) and its query fits one Q-block, so that the list holds no spare items
+    (`one_q_block_per_seq`)."""
+    return (shape.sum_seqlen_k is not None and shape.sum_seqlen_k == shape.num_seqs * shape.max_seqlen_k
+            and one_q_block_per_seq(max(1, BLOCK_M // shape.queries_per_kv), shape.max_seqlen_q))
 
 
 def static_rounds_full(shape: BatchShape, num_sms: int) -> bool:

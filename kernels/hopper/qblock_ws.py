@@ -59,7 +59,7 @@ from .blocks import (K_STAGES, V_STAGES, any_row_moved, cp_async, cta_barrier, k
                      program_rounds, qblock_item, qblock_rows, rescale_rows, row_layout, softmax_tile,
                      tiles_of_whole_pages, to_16bit_pairs)
 from .host import (ONE_PER_ITEM, PERSISTENT, PIECEWISE_HEAD_SIZES, head_pieces, launch_qblock, many_items,
-                   max_tile_size, uniform_lengths, unsupported_reason)
+                   max_tile_size, even_static_shares, unsupported_reason)
 
 NUM_WARPS = 4  # the default partition (consumer 0); consumer 1 and the producer are workers
 # the heads it takes: 64, 128 and 256 whole, 96 and 192 in two column pieces (`host.head_pieces`)
@@ -702,8 +702,8 @@ def default_config(shape: BatchShape, p: Platform) -> KernelConfig:
     mixed batches of 1-256 sequences over 256-1k keys) and 1.02-1.06x on uniform prefills of
     a few items per SM, which keep one program per item.
 
-    Short queries of equal, known lengths (`host.uniform_lengths`) launch persistent at any
-    length: their static shares are equal work, and the next item's tiles stream in while a
+    Short queries of equal, known lengths, each in one Q-block (`host.even_static_shares`),
+    launch persistent at any length: their static shares are equal work, and the next item's tiles stream in while a
     program finishes one. On an H200 (recipes/microbench/rules.yaml; docs/perf/h200/
     rules-decodes-2026-11-29.csv) it took 0.94-0.99x one program per item's time on the
     18 uniform decodes and speculative decodes over 1.5-4k keys (Llama-8B B96 4-token
@@ -712,7 +712,7 @@ def default_config(shape: BatchShape, p: Platform) -> KernelConfig:
     config = LONG_KEYS if long_tiles else SHORT_KEYS
     if many_items(shape, p.num_sms):
         return replace(config, persistent=True)
-    if shape.max_seqlen_q <= SHORT_QUERY and uniform_lengths(shape):
+    if shape.max_seqlen_q <= SHORT_QUERY and even_static_shares(shape):
         return replace(config, persistent=True)
     if shape.max_seqlen_k > PERSISTENT_SHORT_QUERIES_MAX_KEYS:
         return config
