@@ -621,8 +621,10 @@ def test_uniform_short_queries_run_static_shares_where_they_fill_the_rounds(monk
     shape, kept = decodes(24, 1500)
     assert kept.config == step("qblock").default_config(shape, h200)
     assert kept.why.endswith("(equal lengths: 192 items would fill 73% of 2 static rounds)")
-    for shape, gluon in (decodes(36, 1024), decodes(30, 3072), decodes(24, 2048, tokens=4), decodes(84, 2048, q=28, kv=4)):
-        assert (gluon.config.variant, gluon.config.persistent, gluon.config.tile_size) == ("qblock_ws", True, 128), shape
+    for shape, gluon in (decodes(36, 1024), decodes(30, 3072), decodes(24, 2048, tokens=4),
+                         decodes(84, 2048, q=28, kv=4)):
+        config = gluon.config
+        assert (config.variant, config.persistent, config.tile_size) == ("qblock_ws", True, 128), shape
     ragged = BatchShape(36, 36, 1, 1024, 32, 8, 128, sum_seqlen_k=30 * 1024 + 6 * 500)
     assert decide(ragged, h200).config.variant == "qblock"
     assert decide(replace(ragged, sum_seqlen_k=None), h200).config.variant == "qblock"

@@ -119,15 +119,14 @@ def _many_short_queries(shape: BatchShape, p: Platform) -> bool:
     All of this was measured before the Gluon kernel's second consumer passed on the rows
     such a batch lacks (`qblock_ws._pass_item`) and before its list held one Q-block per
     sequence (`host.one_q_block_per_seq`). Since, batches of equal, known lengths whose
-    queries fit one Q-block each (`host.even_static_shares`) at heads the Gluon kernel runs
-    in 128-key tiles (up to 128)
-    keep the Triton step only where they are decodes whose items would leave its static
-    rounds idle (`host.static_rounds_full`); the rest run the Gluon kernel persistent
-    (`qblock_ws.default_config`). On an H200
-    (rules.yaml many-decodes, spec-many and decode-rounds; docs/perf/h200/
-    rules-decodes-2026-11-29.csv) that took 0.79-0.97x the Triton step's time on the 17
-    uniform decodes with full rounds, and 0.77-1.00x `auto`'s time before on every uniform
-    speculative decode (Llama-8B 64 x 4 over 512 keys: 49 against 63 us, FA3 54)."""
+    queries fit one Q-block each (`host.even_static_shares`), at heads the Gluon kernel runs
+    in 128-key tiles (up to 128), keep the Triton step only where they are decodes whose
+    items would leave its static rounds idle (`host.static_rounds_full`); the rest run the
+    Gluon kernel persistent (`qblock_ws.default_config`). On an H200 (rules.yaml
+    many-decodes, spec-many and decode-rounds; docs/perf/h200/rules-decodes-2026-11-29.csv)
+    that took 0.79-0.97x the Triton step's time on the 17 uniform decodes with full rounds,
+    and 0.77-1.00x `auto`'s time before on every uniform speculative decode (Llama-8B 64 x 4
+    over 512 keys: 49 against 63 us, FA3 54)."""
     if shape.max_seqlen_q > SHORT_QUERY or _programs_2d(shape, p) <= p.num_sms:
         return False
     if (hopper.even_static_shares(shape) and hopper.max_tile_size(shape.head_size) >= 128

@@ -50,6 +50,12 @@ def max_tile_size(head_size: int) -> int:
 PERSISTENT_MIN_ITEMS_PER_SM = 5  # work items per SM from which long queries' batches launch persistent
 
 
+def q_block_tokens(queries_per_kv: int) -> int:
+    """Query tokens per Q-block of ``BLOCK_M`` rows: a token's query heads of one KV head
+    share it (at least one token: heads past ``BLOCK_M`` per KV head are not the kernels')."""
+    return max(1, BLOCK_M // queries_per_kv)
+
+
 def work_items(num_tokens: int, num_seqs: int, max_seqlen_q: int, queries_per_kv: int, num_kv_heads: int) -> int:
     """A batch's work items (Q-blocks of ``BLOCK_M // queries_per_kv`` tokens x KV heads), at
     least: the longest query's Q-blocks, and for the other sequences one Q-block each or
@@ -57,7 +63,7 @@ def work_items(num_tokens: int, num_seqs: int, max_seqlen_q: int, queries_per_kv
     from above with a surplus Q-block per sequence.) Counting tokens alone would count a
     mixed batch's decodes as a few Q-blocks in all where each is one: Phi-3's 32 decodes
     beside two 1k prompts hold 1,312 items or more, not 544."""
-    block_q = max(1, BLOCK_M // queries_per_kv)  # heads past BLOCK_M per KV head: not the kernels'
+    block_q = q_block_tokens(queries_per_kv)
     longest = -(-max_seqlen_q // block_q)
     others = max(num_seqs - 1, -(-(num_tokens - max_seqlen_q) // block_q))
     return (longest + others) * num_kv_heads
@@ -101,7 +107,7 @@ def even_static_shares(shape: BatchShape) -> bool:
     max_seqlen_k``) and its query fits one Q-block, so that the list holds no spare items
     (`one_q_block_per_seq`)."""
     return (shape.sum_seqlen_k is not None and shape.sum_seqlen_k == shape.num_seqs * shape.max_seqlen_k
-            and one_q_block_per_seq(max(1, BLOCK_M // shape.queries_per_kv), shape.max_seqlen_q))
+            and one_q_block_per_seq(q_block_tokens(shape.queries_per_kv), shape.max_seqlen_q))
 
 
 def static_rounds_full(shape: BatchShape, num_sms: int) -> bool:
@@ -221,7 +227,7 @@ def launch_qblock(kernel, extra: dict, out, q, k_cache, v_cache, block_table, cu
         raise ValueError(f"v_cache: expected the strides of k_cache {tuple(k_cache.stride())}, "
                          f"got {tuple(v_cache.stride())}")
     g = Geometry.of(q, k_cache, seq_lens)
-    block_q = BLOCK_M // g.qpk
+    block_q = q_block_tokens(g.qpk)
     grid = (g.q_blocks_bound(block_q), g.num_kv_heads)
     walks = [{}]
     if items is not None:

@@ -703,8 +703,8 @@ def default_config(shape: BatchShape, p: Platform) -> KernelConfig:
     a few items per SM, which keep one program per item.
 
     Short queries of equal, known lengths, each in one Q-block (`host.even_static_shares`),
-    launch persistent at any length: their static shares are equal work, and the next item's tiles stream in while a
-    program finishes one. On an H200 (recipes/microbench/rules.yaml; docs/perf/h200/
+    launch persistent at any length: their static shares are equal work, and the next
+    item's tiles stream in while a program finishes one. On an H200 (recipes/microbench/rules.yaml; docs/perf/h200/
     rules-decodes-2026-11-29.csv) it took 0.94-0.99x one program per item's time on the
     18 uniform decodes and speculative decodes over 1.5-4k keys (Llama-8B B96 4-token
     queries over 2k: 205 against 216 us), whatever share of its rounds they filled."""
