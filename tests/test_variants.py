@@ -804,3 +804,23 @@ def test_the_gluon_kernel_takes_128_key_tiles_past_512_keys_where_they_fit():
     assert config(700).persistent and config(1024).persistent and not config(2048).persistent
     prefill = config(768, queries=768, seqs=2)  # 2 x 24 Q-blocks x 8 heads: 384 items, 3.4 per SM
     assert (prefill.tile_size, prefill.persistent) == (128, False)
+
+
+def test_uniform_short_queries_take_128_key_tiles_from_256_keys():
+    """Decodes and speculative decodes of equal, known lengths (`host.even_static_shares`)
+    have no causal diagonal: `qblock_ws.default_config` gives them 128-key tiles from 256
+    keys (rules.yaml decode-tiles: 0.91-0.98x the 64-key time on an H200), persistent.
+    Ragged or unknown lengths of the same longest sequence keep 64-key tiles up to 512."""
+    from attnbench.kernels.hopper import qblock_ws
+
+    def config(keys, queries=1, seqs=128, head=128, sum_keys=None):
+        return qblock_ws.default_config(BatchShape(seqs, seqs * queries, queries, keys, 32, 8, head, sum_keys),
+                                        HOPPER_UNTUNED)
+
+    assert [config(k, sum_keys=128 * k).tile_size for k in (128, 255, 256, 384, 512)] == [64, 64, 128, 128, 128]
+    assert config(448, queries=4, seqs=96, sum_keys=96 * 448).tile_size == 128
+    assert all(config(k, sum_keys=128 * k).persistent for k in (128, 384, 4096))
+    assert config(384, sum_keys=128 * 384 - 1).tile_size == 64  # one sequence shorter: ragged
+    assert config(384).tile_size == 64  # unknown lengths (a captured graph)
+    assert config(384, head=256, sum_keys=128 * 384).tile_size == 64  # 128-key tiles do not fit head 256
+    assert config(384, queries=64, seqs=8, sum_keys=8 * 384).tile_size == 64  # prefill-like: the diagonal

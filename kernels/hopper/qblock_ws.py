@@ -688,6 +688,7 @@ def launch(out, q, k_cache, v_cache, block_table, cu_seqlens_q, seq_lens, *, sca
 SHORT_KEYS = KernelConfig("qblock_ws", tile_size=64, block_m=128, num_warps=12, num_stages=2)
 LONG_KEYS = replace(SHORT_KEYS, tile_size=128)
 LONG_KEYS_FROM = 512  # max_seqlen_k above which LONG_KEYS' 128-key tiles run (where they fit)
+EVEN_SHORT_QUERIES_LONG_KEYS_FROM = 256  # max_seqlen_k from which uniform short queries take them
 PERSISTENT_SHORT_QUERIES_MAX_KEYS = 1024  # up to which batches of short queries launch persistent
 
 
@@ -704,15 +705,19 @@ def default_config(shape: BatchShape, p: Platform) -> KernelConfig:
 
     Short queries of equal, known lengths, each in one Q-block (`host.even_static_shares`),
     launch persistent at any length: their static shares are equal work, and the next
-    item's tiles stream in while a program finishes one. On an H200 (recipes/microbench/rules.yaml; docs/perf/h200/
-    rules-decodes-2026-11-29.csv) it took 0.94-0.99x one program per item's time on the
-    18 uniform decodes and speculative decodes over 1.5-4k keys (Llama-8B B96 4-token
-    queries over 2k: 205 against 216 us), whatever share of its rounds they filled."""
-    long_tiles = shape.max_seqlen_k > LONG_KEYS_FROM and max_tile_size(shape.head_size) >= LONG_KEYS.tile_size
-    config = LONG_KEYS if long_tiles else SHORT_KEYS
-    if many_items(shape, p.num_sms):
-        return replace(config, persistent=True)
-    if shape.max_seqlen_q <= SHORT_QUERY and even_static_shares(shape):
+    item's tiles stream in while a program finishes one. They take 128-key tiles from
+    `EVEN_SHORT_QUERIES_LONG_KEYS_FROM` keys: no causal diagonal wastes a tile's columns.
+    On an H200 (recipes/microbench/rules.yaml; docs/perf/h200/rules-decodes-2026-11-29.csv)
+    the persistent launch took 0.94-0.99x one program per item's time on the 18 uniform
+    decodes and speculative decodes over 1.5-4k keys (Llama-8B B96 4-token queries over
+    2k: 205 against 216 us), whatever share of its rounds they filled; over 256-512 keys
+    (decode-tiles, 64-256 sequences) 128-key tiles took 0.91-0.98x the 64-key time
+    (Llama-8B B256 over 384 keys: 115 against 127 us)."""
+    even_short_queries = shape.max_seqlen_q <= SHORT_QUERY and even_static_shares(shape)
+    long_keys = (shape.max_seqlen_k >= EVEN_SHORT_QUERIES_LONG_KEYS_FROM if even_short_queries
+                 else shape.max_seqlen_k > LONG_KEYS_FROM)
+    config = LONG_KEYS if long_keys and max_tile_size(shape.head_size) >= LONG_KEYS.tile_size else SHORT_KEYS
+    if many_items(shape, p.num_sms) or even_short_queries:
         return replace(config, persistent=True)
     if shape.max_seqlen_k > PERSISTENT_SHORT_QUERIES_MAX_KEYS:
         return config
