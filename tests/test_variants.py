@@ -551,8 +551,9 @@ def test_prefills_of_many_work_items_launch_persistent(monkeypatch, tree):
     or without a fitted tree: 48 Llama-8B prompts of 384 tokens give 4,608 items for 132
     SMs, 16 of 512 give 2,048, 48 of 2k 24,576, 4 of 1k and 2 of 2k 1,024 (7.8 per SM);
     4 of 512 and one of 2k give 512 (3.9) and keep one program per item. So do Gemma-2's
-    prefills however many items they have: head 256 takes 64-key tiles, and its items are
-    long. Decodes count no items: their persistent launch follows the key length."""
+    prefills past 1k keys however many items they have: head 256 takes 64-key tiles, and
+    its items are long; up to 1k keys they count as Llama's. Decodes count no items: their
+    persistent launch follows the key length."""
     from attnbench.kernels.dispatch.heuristics import decide
     from attnbench.kernels.hopper import host
 
@@ -571,6 +572,11 @@ def test_prefills_of_many_work_items_launch_persistent(monkeypatch, tree):
     gemma = BatchShape(4, 4 * 4096, 4096, 4096, 16, 8, 256)  # 2,048 items, 15.5 per SM
     assert host.claims_items(4096, host.work_items(4 * 4096, 4, 4096, 2, 8), 132) and not host.many_items(gemma, 132)
     assert decide(gemma, H100_SM90).config.persistent is False
+    for short_gemma in (BatchShape(64, 64 * 128, 128, 128, 16, 8, 256), BatchShape(16, 16 * 512, 512, 512, 16, 8, 256),
+                        BatchShape(8, 8 * 1024, 1024, 1024, 16, 8, 256)):  # 1,024 items, 7.8 per SM
+        assert host.many_items(short_gemma, 132), short_gemma
+    assert not host.many_items(BatchShape(4, 4 * 1024, 1024, 1024, 16, 8, 256), 132)  # 512 items, 3.9 per SM
+    assert not host.many_items(BatchShape(8, 8 * 1025, 1025, 1025, 16, 8, 256), 132)  # past 1k keys
     assert host.many_items(BatchShape(48, 48 * 384, 384, 384, 32, 8, 128), 132)
     assert not host.many_items(BatchShape(4, 4 * 512, 512, 512, 32, 8, 128), 132)
     assert not host.many_items(BatchShape(2048, 2048, 1, 4096, 32, 8, 128), 132)  # decodes

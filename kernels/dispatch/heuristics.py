@@ -178,7 +178,7 @@ def _persistent_pays(shape: BatchShape, p: Platform) -> bool:
       walks claiming the next item whenever a program is ready for one, so no share is
       fixed (`hopper.launch_qblock`): 0.87-1.01x one program per item's time on the
       training set's prefills from 15.5 items per SM, at any length (8k prefills 0.99-1.01x),
-      0.94-1.01x from 5.8 (heads of 192 and 256 excepted: `hopper.many_items`).
+      0.94-1.01x from 5.8 (heads of 192 and 256 only up to 1k keys: `hopper.many_items`).
       A 512-token chunk over 30k keys, with one item per SM, took 814 us in fixed shares and
       445 one per item on the held-out grid."""
     return shape.max_seqlen_k <= PERSISTENT_MAX_KEYS or hopper.many_items(shape, p.num_sms)

@@ -88,14 +88,24 @@ def claims_items(max_seqlen_q: int, items: int, programs: int) -> bool:
 
 def many_items(shape: BatchShape, num_sms: int) -> bool:
     """`claims_items` for a batch on a GPU of ``num_sms`` SMs: whether `auto` launches the
-    Gluon kernel persistent for it whatever the key length. Not for heads that take only
-    64-key tiles (192, 256: `max_tile_size`): each of their items is long enough (a Q-block
-    of 256-wide rows over its keys, 64 at a time) that a program's start is no share of it, and
-    the persistent launch gained nothing on Gemma-2's prefills from 5.8 to 15.5 items per
-    SM (0.996-1.02x one program per item)."""
+    Gluon kernel persistent for it whatever the key length. Heads that take only 64-key
+    tiles (192, 256: `max_tile_size`) only up to `WIDE_HEADS_PERSISTENT_MAX_KEYS` keys:
+    past them each item (a Q-block of 256-wide rows over its keys, 64 at a time) is long
+    enough that a program's start is no share of it, and the persistent launch gained
+    nothing on Gemma-2's 4k prefills from 5.8 to 15.5 items per SM (0.996-1.02x one program
+    per item). Over at most 1k keys it did: on an H200 (rules.yaml head256-items;
+    docs/perf/h200/head256-items-2026-11-29.csv) 0.94-0.99x at 7.8-8.7 items per SM
+    (Gemma-2 64 x 128: 104 against 110 us), and 1.03-1.09x at 3.9, below
+    `PERSISTENT_MIN_ITEMS_PER_SM`. (The burst's 32 x 256 prefill, held out, 1.00x: 118 us
+    either way, and 108 in static shares; FA3 97.)"""
     items = work_items(shape.num_tokens, shape.num_seqs, shape.max_seqlen_q, shape.queries_per_kv,
                        shape.num_kv_heads)
-    return max_tile_size(shape.head_size) >= max(TILE_SIZES) and claims_items(shape.max_seqlen_q, items, num_sms)
+    short_items = (max_tile_size(shape.head_size) >= max(TILE_SIZES)
+                   or shape.max_seqlen_k <= WIDE_HEADS_PERSISTENT_MAX_KEYS)
+    return short_items and claims_items(shape.max_seqlen_q, items, num_sms)
+
+
+WIDE_HEADS_PERSISTENT_MAX_KEYS = 1024  # longest sequence up to which 64-key-only heads count `many_items`
 
 
 STATIC_ROUNDS_MIN_FILL = 0.8  # share of a persistent launch's static rounds its items must fill (`static_rounds_full`)
