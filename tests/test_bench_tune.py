@@ -110,6 +110,52 @@ def test_rounds_take_the_implementations_in_turn_and_keep_each_ones_fastest(monk
     assert {r["timing_rounds"] for r in rows.values()} == {3}
 
 
+def test_resume_runs_only_what_the_csv_lacks(tmp_path, monkeypatch):
+    """--resume: a case's implementations with a row in --out (any status but error) are not
+    run again; an interrupted run finishes where it stopped, each case with the seed it had;
+    rows of another suite in the same file do not count; nothing runs once all are there."""
+    from attnbench.kernels.bench import microbench
+
+    calls, leases = [], iter(["ends in its second case", "lasts"])
+    lease = next(leases)
+
+    def fake_measure_case(suite, case, impls, device, ceilings, env, seed):
+        calls.append((case.name, list(impls), seed))
+        if case.name == "prefill" and lease.startswith("ends"):
+            raise RuntimeError("the lease ended")
+        return [{"suite": suite.name, "case": case.name, "implementation": i,
+                 "status": "error" if i == "static_grid" else "ok"} for i in impls]
+
+    monkeypatch.setattr(microbench, "measure_case", fake_measure_case)
+    suite = load_microbench_spec(suite_file(tmp_path, dict(SUITE, implementations=["qblock", "static_grid"])))
+    out = tmp_path / "mb.csv"
+    microbench.CsvSink(out).write([{"suite": "other", "case": "prefill", "implementation": "qblock", "status": "ok"}])
+    with pytest.raises(RuntimeError, match="the lease ended"):
+        run_microbench(suite, out, device="cpu")
+    assert calls == [("decode", ["qblock", "static_grid"], suite.seed), ("prefill", ["qblock", "static_grid"], suite.seed + 1)]
+
+    calls.clear()
+    lease = next(leases)
+    rows = run_microbench(suite, out, device="cpu", resume=True)
+    assert calls == [("decode", ["static_grid"], suite.seed), ("prefill", ["qblock", "static_grid"], suite.seed + 1)]
+    assert [(r["case"], r["implementation"]) for r in rows] == [("decode", "static_grid"), ("prefill", "qblock"),
+                                                                ("prefill", "static_grid")]
+    calls.clear()
+    only_errors_left = run_microbench(suite, out, device="cpu", resume=True, implementations=["qblock"])
+    assert only_errors_left == [] and calls == []
+    with out.open() as fh:
+        assert sum(r["suite"] == "t" for r in csv.DictReader(fh)) == 5
+
+
+def test_resume_refuses_a_csv_of_another_schema(tmp_path):
+    from attnbench.kernels.bench import microbench
+
+    out = tmp_path / "old.csv"
+    out.write_text("suite,case,implementation,median_us\nt,decode,qblock,1.0\n")
+    with pytest.raises(ValueError, match="old.csv: its columns are another version's"):
+        microbench.measured(out, "t")
+
+
 MICROBENCH_SUITES = sorted(p for p in (Path(__file__).resolve().parents[1] / "recipes" / "microbench").glob("*.yaml")
                            if p.name != "tune-space.yaml")  # the tuner's search space: another schema
 

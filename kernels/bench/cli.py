@@ -52,8 +52,11 @@ def _check_impls(suite, impls) -> None:
 @click.option("--rounds", type=click.IntRange(1, 10), default=None,
               help="Override the suite's timing.rounds: time a case's implementations in turn this many times, "
                    "each keeping its fastest round.")
+@click.option("--resume", is_flag=True,
+              help="Run only what --out lacks: each case's implementations without a row there (an error row is "
+                   "run again), so an interrupted run, or one on another machine, finishes where it stopped.")
 def microbench(suite_file: Path, out_csv: Path, only: tuple[str, ...], impls: tuple[str, ...], device: str,
-               l2_flush: str | None, rounds: int | None):
+               l2_flush: str | None, rounds: int | None, resume: bool):
     """Check every implementation against the fp32 reference, then time it (median, p20/p80,
     CUDA-graph replay, % of the roofline measured in the same run)."""
     from .microbench import run_microbench  # lazy: torch (module doc)
@@ -81,11 +84,11 @@ def microbench(suite_file: Path, out_csv: Path, only: tuple[str, ...], impls: tu
                 click.echo(f"{r['case']:<28} {r['implementation']:<16} {r['status']}: {r['message']}")
 
     try:
-        run_microbench(suite, out_csv, device=device, implementations=list(impls) or None,
-                       only=list(only) or None, on_rows=show)
+        rows = run_microbench(suite, out_csv, device=device, implementations=list(impls) or None,
+                              only=list(only) or None, resume=resume, on_rows=show)
     except ValueError as e:
         raise click.UsageError(str(e)) from None
-    click.echo(f"rows appended to {out_csv}")
+    click.echo(f"{out_csv} has every row already (--resume)" if resume and not rows else f"rows appended to {out_csv}")
 
 
 @click.group("kernels")

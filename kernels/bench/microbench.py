@@ -261,22 +261,44 @@ class CsvSink:
         self._fh.close()
 
 
+def measured(out_csv: Path, suite_name: str) -> set[tuple[str, str]]:
+    """The (case, implementation) pairs of suite ``suite_name`` that ``out_csv`` already
+    holds a result for: a row of any status but ``error`` (an exception, which may not
+    recur: resuming runs it again). Empty where the file does not exist yet."""
+    path = Path(out_csv)
+    if not path.exists() or path.stat().st_size == 0:
+        return set()
+    CsvSink(path).close()  # the header check: another schema's file is refused, not read
+    with path.open(newline="") as fh:
+        return {(r["case"], r["implementation"]) for r in csv.DictReader(fh)
+                if r["suite"] == suite_name and r["status"] != "error"}
+
+
 def run_microbench(suite: MicrobenchSuite, out_csv: Path, *, device: str = "cuda",
                    implementations: list[str] | None = None, only: list[str] | None = None,
-                   on_rows: Callable[[list[dict]], None] | None = None) -> list[dict]:
-    """Run (a subset of) ``suite`` and append its rows to ``out_csv``; returns the rows."""
+                   resume: bool = False, on_rows: Callable[[list[dict]], None] | None = None) -> list[dict]:
+    """Run (a subset of) ``suite`` and append its rows to ``out_csv``; returns the rows.
+    With ``resume``, an implementation a case already has a result for in ``out_csv``
+    (`measured`) is not run again: a case whose every implementation has one is skipped,
+    and nothing runs (not even the ceilings) where none is missing. Each case keeps the
+    seed it has without ``resume`` (its place among the selected cases)."""
     dev = torch.device(device)
     impls = implementations or list(suite.implementations)
     cases = [c for c in suite.all_cases() if not only or c.name in only or c.group in only]
     if only and not cases:
         raise ValueError(f"only: no case or sweep named {only} in suite {suite.name!r}")
+    done = measured(out_csv, suite.name) if resume else set()
+    todo = [(i, case, [name for name in impls if (case.name, name) not in done]) for i, case in enumerate(cases)]
+    todo = [(i, case, left) for i, case, left in todo if left]
+    if not todo:
+        return []
     ceilings = measure_ceilings(dev) if dev.type == "cuda" else None
     env = environment(dev)
     sink = CsvSink(out_csv)
     all_rows = []
     try:
-        for i, case in enumerate(cases):
-            rows = measure_case(suite, case, impls, dev, ceilings, env, seed=suite.seed + i)
+        for i, case, left in todo:
+            rows = measure_case(suite, case, left, dev, ceilings, env, seed=suite.seed + i)
             sink.write(rows)
             all_rows.extend(rows)
             if on_rows:
