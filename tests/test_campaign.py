@@ -1,9 +1,10 @@
 """docs/campaign/campaign.sh: `seed` (what one GPU lease measured, carried into the next) and
 the microbench job's arguments.
 
-A lease packs its runs into results.tgz (split into .part-* pieces past 15 MB); `seed`
-unpacks them here into .carry/results without the server logs and run locks, small enough
-to travel with the next lease's call, where `start` puts them back for `--resume`.
+A lease packs its runs into results.tgz and its microbenchmark CSVs into micro.tgz (each
+split into .part-* pieces past 15 MB); `seed` unpacks them here into .carry/results and
+.carry/micro without the server logs and run locks, small enough to travel with the next
+lease's call, where `start` puts them back for `--resume`.
 """
 
 from __future__ import annotations
@@ -58,8 +59,34 @@ def test_seed_carries_a_leases_runs_without_server_logs_or_locks(tmp_path, piece
 def test_seed_without_a_packed_lease_says_what_it_expected(tmp_path):
     done = _seed(tmp_path, tmp_path)
     assert done.returncode == 2
-    assert done.stderr.strip() == (f"seed: {tmp_path} holds no results.tgz (nor results.tgz.part-*): "
-                                   "expected a campaign's packed runs")
+    assert done.stderr.strip() == (f"seed: {tmp_path} holds no results.tgz nor micro.tgz (nor their .part-* "
+                                   "pieces): expected a campaign's packed runs")
+
+
+def test_seed_and_start_carry_a_leases_microbenchmark_csvs(tmp_path):
+    """micro.tgz alone is a lease's work too: `seed` puts its CSVs into .carry/micro, and the
+    next `start` copies them into the campaign, where the micro jobs resume them."""
+    lease = tmp_path / "lease"
+    (lease / "micro").mkdir(parents=True)
+    (lease / "micro" / "heldout-untuned.csv").write_text("suite,case\nheldout,dec-a\n")
+    files_at = tmp_path / "files_at"
+    files_at.mkdir()
+    with tarfile.open(files_at / "micro.tgz", "w:gz") as tar:
+        tar.add(lease / "micro", arcname="micro")
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    done = _seed(files_at, repo)
+    assert done.returncode == 0, done.stderr
+    assert (repo / ".carry" / "micro" / "heldout-untuned.csv").read_text() == "suite,case\nheldout,dec-a\n"
+    assert not (repo / ".carry" / "results").exists()
+
+    campaign = tmp_path / "next-lease"
+    started = subprocess.run(["bash", str(CAMPAIGN), "start"], cwd=CAMPAIGN.parents[2], capture_output=True,
+                             text=True, timeout=60,
+                             env={"PATH": "/usr/bin:/bin", "CAMPAIGN": str(campaign), "CARRY": str(repo / ".carry"),
+                                  "ATTNBENCH_GPU_SETUP": "1", "WAIT_S": "20"})
+    assert started.returncode == 0, started.stderr
+    assert (campaign / "micro" / "heldout-untuned.csv").read_text() == "suite,case\nheldout,dec-a\n"
 
 
 @pytest.mark.parametrize("spec, args, csv", [
@@ -82,4 +109,4 @@ def test_a_micro_job_names_its_suite_group_and_implementations(tmp_path, spec, a
                                                       "ATTNBENCH_GPU_SETUP": "1"})
     assert done.returncode == 0, done.stderr
     argv = (tmp_path / "argv").read_text().splitlines()
-    assert argv == ["microbench", *args, "--out", str(campaign / "micro" / csv)]
+    assert argv == ["microbench", *args, "--out", str(campaign / "micro" / csv), "--resume"]

@@ -9,13 +9,14 @@
 #
 #   bash docs/campaign/campaign.sh start JOB...    from the repository root, after the vLLM bundle
 #   bash docs/campaign/campaign.sh wait            the same worker, WAIT_S more seconds
-#   bash docs/campaign/campaign.sh seed FILES_AT   here, between two leases: the runs a lease packed
-#                                                  (FILES_AT/results.tgz or its .part-* pieces) into
-#                                                  .carry/results, server logs and locks left out (a call
-#                                                  carries at most 64 MiB); name .carry in the carry of the
-#                                                  next lease's `start` call, which copies it into
-#                                                  $CAMPAIGN/results, so that `attnbench run --resume`
-#                                                  measures only what the last lease did not finish
+#   bash docs/campaign/campaign.sh seed FILES_AT   here, between two leases: the runs and microbenchmark
+#                                                  CSVs a lease packed (FILES_AT/results.tgz, micro.tgz or
+#                                                  their .part-* pieces) into .carry/results and .carry/micro,
+#                                                  server logs and locks left out (a call carries at most
+#                                                  64 MiB); name .carry in the carry of the next lease's
+#                                                  `start` call, which copies them into $CAMPAIGN, so that
+#                                                  `attnbench run --resume` and `attnbench microbench --resume`
+#                                                  measure only what the last lease did not finish
 #   LANES=4 bash docs/campaign/campaign.sh start JOB...
 #                                                  one worker per GPU of the host (lane i sees GPU i
 #                                                  alone), each over the same jobs: a run another lane
@@ -30,7 +31,8 @@
 #                        `attnbench microbench recipes/microbench/NAME.yaml` into
 #                        micro/NAME[-GROUP][+IMPL,...][-FLUSH].csv; /GROUP: only that group's (or case's)
 #                        cases; +IMPL,...: only those implementations; @read, @zero or @none: --l2-flush;
-#                        after tree:off the CSV's name ends in -untuned
+#                        after tree:off the CSV's name ends in -untuned; --resume: a CSV a lease left
+#                        half-written (or a seeded one) gets only the rows it lacks
 #   tune:SUITE           `attnbench tune recipes/microbench/SUITE.yaml` over recipes/microbench/tune-space.yaml:
 #                        the sweep into tune/SUITE.csv, the fitted tree into tune/tuned_SUITE.py
 #   tree:SUITE           later jobs run the tree tune:SUITE fitted (ATTNBENCH_TUNED_TREE), not the shipped one;
@@ -120,8 +122,8 @@ job() {
       local csv=$CAMPAIGN/micro/${what//\//-}${flush:+-$flush}
       [ "${ATTNBENCH_TUNED_TREE:-}" = off ] && csv+=-untuned  # after tree:off
       mkdir -p "$CAMPAIGN/micro"
-      [ -s "$csv.csv" ] || timeout "${MICRO_TIMEOUT_S:-1800}" attnbench microbench \
-        "recipes/microbench/$suite.yaml" "${flags[@]}" --out "$csv.csv" ;;
+      timeout "${MICRO_TIMEOUT_S:-1800}" attnbench microbench \
+        "recipes/microbench/$suite.yaml" "${flags[@]}" --out "$csv.csv" --resume ;;
     tune)
       mkdir -p "$CAMPAIGN/tune"
       [ -s "$CAMPAIGN/tune/tuned_$arg.py" ] || timeout "${TUNE_TIMEOUT_S:-900}" attnbench tune \
@@ -178,20 +180,24 @@ job() {
   esac
 }
 
-seed() {  # a lease's packed runs into .carry/results, for the next lease's `start`
-  local from=${1:?usage: campaign.sh seed FILES_AT} to=${CARRY:-.carry} tgz
-  tgz=$from/results.tgz
-  if [ ! -f "$tgz" ]; then
-    if ! ls "$from"/results.tgz.part-* >/dev/null 2>&1; then
-      echo "seed: $from holds no results.tgz (nor results.tgz.part-*): expected a campaign's packed runs" >&2
-      exit 2
+seed() {  # a lease's packed runs and microbenchmark CSVs into .carry/{results,micro}, for the next `start`
+  local from=${1:?usage: campaign.sh seed FILES_AT} to=${CARRY:-.carry} d tgz found=
+  for d in results micro; do
+    tgz=$from/$d.tgz
+    if [ ! -f "$tgz" ]; then
+      ls "$from/$d".tgz.part-* >/dev/null 2>&1 || continue
+      tgz=$(mktemp)
+      cat "$from/$d".tgz.part-* > "$tgz"
     fi
-    tgz=$(mktemp)
-    cat "$from"/results.tgz.part-* > "$tgz"
+    rm -rf "${to:?}/$d" && mkdir -p "$to"
+    tar xzf "$tgz" -C "$to" --exclude='*/server.log' --exclude='*/.lock' "$d" || exit 1
+    du -sh "$to/$d"
+    found=1
+  done
+  if [ -z "$found" ]; then
+    echo "seed: $from holds no results.tgz nor micro.tgz (nor their .part-* pieces): expected a campaign's packed runs" >&2
+    exit 2
   fi
-  rm -rf "$to/results" && mkdir -p "$to"
-  tar xzf "$tgz" -C "$to" --exclude='*/server.log' --exclude='*/.lock' results || exit 1
-  du -sh "$to/results"
 }
 
 case $cmd in
@@ -200,10 +206,12 @@ case $cmd in
     if working; then
       echo "a worker is already running"; watch; exit 0
     fi
-    # the runs an earlier lease measured (`seed`), so that this one resumes them
-    if [ -d "${CARRY:-.carry}/results" ] && [ ! -e "$CAMPAIGN/results" ]; then
-      cp -r "${CARRY:-.carry}/results" "$CAMPAIGN/results"
-    fi
+    # the runs and CSVs an earlier lease measured (`seed`), so that this one resumes them
+    for d in results micro; do
+      if [ -d "${CARRY:-.carry}/$d" ] && [ ! -e "$CAMPAIGN/$d" ]; then
+        cp -r "${CARRY:-.carry}/$d" "$CAMPAIGN/$d"
+      fi
+    done
     . docs/campaign/gpu-setup.sh
     # the workers: each in its own session, so it outlives this call; PYTHONUNBUFFERED for a live log
     for (( lane = 0; lane < ${LANES:-1}; lane++ )); do
