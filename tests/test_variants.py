@@ -511,7 +511,16 @@ def test_every_choice_of_auto_says_why(monkeypatch):
     assert decide(SHAPES[2], H100_SM90).why == "the fitted tree (tuned_nvidia_h100_80gb_hbm3)"  # persistent, 2,048 items
     assert decide(BatchShape(1, 2048, 2048, 2048, 32, 8, 128), H100_SM90).why == (
         "the fitted tree (tuned_nvidia_h100_80gb_hbm3), one program per item: the longest sequence has 2048 keys "
-        "(persistent only up to 1024, or with at least 5 work items per SM of a head that takes 128-key tiles)")
+        "(persistent only up to 1024, with at least 5 work items per SM of a head that takes 128-key tiles, "
+        "or on short queries of equal, known lengths)")
+    # equal short queries keep the tree's persistent launch at any length, in static shares;
+    # one sequence shorter, or lengths a captured graph does not know, and they do not
+    spec2 = BatchShape(64, 128, 2, 2048, 32, 8, 128, 64 * 2048)
+    assert decide(spec2, H100_SM90) == (KernelConfig("qblock_ws", tile_size=128, block_m=128, num_warps=12,
+                                                     persistent=True),
+                                        "the fitted tree (tuned_nvidia_h100_80gb_hbm3)")
+    for uneven in (replace(spec2, sum_seqlen_k=64 * 2048 - 5), replace(spec2, sum_seqlen_k=None)):
+        assert not decide(uneven, H100_SM90).config.persistent, uneven
     short_decodes = BatchShape(16, 16, 1, 512, 32, 8, 128)  # persistent, as fitted
     assert decide(short_decodes, H100_SM90) == (KernelConfig("qblock_ws", tile_size=128, block_m=128, num_warps=12,
                                                              persistent=True),

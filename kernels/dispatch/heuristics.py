@@ -180,8 +180,12 @@ def _persistent_pays(shape: BatchShape, p: Platform) -> bool:
       training set's prefills from 15.5 items per SM, at any length (8k prefills 0.99-1.01x),
       0.94-1.01x from 5.8 (heads of 192 and 256 only up to 1k keys: `hopper.many_items`).
       A 512-token chunk over 30k keys, with one item per SM, took 814 us in fixed shares and
-      445 one per item on the held-out grid."""
-    return shape.max_seqlen_k <= PERSISTENT_MAX_KEYS or hopper.many_items(shape, p.num_sms)
+      445 one per item on the held-out grid;
+    * on short queries of equal, known lengths (`hopper.even_short_queries`), at any length:
+      their static shares are equal work (0.94-0.99x one program per item's time past 1k
+      keys on an H200, `qblock_ws.default_config`)."""
+    return (shape.max_seqlen_k <= PERSISTENT_MAX_KEYS or hopper.many_items(shape, p.num_sms)
+            or hopper.even_short_queries(shape))
 
 
 def _split_decision(shape: BatchShape, p: Platform) -> Decision:
@@ -513,13 +517,19 @@ def decide(shape: BatchShape, platform: Platform, variant: str = AUTO) -> Decisi
     if config.persistent and not _persistent_pays(shape, platform):
         config = replace(config, persistent=False)
         fitted += (f", one program per item: the longest sequence has {shape.max_seqlen_k} keys "
-                   f"(persistent only up to {PERSISTENT_MAX_KEYS}, or with at least "
-                   f"{hopper.PERSISTENT_MIN_ITEMS_PER_SM} work items per SM of a head that takes 128-key tiles)")
+                   f"(persistent only up to {PERSISTENT_MAX_KEYS}, with at least "
+                   f"{hopper.PERSISTENT_MIN_ITEMS_PER_SM} work items per SM of a head that takes 128-key tiles, "
+                   f"or on short queries of equal, known lengths)")
     elif config.variant == GLUON_QBLOCK and not config.persistent and hopper.many_items(shape, platform.num_sms):
         # fitted before the persistent launch claimed its items dynamically
         config = replace(config, persistent=True)
         fitted += (f", persistent: at least {hopper.PERSISTENT_MIN_ITEMS_PER_SM} work items per SM, "
                    f"claimed as programs free up")
+    elif config.variant == GLUON_QBLOCK and not config.persistent and hopper.even_short_queries(shape):
+        # fitted before the list held one Q-block per sequence (1040415), when a spare
+        # Q-block took a static share's slot
+        config = replace(config, persistent=True)
+        fitted += ", persistent: equal short queries, in equal static shares"
     if (config.variant == GLUON_QBLOCK
             and config.tile_size < (own_tiles := step(GLUON_QBLOCK).default_config(shape, platform).tile_size)):
         # fitted before ded4027 made a masked 128-key tile cheaper: past `qblock_ws.LONG_KEYS_FROM`

@@ -120,6 +120,14 @@ def even_static_shares(shape: BatchShape) -> bool:
             and one_q_block_per_seq(q_block_tokens(shape.queries_per_kv), shape.max_seqlen_q))
 
 
+def even_short_queries(shape: BatchShape) -> bool:
+    """Whether the batch is short queries (decodes or speculative decodes, at most
+    `SHORT_QUERY` tokens each) that a persistent launch deals in equal static shares
+    (`even_static_shares`): the batches `qblock_ws.default_config` launches persistent at
+    any length, in 128-key tiles from 256 keys."""
+    return shape.max_seqlen_q <= SHORT_QUERY and even_static_shares(shape)
+
+
 def static_rounds_full(shape: BatchShape, num_sms: int) -> bool:
     """Whether a persistent launch's static shares of this batch's work items (`work_items`:
     for short queries, one per sequence and KV head, `one_q_block_per_seq`) keep its programs

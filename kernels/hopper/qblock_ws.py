@@ -59,7 +59,7 @@ from .blocks import (K_STAGES, V_STAGES, any_row_moved, cp_async, cta_barrier, k
                      program_rounds, qblock_item, qblock_rows, rescale_rows, row_layout, softmax_tile,
                      tiles_of_whole_pages, to_16bit_pairs)
 from .host import (ONE_PER_ITEM, PERSISTENT, PIECEWISE_HEAD_SIZES, head_pieces, launch_qblock, many_items,
-                   max_tile_size, even_static_shares, unsupported_reason)
+                   max_tile_size, even_short_queries, unsupported_reason)
 
 NUM_WARPS = 4  # the default partition (consumer 0); consumer 1 and the producer are workers
 # the heads it takes: 64, 128 and 256 whole, 96 and 192 in two column pieces (`host.head_pieces`)
@@ -703,7 +703,7 @@ def default_config(shape: BatchShape, p: Platform) -> KernelConfig:
     mixed batches of 1-256 sequences over 256-1k keys) and 1.02-1.06x on uniform prefills of
     a few items per SM, which keep one program per item.
 
-    Short queries of equal, known lengths, each in one Q-block (`host.even_static_shares`),
+    Short queries of equal, known lengths, each in one Q-block (`host.even_short_queries`),
     launch persistent at any length: their static shares are equal work, and the next
     item's tiles stream in while a program finishes one. They take 128-key tiles from
     `EVEN_SHORT_QUERIES_LONG_KEYS_FROM` keys: no causal diagonal wastes a tile's columns.
@@ -713,11 +713,11 @@ def default_config(shape: BatchShape, p: Platform) -> KernelConfig:
     2k: 205 against 216 us), whatever share of its rounds they filled; over 256-512 keys
     (decode-tiles, 64-256 sequences) 128-key tiles took 0.91-0.98x the 64-key time
     (Llama-8B B256 over 384 keys: 115 against 127 us)."""
-    even_short_queries = shape.max_seqlen_q <= SHORT_QUERY and even_static_shares(shape)
-    long_keys = (shape.max_seqlen_k >= EVEN_SHORT_QUERIES_LONG_KEYS_FROM if even_short_queries
+    even_short = even_short_queries(shape)
+    long_keys = (shape.max_seqlen_k >= EVEN_SHORT_QUERIES_LONG_KEYS_FROM if even_short
                  else shape.max_seqlen_k > LONG_KEYS_FROM)
     config = LONG_KEYS if long_keys and max_tile_size(shape.head_size) >= LONG_KEYS.tile_size else SHORT_KEYS
-    if many_items(shape, p.num_sms) or even_short_queries:
+    if many_items(shape, p.num_sms) or even_short:
         return replace(config, persistent=True)
     if shape.max_seqlen_k > PERSISTENT_SHORT_QUERIES_MAX_KEYS:
         return config
