@@ -48,6 +48,7 @@ def max_tile_size(head_size: int) -> int:
 
 
 PERSISTENT_MIN_ITEMS_PER_SM = 5  # work items per SM from which long queries' batches launch persistent
+WIDE_HEADS_PERSISTENT_MAX_KEYS = 1024  # longest sequence up to which 64-key-only heads count `many_items`
 
 
 def q_block_tokens(queries_per_kv: int) -> int:
@@ -103,9 +104,6 @@ def many_items(shape: BatchShape, num_sms: int) -> bool:
     short_items = (max_tile_size(shape.head_size) >= max(TILE_SIZES)
                    or shape.max_seqlen_k <= WIDE_HEADS_PERSISTENT_MAX_KEYS)
     return short_items and claims_items(shape.max_seqlen_q, items, num_sms)
-
-
-WIDE_HEADS_PERSISTENT_MAX_KEYS = 1024  # longest sequence up to which 64-key-only heads count `many_items`
 
 
 STATIC_ROUNDS_MIN_FILL = 0.8  # share of a persistent launch's static rounds its items must fill (`static_rounds_full`)
