@@ -35,6 +35,10 @@ def _random_shape(rng: random.Random, heads: tuple[int, int, int]) -> BatchShape
     kv = [rng.randint(q, max_len) for q in q_lens]
     if rng.random() < 0.5:  # a few long sequences among short ones: a ragged batch
         kv = [rng.randint(q, max_len) if rng.random() < 0.2 else q + rng.randint(0, 40) for q in q_lens]
+    if rng.random() < 0.25:  # every sequence alike (rules key on equal lengths: `host.even_static_shares`)
+        q_lens, kv = [q_lens[0]] * n, [kv[0]] * n
+        if sum(q_lens) > max_tokens:
+            q_lens, kv = [1] * n, [kv[0]] * n
     sum_k = rng.choice([None, sum(kv)])  # unknown (a captured graph) or summed by the caller
     return BatchShape(n, sum(q_lens), max(q_lens), max(kv), *heads, sum_k)
 
