@@ -113,7 +113,8 @@ def test_rounds_take_the_implementations_in_turn_and_keep_each_ones_fastest(monk
 def test_resume_runs_only_what_the_csv_lacks(tmp_path, monkeypatch):
     """--resume: a case's implementations with a row in --out (any status but error) are not
     run again; an interrupted run finishes where it stopped, each case with the seed it had;
-    rows of another suite in the same file do not count; nothing runs once all are there."""
+    rows of another suite, or timed with another L2 flush, do not count; nothing runs once
+    all are there."""
     from attnbench.kernels.bench import microbench
 
     calls, leases = [], iter(["ends in its second case", "lasts"])
@@ -129,7 +130,9 @@ def test_resume_runs_only_what_the_csv_lacks(tmp_path, monkeypatch):
     monkeypatch.setattr(microbench, "measure_case", fake_measure_case)
     suite = load_microbench_spec(suite_file(tmp_path, dict(SUITE, implementations=["qblock", "static_grid"])))
     out = tmp_path / "mb.csv"
-    microbench.CsvSink(out).write([{"suite": "other", "case": "prefill", "implementation": "qblock", "status": "ok"}])
+    microbench.CsvSink(out).write([{"suite": "other", "case": "prefill", "implementation": "qblock", "status": "ok"},
+                                   {"suite": "t", "case": "prefill", "implementation": "qblock", "status": "ok",
+                                    "l2_flush": "none"}])  # timed warm: not what this suite's flush measures
     with pytest.raises(RuntimeError, match="the lease ended"):
         run_microbench(suite, out, device="cpu")
     assert calls == [("decode", ["qblock", "static_grid"], suite.seed), ("prefill", ["qblock", "static_grid"], suite.seed + 1)]
@@ -144,7 +147,7 @@ def test_resume_runs_only_what_the_csv_lacks(tmp_path, monkeypatch):
     only_errors_left = run_microbench(suite, out, device="cpu", resume=True, implementations=["qblock"])
     assert only_errors_left == [] and calls == []
     with out.open() as fh:
-        assert sum(r["suite"] == "t" for r in csv.DictReader(fh)) == 5
+        assert sum(r["suite"] == "t" for r in csv.DictReader(fh)) == 6
 
 
 def test_resume_refuses_a_csv_of_another_schema(tmp_path):
@@ -153,7 +156,7 @@ def test_resume_refuses_a_csv_of_another_schema(tmp_path):
     out = tmp_path / "old.csv"
     out.write_text("suite,case,implementation,median_us\nt,decode,qblock,1.0\n")
     with pytest.raises(ValueError, match="old.csv: its columns are another version's"):
-        microbench.measured(out, "t")
+        microbench.measured(out, "t", "zero")
 
 
 MICROBENCH_SUITES = sorted(p for p in (Path(__file__).resolve().parents[1] / "recipes" / "microbench").glob("*.yaml")

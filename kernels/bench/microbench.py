@@ -261,17 +261,19 @@ class CsvSink:
         self._fh.close()
 
 
-def measured(out_csv: Path, suite_name: str) -> set[tuple[str, str]]:
+def measured(out_csv: Path, suite_name: str, l2_flush: str) -> set[tuple[str, str]]:
     """The (case, implementation) pairs of suite ``suite_name`` that ``out_csv`` already
-    holds a result for: a row of any status but ``error`` (an exception, which may not
-    recur: resuming runs it again). Empty where the file does not exist yet."""
+    holds a result for with this L2 flush (another flush is another measurement): a row of
+    any status but ``error`` (an exception, which may not recur: resuming runs it again).
+    A row that was never timed (a mismatch, a refusal) has no flush and counts for any.
+    Empty where the file does not exist yet."""
     path = Path(out_csv)
     if not path.exists() or path.stat().st_size == 0:
         return set()
     CsvSink(path).close()  # the header check: another schema's file is refused, not read
     with path.open(newline="") as fh:
         return {(r["case"], r["implementation"]) for r in csv.DictReader(fh)
-                if r["suite"] == suite_name and r["status"] != "error"}
+                if r["suite"] == suite_name and r["status"] != "error" and r["l2_flush"] in ("", l2_flush)}
 
 
 def run_microbench(suite: MicrobenchSuite, out_csv: Path, *, device: str = "cuda",
@@ -287,7 +289,7 @@ def run_microbench(suite: MicrobenchSuite, out_csv: Path, *, device: str = "cuda
     cases = [c for c in suite.all_cases() if not only or c.name in only or c.group in only]
     if only and not cases:
         raise ValueError(f"only: no case or sweep named {only} in suite {suite.name!r}")
-    done = measured(out_csv, suite.name) if resume else set()
+    done = measured(out_csv, suite.name, suite.timing.l2_flush) if resume else set()
     todo = [(i, case, [name for name in impls if (case.name, name) not in done]) for i, case in enumerate(cases)]
     todo = [(i, case, left) for i, case, left in todo if left]
     if not todo:
