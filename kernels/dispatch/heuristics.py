@@ -119,7 +119,7 @@ def _many_short_queries(shape: BatchShape, p: Platform) -> bool:
     All of this was measured before the Gluon kernel's second consumer passed on the rows
     such a batch lacks (`qblock_ws._pass_item`) and before its list held one Q-block per
     sequence (`host.one_q_block_per_seq`). Since, batches of equal, known lengths whose
-    queries fit one Q-block each (`host.even_static_shares`), at heads the Gluon kernel runs
+    queries fit one Q-block each (`host.even_short_queries`), at heads the Gluon kernel runs
     in 128-key tiles (up to 128), keep the Triton step only where they are decodes whose
     items would leave its static rounds idle (`host.static_rounds_full`); the rest run the
     Gluon kernel persistent (`qblock_ws.default_config`). On an H200 (rules.yaml
@@ -129,7 +129,7 @@ def _many_short_queries(shape: BatchShape, p: Platform) -> bool:
     over 512 keys: 49 against 63 us, FA3 54)."""
     if shape.max_seqlen_q > SHORT_QUERY or _programs_2d(shape, p) <= p.num_sms:
         return False
-    if (hopper.even_static_shares(shape) and hopper.max_tile_size(shape.head_size) >= 128
+    if (hopper.even_short_queries(shape) and hopper.max_tile_size(shape.head_size) >= 128
             and shape.max_seqlen_k <= MANY_SHORT_QUERIES_MAX_KEYS):
         return shape.max_seqlen_q == 1 and not hopper.static_rounds_full(shape, p.num_sms)
     if shape.max_seqlen_q == 1:
@@ -155,7 +155,7 @@ def _triton_for_many_short_queries(shape: BatchShape, p: Platform) -> Decision |
     over = (f"over at most {MANY_SHORT_QUERIES_MAX_KEYS} keys" if shape.max_seqlen_k <= MANY_SHORT_QUERIES_MAX_KEYS
             else f"over unknown lengths up to {shape.max_seqlen_k} keys")
     rounds = ""
-    if hopper.even_static_shares(shape):
+    if hopper.even_short_queries(shape):
         items, n = hopper.static_rounds(shape, p.num_sms)
         rounds = f" (equal lengths: {items} items would fill {items / (n * p.num_sms):.0%} of {n} static rounds)"
     return Decision(step("qblock").default_config(shape, p),

@@ -70,6 +70,11 @@ def work_items(num_tokens: int, num_seqs: int, max_seqlen_q: int, queries_per_kv
     return (longest + others) * num_kv_heads
 
 
+def shape_work_items(shape: BatchShape) -> int:
+    """`work_items` of a batch shape."""
+    return work_items(shape.num_tokens, shape.num_seqs, shape.max_seqlen_q, shape.queries_per_kv, shape.num_kv_heads)
+
+
 def claims_items(max_seqlen_q: int, items: int, programs: int) -> bool:
     """Whether a batch of long queries (past `SHORT_QUERY`) gives each of ``programs``
     persistent programs at least `PERSISTENT_MIN_ITEMS_PER_SM` work items: where a
@@ -99,8 +104,7 @@ def many_items(shape: BatchShape, num_sms: int) -> bool:
     (Gemma-2 64 x 128: 104 against 110 us), and 1.03-1.09x at 3.9, below
     `PERSISTENT_MIN_ITEMS_PER_SM`. (The burst's 32 x 256 prefill, held out, 1.00x: 118 us
     either way, and 108 in static shares; FA3 97.)"""
-    items = work_items(shape.num_tokens, shape.num_seqs, shape.max_seqlen_q, shape.queries_per_kv,
-                       shape.num_kv_heads)
+    items = shape_work_items(shape)
     short_items = (max_tile_size(shape.head_size) >= max(TILE_SIZES)
                    or shape.max_seqlen_k <= WIDE_HEADS_PERSISTENT_MAX_KEYS)
     return short_items and claims_items(shape.max_seqlen_q, items, num_sms)
@@ -145,8 +149,7 @@ def static_rounds_full(shape: BatchShape, num_sms: int) -> bool:
 def static_rounds(shape: BatchShape, num_sms: int) -> tuple[int, int]:
     """(work items, rounds of ``num_sms``) of a persistent launch's static shares of this
     batch (`blocks.program_item`: every program takes one item per round)."""
-    items = work_items(shape.num_tokens, shape.num_seqs, shape.max_seqlen_q, shape.queries_per_kv,
-                       shape.num_kv_heads)
+    items = shape_work_items(shape)
     return items, -(-items // num_sms)
 
 
