@@ -111,6 +111,30 @@ def test_a_persistent_gluon_launch_compiles_both_of_its_walks():
     assert claiming[0].binary_key() == compiled[1].binary_key()
 
 
+def test_a_persistent_gluon_launch_deals_even_prompts_in_static_shares():
+    """A launch of prompts of one length with no context whose static shares are even
+    (`hopper.host.deals_static_shares`; 4 programs on this CPU) deals them; uneven shares,
+    or a longest sequence past the longest query (a context the host cannot see), claim
+    items. Four prompts of 64 tokens at 8 query heads per KV head (Q-blocks of 16 tokens,
+    two KV heads) give 40 listed items, 10 per program; of 48 tokens the busiest program
+    has a third more work than the mean."""
+    from attnbench.kernels.hopper import host, qblock_ws
+
+    def claims(query_len, max_seqlen_k):
+        b = PagedBatch.build([(query_len, 0)] * 4, num_q_heads=16, num_kv_heads=2, head_size=64, block_size=16,
+                             dtype=torch.bfloat16, device=DEVICE, seed=query_len)
+        with captured_launches() as recorded:
+            qblock_ws.launch(b.q.clone(), b.q, b.k_cache, b.v_cache, b.block_table, b.cu_seqlens_q, b.seq_lens,
+                             scale=0.125, sliding_window=None, softcap=0.0, tile_size=64, persistent=True,
+                             max_seqlen_q=query_len, max_seqlen_k=max_seqlen_k)
+        return [launch.constexprs["DYNAMIC"] for launch in recorded]
+
+    assert host.static_deal_spread(4, 64, 8, 2, 64, 4) == 1.0 and host.static_deal_spread(4, 48, 8, 2, 64, 4) > 1.3
+    assert claims(64, 64) == [False]
+    assert claims(48, 48) == [True]
+    assert claims(64, 80) == [True]
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("variant", ["auto", "naive", "qblock", "parallel_tiled", "static_grid"])
 def test_no_compilation_after_precompile_on_the_gpu(variant):

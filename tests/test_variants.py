@@ -10,6 +10,8 @@ import subprocess
 import sys
 from dataclasses import replace
 
+import random
+
 import pytest
 
 from attnbench.kernels.config import BatchShape, KernelConfig, Platform
@@ -128,9 +130,10 @@ def test_hopper_prefill_and_mixed_batches_get_the_gluon_kernel(monkeypatch, gluo
     head_96 = choose_config(BatchShape(4, 8192, 2048, 2048, 32, 8, 96), HOPPER_UNTUNED)  # in two pieces
     assert (head_96.variant, head_96.tile_size) == (("qblock_ws", 128) if gluon else ("qblock", 128))
     assert choose_config(BatchShape(4, 8192, 2048, 2048, 32, 8, 80), HOPPER_UNTUNED).variant == "qblock"  # head 80
-    # short queries at heads the Gluon kernel takes in two pieces keep the Triton step; at head 256 they run it
-    for short_queries in (BatchShape(32, 64, 2, 4096, 16, 8, 192), BatchShape(32, 32, 1, 2048, 32, 32, 96)):
-        assert choose_config(short_queries, HOPPER_UNTUNED).variant == "qblock"
+    # short queries run it at heads it takes in two pieces, as at 64, 128 and 256
+    for short_queries in (BatchShape(32, 64, 2, 4096, 16, 8, 192, 32 * 4096),
+                          BatchShape(32, 32, 1, 2048, 32, 32, 96, 32 * 2048)):
+        assert choose_config(short_queries, HOPPER_UNTUNED).variant == expected
     assert choose_config(BatchShape(32, 64, 2, 4096, 16, 8, 256), HOPPER_UNTUNED).variant == expected
     assert choose_config(BatchShape(32, 64, 2, 2048, 32, 8, 64), HOPPER_UNTUNED).variant == expected  # head 64: Gluon
     assert choose_config(BatchShape(1, 512, 512, 512, 256, 1, 64), HOPPER_UNTUNED).variant == "qblock"  # 256 per KV head
@@ -531,13 +534,13 @@ def test_every_choice_of_auto_says_why(monkeypatch):
     assert decide(SHAPES[2], H100, "static_grid").why == "static_grid named: its own tree"
     head_80, head_256 = BatchShape(4, 8192, 2048, 2048, 32, 8, 80), BatchShape(4, 8192, 2048, 2048, 32, 8, 256)
     assert decide(head_80, H100_SM90).why.startswith("the fitted tree picked qblock_ws, which does not run here")
-    two_piece_decodes = BatchShape(24, 24, 1, 12288, 16, 8, 192)  # in two column pieces
+    # decodes at a head of two column pieces run the Gluon kernel too (`heuristics._gluon_runs`)
+    two_piece_decodes = BatchShape(24, 24, 1, 12288, 16, 8, 192, 24 * 12288)
     assert decide(two_piece_decodes, H100_SM90) == (
-        step("qblock").default_config(two_piece_decodes, H100_SM90),
-        "the fitted tree picked qblock_ws, which is slower than Triton on 1-token queries at head size 192: "
-        "the qblock step's own tree")
-    assert decide(two_piece_decodes, HOPPER_UNTUNED).why == ("the qblock step's own tree: qblock_ws is slower on 1-token "
-                                                          "queries at head size 192")
+        KernelConfig("qblock_ws", tile_size=64, block_m=128, num_warps=12, persistent=True),
+        "the fitted tree (tuned_nvidia_h100_80gb_hbm3), 64-key tiles: the largest that fit head size 192")
+    assert decide(two_piece_decodes, HOPPER_UNTUNED).why == ("1-token queries that fill the 2D grid, on sm_90 with "
+                                                          "Gluon: qblock_ws's own tree")
     many_decodes = BatchShape(64, 64, 1, 4096, 32, 8, 128)
     assert decide(many_decodes, HOPPER_UNTUNED).why == ("the qblock step's own tree: decodes over at most 4096 keys "
                                                         "in 512 programs for 114 SMs")
@@ -558,7 +561,7 @@ def test_prefills_of_many_work_items_launch_persistent(monkeypatch, tree):
     """Batches of long queries launch the Gluon kernel persistent from 5 work items per SM
     (`host.many_items`; its programs then claim items as they free up), at any length, with
     or without a fitted tree: 48 Llama-8B prompts of 384 tokens give 4,608 items for 132
-    SMs, 16 of 512 give 2,048, 48 of 2k 24,576, 4 of 1k and 2 of 2k 1,024 (7.8 per SM);
+    SMs, 32 of 256 and 16 of 512 give 2,048, 48 of 2k 24,576, 4 of 1k and 2 of 2k 1,024 (7.8 per SM);
     4 of 512 and one of 2k give 512 (3.9) and keep one program per item. So do Gemma-2's
     prefills past 1k keys however many items they have: head 256 takes 64-key tiles, and
     its items are long; up to 1k keys they count as Llama's. Decodes count no items: their
@@ -569,7 +572,7 @@ def test_prefills_of_many_work_items_launch_persistent(monkeypatch, tree):
     monkeypatch.setattr(host, "available", lambda: True)
     if tree == "off":
         monkeypatch.setenv("ATTNBENCH_TUNED_TREE", "off")
-    many = decide(BatchShape(48, 48 * 384, 384, 384, 32, 8, 128), H100_SM90)
+    many = decide(BatchShape(16, 16 * 512, 512, 512, 32, 8, 128), H100_SM90)  # 2,048 items
     assert (many.config.variant, many.config.tile_size, many.config.persistent) == ("qblock_ws", 64, True)
     if tree == "shipped":
         assert many.why.endswith(", persistent: at least 5 work items per SM, claimed as programs free up")
@@ -591,6 +594,70 @@ def test_prefills_of_many_work_items_launch_persistent(monkeypatch, tree):
     assert not host.many_items(BatchShape(2048, 2048, 1, 4096, 32, 8, 128), 132)  # decodes
     # Qwen-7B: Q-blocks of 18 tokens x 7 heads, 4,552 of them
     assert host.many_items(BatchShape(40, 40 * 512, 512, 512, 28, 4, 128), 132)
+
+
+def _snake_deal_spread(num_seqs, query_len, qpk, num_kv_heads, tile_size, programs):
+    """`host.static_deal_spread` item by item, as the kernel walks it: program p's item of
+    round r (`blocks.program_item`), located as `blocks.qblock_item` and `locate_qblock` do."""
+    block_q = max(1, 128 // qpk)
+    num_q_blocks = num_seqs * query_len // block_q + num_seqs
+    num_items = num_q_blocks * num_kv_heads
+    shares = [0] * programs
+    for p in range(programs):
+        for r in range(-(-num_items // programs)):
+            item = r * programs + (p if r % 2 == 0 else programs - 1 - p)
+            if item >= num_items:
+                continue
+            q_block = num_q_blocks - 1 - item // num_kv_heads
+            seq = max(s for s in range(num_seqs) if s * query_len // block_q + s <= q_block)
+            local = q_block - (seq * query_len // block_q + seq)
+            if local * block_q < query_len:
+                shares[p] += -(-min(query_len, (local + 1) * block_q) // tile_size) + 1
+    return max(shares) / (sum(shares) / programs)
+
+
+def test_prompts_whose_static_shares_are_even_are_dealt_them():
+    """A persistent launch of prompts of one length with no context deals them in static
+    shares where the busiest program's work is within 5% of the mean
+    (`host.deals_static_shares`), and `auto` gives it 128-key tiles; otherwise its programs
+    claim items. The spread is the kernel's own deal (checked item by item here): Llama-8B's
+    48 x 384 and 32 x 512 spread 1.02-1.03 on 132 SMs, 16 x 512 1.29 and 32 x 256 1.24
+    (rules.yaml many-items: the static shares won on the first two, the claims on the
+    others)."""
+    from attnbench.kernels.dispatch.heuristics import decide
+    from attnbench.kernels.hopper import host
+
+    rng = random.Random(7)
+    for _ in range(40):
+        args = (rng.randint(1, 40), rng.choice([100, 256, 384, 500, 512, 1024]), rng.choice([1, 2, 4, 7, 8]),
+                rng.choice([1, 2, 8]), rng.choice([64, 128]), rng.choice([4, 66, 132]))
+        assert host.static_deal_spread(*args) == pytest.approx(_snake_deal_spread(*args)), args
+    assert host.static_deal_spread(48, 384, 4, 8, 128, 132) < 1.05 < host.static_deal_spread(16, 512, 4, 8, 128, 132)
+    assert host.deals_static_shares(32, 32 * 512, 512, 512, 4, 8, 128, 132)
+    assert not host.deals_static_shares(32, 32 * 256, 256, 256, 4, 8, 64, 132)
+    assert not host.deals_static_shares(32, 32 * 512, 512, 2048, 4, 8, 128, 132)  # a context: lengths unknown
+    assert not host.deals_static_shares(32, 32 * 512 - 1, 512, 512, 4, 8, 128, 132)  # one prompt shorter
+
+    monkeypatch = pytest.MonkeyPatch()
+    monkeypatch.setattr(host, "available", lambda: True)
+    try:
+        for tree in ("shipped", "off"):
+            monkeypatch.setenv("ATTNBENCH_TUNED_TREE", tree) if tree == "off" else None
+            for even in (BatchShape(48, 48 * 384, 384, 384, 32, 8, 128), BatchShape(32, 32 * 512, 512, 512, 32, 8, 64),
+                         BatchShape(32, 32 * 512, 512, 512, 32, 32, 96)):
+                config = decide(even, H100_SM90).config
+                assert (config.variant, config.tile_size, config.persistent) == ("qblock_ws", 128, True), (tree, even)
+            uneven = decide(BatchShape(16, 16 * 512, 512, 512, 32, 8, 128), H100_SM90).config
+            assert (uneven.tile_size, uneven.persistent) == (64, True), tree
+            if tree == "shipped":
+                assert decide(BatchShape(48, 48 * 384, 384, 384, 32, 8, 128), H100_SM90).why.endswith(
+                    ", persistent: at least 5 work items per SM, in even static shares, "
+                    "128-key tiles: prompts in even static shares")
+            gemma = decide(BatchShape(32, 32 * 256, 256, 256, 16, 8, 256), H100_SM90).config  # even, 64-key tiles
+            assert (gemma.tile_size, gemma.persistent) == (64, True), tree
+            assert host.prefill_deals_static_shares(BatchShape(32, 32 * 256, 256, 256, 16, 8, 256), 132)
+    finally:
+        monkeypatch.undo()
 
 
 def test_a_launch_lists_one_q_block_per_sequence_where_every_query_fits_one():
@@ -797,8 +864,9 @@ def test_where_the_gluon_kernel_runs_a_decode_batch_splits_only_at_half_the_sms(
     picks = [choose_config(BatchShape(n, n, 1, 4096, 28, 4, 128), h200).variant for n in (32, 16, 8)]
     assert picks == (["qblock_ws", "parallel_tiled", "parallel_tiled"] if gluon
                      else ["parallel_tiled", "parallel_tiled", "parallel_tiled"])
-    # a head the Gluon kernel does not run decodes at (two pieces) keeps the Triton step's split point
-    assert choose_config(BatchShape(16, 16, 1, 8192, 16, 8, 192), h200).variant == "parallel_tiled"
+    # so at a head it takes in two pieces: 16 decodes over 8k keys at 8 KV heads of 192, 128 programs
+    assert choose_config(BatchShape(16, 16, 1, 8192, 16, 8, 192), h200).variant == (
+        "qblock_ws" if gluon else "parallel_tiled")
 
 
 def test_the_gluon_kernel_takes_128_key_tiles_past_512_keys_where_they_fit():

@@ -48,9 +48,8 @@ def _auto(shape: BatchShape, p: Platform) -> Decision:
     fewer), over at least 512 keys (`_split_kv`). (On the H100 a speculative batch of 8
     sequences x 4 queries over 16k tokens with 4 KV heads: 133 us split, 405 us not.)
     Otherwise, on an sm_90 GPU with Gluon's Hopper API and heads the Gluon kernel takes, it
-    runs that kernel, ``qblock_ws`` (unless ``ATTNBENCH_GLUON=0``; short queries only at
-    heads of 64, 128 and 256, `_gluon_short_query_head`; not many short queries over short
-    contexts, `_many_short_queries`). On the H100's training
+    runs that kernel, ``qblock_ws`` (unless ``ATTNBENCH_GLUON=0``; not many short queries
+    over short contexts, `_many_short_queries`). On the H100's training
     set (docs/perf/h100/tune-2026-11-25-reduce1.csv), best config against best config, it
     takes 0.56-0.79x the Triton step's time on prefills and chunks, 0.65-1.01x on mixed
     batches, and 0.96-1.02x on the decodes the 2D grid runs (16 to 256 sequences, 512 to
@@ -68,10 +67,6 @@ def _auto(shape: BatchShape, p: Platform) -> Decision:
         return Decision(step(GLUON_QBLOCK).default_config(shape, p),
                         f"{shape.max_seqlen_q}-token queries that fill the 2D grid, on sm_90 with Gluon: "
                         f"{GLUON_QBLOCK}'s own tree")
-    if _gluon_can_run(shape, p):
-        return Decision(step("qblock").default_config(shape, p),
-                        f"the qblock step's own tree: {GLUON_QBLOCK} is slower on {shape.max_seqlen_q}-token queries "
-                        f"at head size {shape.head_size}")
     return Decision(step("qblock").default_config(shape, p), "the qblock step's own tree")
 
 
@@ -400,31 +395,19 @@ def _programs_2d(shape: BatchShape, p: Platform) -> int:
     return shape.num_seqs * -(-shape.max_seqlen_q // block_q) * shape.num_kv_heads
 
 
-def _gluon_can_run(shape: BatchShape, p: Platform) -> bool:
-    """Whether the Gluon kernel can run this batch here: an sm_90 GPU, Gluon's Hopper API,
-    not switched off (``ATTNBENCH_GLUON=0``), heads it takes (head size, query heads per KV head)."""
+def _gluon_runs(shape: BatchShape, p: Platform) -> bool:
+    """Whether `auto` runs the Gluon kernel for this batch here: an sm_90 GPU, Gluon's
+    Hopper API, not switched off (``ATTNBENCH_GLUON=0``), heads it takes (head size, query
+    heads per KV head). Short queries too at heads of two column pieces (96, 192:
+    `hopper.head_pieces`): on an H200 (rules.yaml head96-decodes and head192-decodes;
+    docs/perf/h200/rules-items-heads-2026-11-29.csv) it took 0.87-1.01x the Triton step's
+    time on Phi-3's decodes and 2-token speculative decodes (B96 over 512 keys: 185 against
+    212 us; B24 over 8k 680 against 675) and 0.60-0.88x at head 192, since its second
+    consumer skips a decode's missing rows. (On the H100 it took 1.03x on Phi-3's held-out
+    decodes at cf9ab91, before that pass.) At head 256 it took 0.87-1.01x on Gemma-2's
+    decodes, ragged decodes and 2-query speculative decodes."""
     return (p.arch == hopper.ARCH and hopper.chosen_by_auto()
             and hopper.shape_reason(shape.head_size, shape.queries_per_kv, hopper.PIECEWISE_HEAD_SIZES) is None)
-
-
-def _gluon_runs(shape: BatchShape, p: Platform) -> bool:
-    """Whether `auto` runs the Gluon kernel: where it can, except short queries at heads it
-    does not run at full speed (`_gluon_short_query_head`)."""
-    return _gluon_can_run(shape, p) and (shape.max_seqlen_q > SHORT_QUERY
-                                         or _gluon_short_query_head(shape.head_size))
-
-
-def _gluon_short_query_head(head_size: int) -> bool:
-    """Whether batches of short queries (decodes, speculative decodes of up to `SHORT_QUERY`
-    tokens) at this head size go to the Gluon kernel: where it computes the head in one
-    piece (64, 128 and 256). On heads of two column pieces (96, 192: `hopper.head_pieces`)
-    the Gluon kernel took 1.03x the Triton step's time on the H100's held-out Phi-3 decodes
-    (head 96; 327 against 317 us at cf9ab91, as when it padded them to 128 columns), where
-    it takes 0.61-0.67x on Phi-3's prefill and mixed batches. At head 256 it took
-    0.87-1.01x on Gemma-2's decodes, ragged decodes and 2-query speculative decodes, once
-    it masked only the tiles a window cuts and capped scores with one tanh each (before
-    that, 1.17-1.42x)."""
-    return head_size in hopper.HEAD_SIZES
 
 
 def _tuned_module(device_name: str) -> str:
@@ -524,7 +507,8 @@ def decide(shape: BatchShape, platform: Platform, variant: str = AUTO) -> Decisi
         # fitted before the persistent launch claimed its items dynamically
         config = replace(config, persistent=True)
         fitted += (f", persistent: at least {hopper.PERSISTENT_MIN_ITEMS_PER_SM} work items per SM, "
-                   f"claimed as programs free up")
+                   + ("in even static shares" if hopper.prefill_deals_static_shares(shape, platform.num_sms)
+                      else "claimed as programs free up"))
     elif config.variant == GLUON_QBLOCK and not config.persistent and hopper.even_short_queries(shape):
         # fitted before the list held one Q-block per sequence (1040415), when a spare
         # Q-block took a static share's slot
@@ -536,7 +520,9 @@ def decide(shape: BatchShape, platform: Platform, variant: str = AUTO) -> Decisi
         # keys its own 128-key tiles took 0.94-1.00x the 64-key time on every rules.yaml case
         # (short-tiles and page-tiles groups; docs/perf/h100/page-tiles-2026-11-28.csv, H100 and H200)
         config = replace(config, tile_size=own_tiles)
-        fitted += f", {own_tiles}-key tiles: the longest sequence has {shape.max_seqlen_k} keys"
+        fitted += (f", {own_tiles}-key tiles: " + ("prompts in even static shares"
+                                                    if hopper.prefill_deals_static_shares(shape, platform.num_sms)
+                                                    else f"the longest sequence has {shape.max_seqlen_k} keys"))
     if config.variant == GLUON_QBLOCK and config.tile_size > hopper.max_tile_size(shape.head_size):
         # fitted on head 128: a head the tree never saw may not fit its tiles in shared memory
         config = replace(config, tile_size=hopper.max_tile_size(shape.head_size))
@@ -544,12 +530,9 @@ def decide(shape: BatchShape, platform: Platform, variant: str = AUTO) -> Decisi
     if config.variant != GLUON_QBLOCK or _gluon_runs(shape, platform):
         return Decision(config, fitted)
     # fitted where Gluon ran on head 128; here it cannot (ATTNBENCH_GLUON=0, no Gluon, heads
-    # the Gluon kernel does not take) or should not (short queries at a two-piece or 256-wide
-    # head): the Triton step it implements, with its own tree
-    why_not = (f"is slower than Triton on {shape.max_seqlen_q}-token queries at head size {shape.head_size}"
-               if _gluon_can_run(shape, platform) else "does not run here")
+    # the Gluon kernel does not take): the Triton step it implements, with its own tree
     return Decision(step("qblock").default_config(shape, platform),
-                    f"the fitted tree picked {GLUON_QBLOCK}, which {why_not}: the qblock step's own tree")
+                    f"the fitted tree picked {GLUON_QBLOCK}, which does not run here: the qblock step's own tree")
 
 
 def _probe_values(limit: int) -> list[int]:

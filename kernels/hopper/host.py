@@ -9,6 +9,8 @@ from __future__ import annotations
 import os
 from functools import lru_cache
 
+import numpy as np
+
 from ..config import SHORT_QUERY, BatchShape, Platform
 
 BLOCK_M = 128  # rows of a Q-block: two warpgroups of 64
@@ -100,7 +102,7 @@ def many_items(shape: BatchShape, num_sms: int) -> bool:
     enough that a program's start is no share of it, and the persistent launch gained
     nothing on Gemma-2's 4k prefills from 5.8 to 15.5 items per SM (0.996-1.02x one program
     per item). Over at most 1k keys it did: on an H200 (rules.yaml head256-items;
-    docs/perf/h200/head256-items-2026-11-29.csv) 0.94-0.99x at 7.8-8.7 items per SM
+    docs/perf/h200/rules-items-heads-2026-11-29.csv) 0.94-0.99x at 7.8-8.7 items per SM
     (Gemma-2 64 x 128: 104 against 110 us), and 1.03-1.09x at 3.9, below
     `PERSISTENT_MIN_ITEMS_PER_SM`. (The burst's 32 x 256 prefill, held out, 1.00x: 118 us
     either way, and 108 in static shares; FA3 97.)"""
@@ -151,6 +153,72 @@ def static_rounds(shape: BatchShape, num_sms: int) -> tuple[int, int]:
     batch (`blocks.program_item`: every program takes one item per round)."""
     items = shape_work_items(shape)
     return items, -(-items // num_sms)
+
+
+STATIC_DEAL_MAX_SPREAD = 1.05  # busiest program's share of a fresh prefill over the mean up to which it is dealt
+
+
+def fresh_uniform_prefill(num_seqs: int, num_tokens: int, max_seqlen_q: int, max_seqlen_k: int) -> bool:
+    """Whether every sequence of the batch is a prompt of ``max_seqlen_q`` tokens with no
+    context: its lengths are then known on the host without a read of ``seq_lens``
+    (``num_seqs`` queries of the longest one's length, and no key beyond it)."""
+    return max_seqlen_q > SHORT_QUERY and num_tokens == num_seqs * max_seqlen_q and max_seqlen_k == max_seqlen_q
+
+
+@lru_cache(maxsize=1024)
+def static_deal_spread(num_seqs: int, query_len: int, queries_per_kv: int, num_kv_heads: int, tile_size: int,
+                       programs: int) -> float:
+    """The busiest program's work over the mean when a persistent launch deals the items of
+    ``num_seqs`` prompts of ``query_len`` tokens (no context) in static shares: the list of
+    `launch_qblock` (the grid's bound of Q-blocks, last first, KV heads innermost: spare
+    Q-blocks without rows included), dealt in `blocks.program_item`'s snake order over
+    ``programs``. An item's work is its key tiles (`blocks.tile_range`: up to its last
+    query's position) plus one for its start; a spare's is none. 1.0: every program has
+    the same work."""
+    block_q = q_block_tokens(queries_per_kv)
+    starts = np.arange(num_seqs) * query_len // block_q + np.arange(num_seqs)  # each sequence's first Q-block
+    q_blocks = np.arange(num_seqs * query_len // block_q + num_seqs)[::-1]  # the list's order: last first
+    seq = np.searchsorted(starts, q_blocks, side="right") - 1
+    local = q_blocks - starts[seq]
+    last_key = np.minimum(query_len, (local + 1) * block_q)
+    work = np.where(local * block_q < query_len, -(-last_key // tile_size) + 1, 0)
+    items = np.repeat(work, num_kv_heads)  # KV heads innermost
+    rounds = np.zeros(-(-items.size // programs) * programs, dtype=np.int64)
+    rounds[:items.size] = items
+    rounds = rounds.reshape(-1, programs)
+    rounds[1::2] = rounds[1::2, ::-1]  # odd rounds deal backward
+    shares = rounds.sum(axis=0)
+    return float(shares.max() / shares.mean())
+
+
+def deals_static_shares(num_seqs: int, num_tokens: int, max_seqlen_q: int, max_seqlen_k: int, queries_per_kv: int,
+                        num_kv_heads: int, tile_size: int, programs: int) -> bool:
+    """Whether a persistent launch deals a batch of long queries in static shares rather
+    than letting its programs claim items: where the batch is prompts of one length
+    (`fresh_uniform_prefill`) whose static shares are even, the busiest program's within
+    `STATIC_DEAL_MAX_SPREAD` of the mean (`static_deal_spread`). A program then knows all
+    its items up front and pays no claim (an atomic, and the wait for its answer before
+    the next item's tiles can load).
+
+    On an H200 (recipes/microbench/rules.yaml many-items and head256-items: 21 prompts of
+    128-2k tokens, 4-50 items per SM; docs/perf/h200/rules-items-heads-2026-11-29.csv) the
+    static shares of 128-key tiles took 0.91-0.98x the time of `auto`'s claims on the five
+    whose spread is 1.02-1.03 (Phi-3 32 x 512: 243 against 267 us; Llama-8B 48 x 384 and 32
+    x 512, Qwen-7B 40 x 512, Llama-1B 32 x 384) and 1.01x at 1.11 (Llama-1B 48 x 512); at
+    1.12-1.29 the claims won by 3-15% (Llama-8B 16 x 512: 1.29, 153 against 134 us), and on
+    Gemma-2's prompts (64-key tiles, 1.17-1.86) by 3-36%."""
+    return (fresh_uniform_prefill(num_seqs, num_tokens, max_seqlen_q, max_seqlen_k)
+            and static_deal_spread(num_seqs, max_seqlen_q, queries_per_kv, num_kv_heads, tile_size, programs)
+            <= STATIC_DEAL_MAX_SPREAD)
+
+
+def prefill_deals_static_shares(shape: BatchShape, num_sms: int) -> bool:
+    """`deals_static_shares` for a batch in the largest tiles its head takes (`max_tile_size`),
+    the tiles `qblock_ws.default_config` gives a launch in static shares."""
+    items = shape_work_items(shape)
+    return deals_static_shares(shape.num_seqs, shape.num_tokens, shape.max_seqlen_q, shape.max_seqlen_k,
+                               shape.queries_per_kv, shape.num_kv_heads, max_tile_size(shape.head_size),
+                               min(items, num_sms))
 
 
 GLUON_ENV = "ATTNBENCH_GLUON"  # "0": `auto` keeps Triton's kernels on Hopper too (A/B runs)
@@ -213,7 +281,7 @@ PERSISTENT = "one per SM"
 def launch_qblock(kernel, extra: dict, out, q, k_cache, v_cache, block_table, cu_seqlens_q, seq_lens, *,
                   scale: float, sliding_window: int | None, softcap: float, tile_size: int,
                   compile_only: bool = False, items: str | None = None, max_seqlen_q: int | None = None,
-                  dynamic: bool | None = None) -> None:
+                  max_seqlen_k: int | None = None, dynamic: bool | None = None) -> None:
     """Launch ``kernel`` with ``extra`` keywords (launch options: warps, register cap; and
     the kernel's own constexprs beyond the shared ones). Grid: (Q-blocks, KV
     heads), as `steps.qblock.launch`: ``num_tokens // BLOCK_Q + num_seqs`` bounds the
@@ -228,7 +296,9 @@ def launch_qblock(kernel, extra: dict, out, q, k_cache, v_cache, block_table, cu
     `claims_items` holds (``max_seqlen_q``: the batch's longest query), claiming the next
     item of the list whenever it is ready for one (``dynamic``, as FlashAttention 3's
     persistent scheduler: static shares of items as uneven as a causal prefill's end
-    unevenly; ``dynamic`` True or False forces it). Compiling only, a persistent launch
+    unevenly), unless the batch is prompts whose static shares are even
+    (`deals_static_shares`, ``max_seqlen_k``: the longest sequence); ``dynamic`` True or
+    False forces it. Compiling only, a persistent launch
     compiles both binaries: the batches it will run decide between them.
 
     The list holds one Q-block per sequence where every query fits one
@@ -263,7 +333,9 @@ def launch_qblock(kernel, extra: dict, out, q, k_cache, v_cache, block_table, cu
         else:
             longest_q = max_seqlen_q or 0
             claims = [claims_items(longest_q, work_items(g.num_tokens, g.num_seqs, longest_q, g.qpk, g.num_kv_heads),
-                                   programs)]
+                                   programs)
+                      and not deals_static_shares(g.num_seqs, g.num_tokens, longest_q, max_seqlen_k or 0, g.qpk,
+                                                  g.num_kv_heads, tile_size, programs)]
         # claimed items come from a counter that starts at 0 (a memset per launch); a launch
         # that does not claim, or only compiles, never reads it (the kernel does not
         # specialize on it, so any int32 tensor compiles the same binary)

@@ -58,8 +58,8 @@ from .blocks import (K_STAGES, V_STAGES, any_row_moved, cp_async, cta_barrier, k
                      kv_page_rows, kv_tile_offsets, kv_tile_slots, normalized_rows, page_layout, program_item,
                      program_rounds, qblock_item, qblock_rows, rescale_rows, row_layout, softmax_tile,
                      tiles_of_whole_pages, to_16bit_pairs)
-from .host import (ONE_PER_ITEM, PERSISTENT, PIECEWISE_HEAD_SIZES, head_pieces, launch_qblock, many_items,
-                   max_tile_size, even_short_queries, unsupported_reason)
+from .host import (ONE_PER_ITEM, PERSISTENT, PIECEWISE_HEAD_SIZES, even_short_queries, head_pieces, launch_qblock,
+                   many_items, max_tile_size, prefill_deals_static_shares, unsupported_reason)
 
 NUM_WARPS = 4  # the default partition (consumer 0); consumer 1 and the producer are workers
 # the heads it takes: 64, 128 and 256 whole, 96 and 192 in two column pieces (`host.head_pieces`)
@@ -658,7 +658,7 @@ def qblock_ws_kernel(
 def launch(out, q, k_cache, v_cache, block_table, cu_seqlens_q, seq_lens, *, scale: float,
            sliding_window: int | None, softcap: float, tile_size: int = 128, pingpong: bool = False,
            lazy_rescale: bool = False, persistent: bool = False, compile_only: bool = False,
-           max_seqlen_q: int | None = None, dynamic: bool | None = None) -> None:
+           max_seqlen_q: int | None = None, max_seqlen_k: int | None = None, dynamic: bool | None = None) -> None:
     """`host.launch_qblock` with three warpgroups per program and the register cap that
     lets ``setmaxnreg`` give the consumers 216 registers (module doc); ``pingpong``: the
     consumers take turns to issue their products (`_take_turn`); ``lazy_rescale``: a row's
@@ -666,7 +666,8 @@ def launch(out, q, k_cache, v_cache, block_table, cu_seqlens_q, seq_lens, *, sca
     does (`blocks.softmax_tile`). One program per work item, or with ``persistent`` one per
     SM, dealt the list (longest first) in snake order (`blocks.program_item`; FlashAttention
     3 runs a persistent grid too), or claiming items as they free up (``dynamic``; None:
-    `host.launch_qblock` decides from ``max_seqlen_q`` and the list's length)."""
+    `host.launch_qblock` decides from ``max_seqlen_q``, ``max_seqlen_k`` and the list's
+    length)."""
     head_first, head_rest = head_pieces(q.shape[2])
     launch_qblock(qblock_ws_kernel,
                   {"num_warps": NUM_WARPS, "PINGPONG": pingpong, "LAZY_RESCALE": lazy_rescale, **LAUNCH_OPTIONS,
@@ -674,7 +675,7 @@ def launch(out, q, k_cache, v_cache, block_table, cu_seqlens_q, seq_lens, *, sca
                   out, q, k_cache, v_cache, block_table, cu_seqlens_q, seq_lens, scale=scale,
                   sliding_window=sliding_window, softcap=softcap, tile_size=tile_size, compile_only=compile_only,
                   items=PERSISTENT if persistent else ONE_PER_ITEM, max_seqlen_q=max_seqlen_q,
-                  dynamic=dynamic)
+                  max_seqlen_k=max_seqlen_k, dynamic=dynamic)
 
 
 # Its configs: num_warps and num_stages as the kernel fixes them (3 warpgroups, a 2-deep K
@@ -712,12 +713,19 @@ def default_config(shape: BatchShape, p: Platform) -> KernelConfig:
     decodes and speculative decodes over 1.5-4k keys (Llama-8B B96 4-token queries over
     2k: 205 against 216 us), whatever share of its rounds they filled; over 256-512 keys
     (decode-tiles, 64-256 sequences) 128-key tiles took 0.91-0.98x the 64-key time
-    (Llama-8B B256 over 384 keys: 115 against 127 us)."""
+    (Llama-8B B256 over 384 keys: 115 against 127 us).
+
+    Prompts of one length whose persistent launch is dealt in even static shares
+    (`host.prefill_deals_static_shares`) take 128-key tiles at any length: on an H200
+    (rules.yaml many-items; docs/perf/h200/rules-items-heads-2026-11-29.csv) they took
+    0.90-1.01x the 64-key time in static shares on the five such prompts of 384-512 tokens
+    (Phi-3 32 x 512: 243 against 269 us)."""
     even_short = even_short_queries(shape)
+    many = many_items(shape, p.num_sms)
     long_keys = (shape.max_seqlen_k >= EVEN_SHORT_QUERIES_LONG_KEYS_FROM if even_short
-                 else shape.max_seqlen_k > LONG_KEYS_FROM)
+                 else shape.max_seqlen_k > LONG_KEYS_FROM or (many and prefill_deals_static_shares(shape, p.num_sms)))
     config = LONG_KEYS if long_keys and max_tile_size(shape.head_size) >= LONG_KEYS.tile_size else SHORT_KEYS
-    if many_items(shape, p.num_sms) or even_short:
+    if many or even_short:
         return replace(config, persistent=True)
     if shape.max_seqlen_k > PERSISTENT_SHORT_QUERIES_MAX_KEYS:
         return config
@@ -735,11 +743,11 @@ def refuses(q, k_cache, v_cache) -> str | None:
 
 def launch_config(out, q, k_cache, v_cache, block_table, cu_seqlens_q, seq_lens, *, scale: float,
                   sliding_window: int | None, softcap: float, config: KernelConfig, compile_only: bool = False,
-                  max_seqlen_q: int | None = None, **_unused) -> None:
+                  max_seqlen_q: int | None = None, max_seqlen_k: int | None = None, **_unused) -> None:
     """`launch` with a `KernelConfig`'s tile size and grid (the registered kernel's launch)."""
     launch(out, q, k_cache, v_cache, block_table, cu_seqlens_q, seq_lens, scale=scale, sliding_window=sliding_window,
            softcap=softcap, tile_size=config.tile_size, persistent=config.persistent, compile_only=compile_only,
-           max_seqlen_q=max_seqlen_q)
+           max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k)
 
 
 STEP = Step("qblock_ws", "the Q-block step of sec. 4.4 with FlashAttention 3's warp specialization (not in the paper)",
