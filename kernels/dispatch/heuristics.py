@@ -115,17 +115,23 @@ def _many_short_queries(shape: BatchShape, p: Platform) -> bool:
     such a batch lacks (`qblock_ws._pass_item`) and before its list held one Q-block per
     sequence (`host.one_q_block_per_seq`). Since, batches of equal, known lengths whose
     queries fit one Q-block each (`host.even_short_queries`), at heads the Gluon kernel runs
-    in 128-key tiles (up to 128), keep the Triton step only where they are decodes whose
-    items would leave its static rounds idle (`host.static_rounds_full`); the rest run the
-    Gluon kernel persistent (`qblock_ws.default_config`). On an H200 (rules.yaml
+    in 128-key tiles (up to 128) and at 192, keep the Triton step only where they are
+    decodes whose items would leave its static rounds idle (`host.static_rounds_full`); the
+    rest run the Gluon kernel persistent (`qblock_ws.default_config`). On an H200 (rules.yaml
     many-decodes, spec-many and decode-rounds; docs/perf/h200/rules-decodes-2026-11-29.csv)
     that took 0.79-0.97x the Triton step's time on the 17 uniform decodes with full rounds,
     and 0.77-1.00x `auto`'s time before on every uniform speculative decode (Llama-8B 64 x 4
-    over 512 keys: 49 against 63 us, FA3 54)."""
+    over 512 keys: 49 against 63 us, FA3 54). At head 192, which the Triton step computes
+    in 256 columns, 0.62-0.66x (rules.yaml head192-decodes, B32 over 2k keys: 206 against
+    333 us; docs/perf/h200/rules-items-heads-2026-11-29.csv); at head 256 the Triton step
+    still won, 0.95x (head256-tiles, B96 over 1.2k keys: 247 against 258 us)."""
     if shape.max_seqlen_q > SHORT_QUERY or _programs_2d(shape, p) <= p.num_sms:
         return False
-    if (hopper.even_short_queries(shape) and hopper.max_tile_size(shape.head_size) >= 128
-            and shape.max_seqlen_k <= MANY_SHORT_QUERIES_MAX_KEYS):
+    # at head 256 the Triton step's 32-key decode tiles compute every column and keep
+    # winning; at 192 they compute 256 (a power of two) and lose
+    gluon_tiles = (hopper.max_tile_size(shape.head_size) >= 128
+                   or next_power_of_2(shape.head_size) != shape.head_size)
+    if hopper.even_short_queries(shape) and gluon_tiles and shape.max_seqlen_k <= MANY_SHORT_QUERIES_MAX_KEYS:
         return shape.max_seqlen_q == 1 and not hopper.static_rounds_full(shape, p.num_sms)
     if shape.max_seqlen_q == 1:
         return shape.max_seqlen_k <= MANY_SHORT_QUERIES_MAX_KEYS or shape.sum_seqlen_k is None
