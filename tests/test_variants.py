@@ -5,12 +5,11 @@ whatever the GPU, `qblock_ws` the Gluon kernel."""
 
 from __future__ import annotations
 
+import random
 import re
 import subprocess
 import sys
 from dataclasses import replace
-
-import random
 
 import pytest
 
@@ -616,15 +615,13 @@ def _snake_deal_spread(num_seqs, query_len, qpk, num_kv_heads, tile_size, progra
     return max(shares) / (sum(shares) / programs)
 
 
-def test_prompts_whose_static_shares_are_even_are_dealt_them():
-    """A persistent launch of prompts of one length with no context deals them in static
-    shares where the busiest program's work is within 5% of the mean
-    (`host.deals_static_shares`), and `auto` gives it 128-key tiles; otherwise its programs
-    claim items. The spread is the kernel's own deal (checked item by item here): Llama-8B's
-    48 x 384 and 32 x 512 spread 1.02-1.03 on 132 SMs, 16 x 512 1.29 and 32 x 256 1.24
+def test_the_static_deal_spread_is_the_kernels_own_deal():
+    """`host.static_deal_spread` against the kernel's walk item by item, on random prompt
+    batches; and where it sends a batch: static shares where the busiest program's work is
+    within 5% of the mean (`host.deals_static_shares`), claims otherwise. Llama-8B's 48 x
+    384 and 32 x 512 spread 1.02-1.03 on 132 SMs, 16 x 512 1.29 and 32 x 256 1.24
     (rules.yaml many-items: the static shares won on the first two, the claims on the
     others)."""
-    from attnbench.kernels.dispatch.heuristics import decide
     from attnbench.kernels.hopper import host
 
     rng = random.Random(7)
@@ -638,26 +635,32 @@ def test_prompts_whose_static_shares_are_even_are_dealt_them():
     assert not host.deals_static_shares(32, 32 * 512, 512, 2048, 4, 8, 128, 132)  # a context: lengths unknown
     assert not host.deals_static_shares(32, 32 * 512 - 1, 512, 512, 4, 8, 128, 132)  # one prompt shorter
 
-    monkeypatch = pytest.MonkeyPatch()
+
+@pytest.mark.parametrize("tree", ["shipped", "off"])
+def test_prompts_dealt_even_static_shares_take_128_key_tiles(monkeypatch, tree):
+    """`auto` gives prompts that its persistent launch deals in even static shares 128-key
+    tiles at any length (they took 0.90-1.01x the 64-key time there), with or without a
+    fitted tree; uneven ones keep 64-key tiles up to 512 keys and claim their items. Head
+    256 takes 64-key tiles either way."""
+    from attnbench.kernels.dispatch.heuristics import decide
+    from attnbench.kernels.hopper import host
+
     monkeypatch.setattr(host, "available", lambda: True)
-    try:
-        for tree in ("shipped", "off"):
-            monkeypatch.setenv("ATTNBENCH_TUNED_TREE", tree) if tree == "off" else None
-            for even in (BatchShape(48, 48 * 384, 384, 384, 32, 8, 128), BatchShape(32, 32 * 512, 512, 512, 32, 8, 64),
-                         BatchShape(32, 32 * 512, 512, 512, 32, 32, 96)):
-                config = decide(even, H100_SM90).config
-                assert (config.variant, config.tile_size, config.persistent) == ("qblock_ws", 128, True), (tree, even)
-            uneven = decide(BatchShape(16, 16 * 512, 512, 512, 32, 8, 128), H100_SM90).config
-            assert (uneven.tile_size, uneven.persistent) == (64, True), tree
-            if tree == "shipped":
-                assert decide(BatchShape(48, 48 * 384, 384, 384, 32, 8, 128), H100_SM90).why.endswith(
-                    ", persistent: at least 5 work items per SM, in even static shares, "
-                    "128-key tiles: prompts in even static shares")
-            gemma = decide(BatchShape(32, 32 * 256, 256, 256, 16, 8, 256), H100_SM90).config  # even, 64-key tiles
-            assert (gemma.tile_size, gemma.persistent) == (64, True), tree
-            assert host.prefill_deals_static_shares(BatchShape(32, 32 * 256, 256, 256, 16, 8, 256), 132)
-    finally:
-        monkeypatch.undo()
+    if tree == "off":
+        monkeypatch.setenv("ATTNBENCH_TUNED_TREE", "off")
+    for even in (BatchShape(48, 48 * 384, 384, 384, 32, 8, 128), BatchShape(32, 32 * 512, 512, 512, 32, 8, 64),
+                 BatchShape(32, 32 * 512, 512, 512, 32, 32, 96)):
+        config = decide(even, H100_SM90).config
+        assert (config.variant, config.tile_size, config.persistent) == ("qblock_ws", 128, True), even
+    uneven = decide(BatchShape(16, 16 * 512, 512, 512, 32, 8, 128), H100_SM90).config
+    assert (uneven.tile_size, uneven.persistent) == (64, True)
+    gemma = BatchShape(32, 32 * 256, 256, 256, 16, 8, 256)
+    assert host.prefill_deals_static_shares(gemma, 132)
+    assert (decide(gemma, H100_SM90).config.tile_size, decide(gemma, H100_SM90).config.persistent) == (64, True)
+    if tree == "shipped":
+        assert decide(BatchShape(48, 48 * 384, 384, 384, 32, 8, 128), H100_SM90).why.endswith(
+            ", persistent: at least 5 work items per SM, in even static shares, "
+            "128-key tiles: prompts in even static shares")
 
 
 def test_a_launch_lists_one_q_block_per_sequence_where_every_query_fits_one():

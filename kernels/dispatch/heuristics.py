@@ -127,11 +127,12 @@ def _many_short_queries(shape: BatchShape, p: Platform) -> bool:
     still won, 0.95x (head256-tiles, B96 over 1.2k keys: 247 against 258 us)."""
     if shape.max_seqlen_q > SHORT_QUERY or _programs_2d(shape, p) <= p.num_sms:
         return False
-    # at head 256 the Triton step's 32-key decode tiles compute every column and keep
-    # winning; at 192 they compute 256 (a power of two) and lose
-    gluon_tiles = (hopper.max_tile_size(shape.head_size) >= 128
-                   or next_power_of_2(shape.head_size) != shape.head_size)
-    if hopper.even_short_queries(shape) and gluon_tiles and shape.max_seqlen_k <= MANY_SHORT_QUERIES_MAX_KEYS:
+    # a head over 128 that the Triton step computes without padding (256): its 32-key decode
+    # tiles keep winning there; at 192 they compute 256 columns and lose
+    wide_unpadded_head = (hopper.max_tile_size(shape.head_size) < 128
+                          and next_power_of_2(shape.head_size) == shape.head_size)
+    if (hopper.even_short_queries(shape) and not wide_unpadded_head
+            and shape.max_seqlen_k <= MANY_SHORT_QUERIES_MAX_KEYS):
         return shape.max_seqlen_q == 1 and not hopper.static_rounds_full(shape, p.num_sms)
     if shape.max_seqlen_q == 1:
         return shape.max_seqlen_k <= MANY_SHORT_QUERIES_MAX_KEYS or shape.sum_seqlen_k is None
