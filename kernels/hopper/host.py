@@ -213,12 +213,12 @@ def deals_static_shares(num_seqs: int, num_tokens: int, max_seqlen_q: int, max_s
 
 
 def prefill_deals_static_shares(shape: BatchShape, num_sms: int) -> bool:
-    """`deals_static_shares` for a batch in the largest tiles its head takes (`max_tile_size`),
-    the tiles `qblock_ws.default_config` gives a launch in static shares."""
-    items = shape_work_items(shape)
-    return deals_static_shares(shape.num_seqs, shape.num_tokens, shape.max_seqlen_q, shape.max_seqlen_k,
-                               shape.queries_per_kv, shape.num_kv_heads, max_tile_size(shape.head_size),
-                               min(items, num_sms))
+    """Whether `auto`'s persistent launch of this batch (`many_items`) deals it static
+    shares (`deals_static_shares`) in the largest tiles its head takes (`max_tile_size`),
+    the tiles `qblock_ws.default_config` then gives it."""
+    return many_items(shape, num_sms) and deals_static_shares(
+        shape.num_seqs, shape.num_tokens, shape.max_seqlen_q, shape.max_seqlen_k, shape.queries_per_kv,
+        shape.num_kv_heads, max_tile_size(shape.head_size), num_sms)
 
 
 GLUON_ENV = "ATTNBENCH_GLUON"  # "0": `auto` keeps Triton's kernels on Hopper too (A/B runs)

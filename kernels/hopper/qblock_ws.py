@@ -721,11 +721,10 @@ def default_config(shape: BatchShape, p: Platform) -> KernelConfig:
     0.90-1.01x the 64-key time in static shares on the five such prompts of 384-512 tokens
     (Phi-3 32 x 512: 243 against 269 us)."""
     even_short = even_short_queries(shape)
-    many = many_items(shape, p.num_sms)
     long_keys = (shape.max_seqlen_k >= EVEN_SHORT_QUERIES_LONG_KEYS_FROM if even_short
-                 else shape.max_seqlen_k > LONG_KEYS_FROM or (many and prefill_deals_static_shares(shape, p.num_sms)))
+                 else shape.max_seqlen_k > LONG_KEYS_FROM or prefill_deals_static_shares(shape, p.num_sms))
     config = LONG_KEYS if long_keys and max_tile_size(shape.head_size) >= LONG_KEYS.tile_size else SHORT_KEYS
-    if many or even_short:
+    if many_items(shape, p.num_sms) or even_short:
         return replace(config, persistent=True)
     if shape.max_seqlen_k > PERSISTENT_SHORT_QUERIES_MAX_KEYS:
         return config
