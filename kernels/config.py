@@ -46,7 +46,9 @@ class KernelConfig:
     num_warps        warps per program
     num_stages       software-pipelining depth of the KV loop
     num_segments     parallel_tiled: segments per Q-block (third grid axis);
-                     static_grid: segments per decode sequence (1 = no split)
+                     static_grid: segments per decode sequence;
+                     qblock_ws: work items per (Q-block, KV head), each a run of its KV
+                     tiles, merged by parallel_tiled's reduction (1 = no split)
     programs_per_sm  static_grid: programs per SM/CU in the fixed grid
     reduce_num_warps warps of the segment-reduction kernels: 1 by default, since each program of
                      step 3's reduction merges one output row (<= 64 x head fp32); on an H100 one

@@ -236,20 +236,31 @@ def test_kernels_compile_for_hopper_and_mi300(aot_builds):
 
 def test_hopper_kernels_overlap_softmax_with_pv(aot_builds):
     """The Gluon Q-block kernels (``qblock_ws`` also as a persistent launch that claims its
-    items) build for sm_90 within an H100's shared memory, on wgmma,
+    items, and split in segments) build for sm_90 within an H100's shared memory, on wgmma,
     and wait for QK^T with P V's products still in flight (``wgmma.wait_group 1``, or 2
     where a head of two column pieces takes one product per piece: the overlap they exist
     for), which ptxas keeps (no C7512: wgmma serialized for lack of registers); Triton's own
     pipelining of the Q-block step waits for all (0)."""
-    by_variant = {b["variant"]: b for b in aot_builds if b["target"] == "sm_90"}
+    by_variant = {b["variant"]: b for b in aot_builds if b["target"] == "sm_90" and "reduce" not in b["kernel"]}
     for variant in ("qblock_wgmma", "qblock_ws", "qblock_ws_pp", "qblock_ws_dynamic", "qblock_ws_t64_lazy",
-                    "qblock_wgmma_h256", "qblock_ws_h256", "qblock_ws_h96", "qblock_ws_h192"):
+                    "qblock_wgmma_h256", "qblock_ws_h256", "qblock_ws_h96", "qblock_ws_h192", "qblock_ws_split",
+                    "qblock_ws_h256_split"):
         build = by_variant[variant]
         assert build["matrix_instructions"] == ["wgmma"] and build["shared_bytes"] <= 227 * 1024, build
         in_flight = 2 if variant in ("qblock_ws_h96", "qblock_ws_h192") else 1
         assert build["wgmma_waits"] == [0, in_flight], build
         assert "Compiling entry function" in build["ptxas"] and "C7512" not in build["ptxas"], build["ptxas"]
     assert by_variant["qblock"]["wgmma_waits"] == [0]
+
+
+def test_a_split_gluon_launch_is_four_items_per_q_block_and_the_split_kv_reduction(aot_builds):
+    """Split in 4 segments, `qblock_ws` launches four programs per (Q-block, KV head) item of
+    the same batch, then the split-KV step's reduction merges their partial rows: one
+    program per (token, query head) of the Llama-3 mixed batch (27 tokens, 32 heads)."""
+    builds = {(b["variant"], b["kernel"]): b for b in aot_builds if b["target"] == "sm_90"}
+    assert builds["qblock_ws_split", "qblock_ws_kernel"]["grid"] == [4 * builds["qblock_ws", "qblock_ws_kernel"]["grid"][0]]
+    assert builds["qblock_ws_split", "reduce_segments_kernel"]["grid"] == [27, 32]
+    assert builds["qblock_ws_h256_split", "reduce_segments_kernel"]["grid"] == [27, 16]
 
 
 def test_a_persistent_launch_claims_items_with_relaxed_atomics(aot_builds):

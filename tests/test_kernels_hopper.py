@@ -102,14 +102,19 @@ COMPOSITIONS = {"prefill": prefill_seqs, "mixed": mixed_seqs, "short": short_seq
 # tiles are both covered: per page where tiles are whole pages (block sizes 16 and 32),
 # per row where pages straddle tiles (48). ``dynamic``: the persistent programs claim items
 # from a counter as they free up, the producer posting each to the consumers
-# (`qblock_ws._post_item`), on any batch (`host.launch_qblock` chooses it only for many items)
+# (`qblock_ws._post_item`), on any batch (`host.launch_qblock` chooses it only for many items).
+# ``num_segments``: each Q-block's tiles in that many items whose partial rows the split-KV
+# step's reduction merges (`host.launch_qblock`); short ranges leave segments empty
 KERNEL_RUNS = {"qblock_wgmma": ("qblock_wgmma", {}), "qblock_ws": ("qblock_ws", {}),
                "qblock_ws_pp": ("qblock_ws", {"pingpong": True}),
                "qblock_ws_persistent": ("qblock_ws", {"persistent": True}),
                "qblock_ws_lazy": ("qblock_ws", {"lazy_rescale": True}),
                "qblock_ws_lazy_persistent": ("qblock_ws", {"lazy_rescale": True, "persistent": True}),
                "qblock_ws_pp_persistent": ("qblock_ws", {"pingpong": True, "persistent": True}),
-               "qblock_ws_dynamic_persistent": ("qblock_ws", {"dynamic": True, "persistent": True})}
+               "qblock_ws_dynamic_persistent": ("qblock_ws", {"dynamic": True, "persistent": True}),
+               "qblock_ws_split4": ("qblock_ws", {"num_segments": 4}),
+               "qblock_ws_split2_dynamic_persistent": ("qblock_ws", {"num_segments": 2, "dynamic": True,
+                                                                     "persistent": True})}
 
 
 def build_case(head_case: str, composition: str, seed: int) -> PagedBatch:
@@ -118,13 +123,14 @@ def build_case(head_case: str, composition: str, seed: int) -> PagedBatch:
 
 def _launch_run(kernel: str, batch: PagedBatch, tile_size: int) -> torch.Tensor:
     """``batch`` through the module and launch options of ``KERNEL_RUNS[kernel]``, into a
-    NaN-poisoned output; `qblock_ws` told the batch's longest query, as the API tells it."""
+    NaN-poisoned output; `qblock_ws` told the batch's longest query and sequence, as the API
+    tells it."""
     import importlib
 
     name, options = KERNEL_RUNS[kernel]
     module = importlib.import_module(f"attnbench.kernels.hopper.{name}")
     if name == "qblock_ws":
-        options = {"max_seqlen_q": batch.max_seqlen_q, **options}
+        options = {"max_seqlen_q": batch.max_seqlen_q, "max_seqlen_k": batch.max_seqlen_k, **options}
     out = poisoned_like(batch.q)
     module.launch(out, batch.q, batch.k_cache, batch.v_cache, batch.block_table, batch.cu_seqlens_q,
                   batch.seq_lens, scale=batch.head_size ** -0.5, sliding_window=batch.sliding_window,

@@ -225,7 +225,8 @@ def hopper_launches() -> dict[str, list[Launch]]:
     """Launches of the sm_90-only kernels (`kernels/hopper`) on the mixed batch of
     `representative_launches` (``qblock_ws`` also persistent, claiming its items: its own
     binary), and on its Gemma-2 and Phi-3 twins (16/8 heads of 256 with a softcap; 32/32
-    heads of 96, computed in two column pieces as 192 is: 16/8 heads)."""
+    heads of 96, computed in two column pieces as 192 is: 16/8 heads); ``qblock_ws`` also
+    split, each Q-block's tiles in 4 segments, and the split's reduction."""
     from ..hopper import qblock_wgmma, qblock_ws  # lazy: Gluon's Hopper API, not in every Triton
 
     llama = _llama3_mixed_batch()
@@ -244,7 +245,9 @@ def hopper_launches() -> dict[str, list[Launch]]:
             ("qblock_wgmma_h256", partial(qblock_wgmma.launch, tile_size=64), gemma),
             ("qblock_ws_h256", partial(qblock_ws.launch, tile_size=64), gemma),
             ("qblock_ws_h96", qblock_ws.launch, phi3),
-            ("qblock_ws_h192", partial(qblock_ws.launch, tile_size=64), h192)):
+            ("qblock_ws_h192", partial(qblock_ws.launch, tile_size=64), h192),
+            ("qblock_ws_split", partial(qblock_ws.launch, num_segments=4, max_seqlen_q=40, max_seqlen_k=40), llama),
+            ("qblock_ws_h256_split", partial(qblock_ws.launch, tile_size=64, num_segments=4), gemma)):
         with captured_launches() as launches:
             launch(torch.empty_like(batch.q), batch.q, batch.k_cache, batch.v_cache, batch.block_table,
                    batch.cu_seqlens_q, batch.seq_lens, scale=batch.head_size ** -0.5, sliding_window=None,

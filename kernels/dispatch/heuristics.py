@@ -64,10 +64,18 @@ def _auto(shape: BatchShape, p: Platform) -> Decision:
     if triton_short is not None:
         return triton_short
     if _gluon_runs(shape, p):
-        return Decision(step(GLUON_QBLOCK).default_config(shape, p),
-                        f"{shape.max_seqlen_q}-token queries that fill the 2D grid, on sm_90 with Gluon: "
-                        f"{GLUON_QBLOCK}'s own tree")
+        config = step(GLUON_QBLOCK).default_config(shape, p)
+        return Decision(config, f"{shape.max_seqlen_q}-token queries that fill the 2D grid, on sm_90 with Gluon: "
+                                f"{GLUON_QBLOCK}'s own tree" + _split_why(config, shape, p))
     return Decision(step("qblock").default_config(shape, p), "the qblock step's own tree")
+
+
+def _split_why(config: KernelConfig, shape: BatchShape, p: Platform) -> str:
+    """The Gluon kernel's split, where it splits (`hopper.split_segments`): its work items
+    for the SMs."""
+    if config.num_segments == 1:
+        return ""
+    return f", {config.num_segments} segments per Q-block: {hopper.shape_work_items(shape)} work items for {p.num_sms} SMs"
 
 
 MANY_SHORT_QUERIES_MAX_KEYS = 4096  # longest sequence up to which many short queries keep the Triton step
@@ -530,6 +538,10 @@ def decide(shape: BatchShape, platform: Platform, variant: str = AUTO) -> Decisi
         fitted += (f", {own_tiles}-key tiles: " + ("prompts in even static shares"
                                                     if hopper.prefill_deals_static_shares(shape, platform.num_sms)
                                                     else f"the longest sequence has {shape.max_seqlen_k} keys"))
+    if config.variant == GLUON_QBLOCK and (segments := hopper.split_segments(shape, platform.num_sms)) > 1:
+        # fitted on batches that fill the GPU: too few work items split each Q-block's tiles
+        config = replace(config, num_segments=segments, persistent=False)
+        fitted += _split_why(config, shape, platform)
     if config.variant == GLUON_QBLOCK and config.tile_size > hopper.max_tile_size(shape.head_size):
         # fitted on head 128: a head the tree never saw may not fit its tiles in shared memory
         config = replace(config, tile_size=hopper.max_tile_size(shape.head_size))

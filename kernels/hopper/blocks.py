@@ -119,8 +119,8 @@ def sequence_qblock(cu_seqlens_q_ptr, seq_lens_ptr, q_block):
 
 @gluon.jit
 def qblock_item(item, num_items, num_q_blocks, one_q_block_per_seq, cu_seqlens_q_ptr, seq_lens_ptr, block_table_ptr,
-                num_seqs, sliding_window, stride_bt, BLOCK_Q: gl.constexpr, TILE_SIZE: gl.constexpr,
-                USE_WINDOW: gl.constexpr):
+                num_seqs, sliding_window, stride_bt, min_segment_tiles, BLOCK_Q: gl.constexpr, TILE_SIZE: gl.constexpr,
+                USE_WINDOW: gl.constexpr, NUM_SEGMENTS: gl.constexpr):
     """Work item ``item`` of a flat list of (Q-block, KV head) pairs, last Q-blocks first and
     KV heads innermost (under the causal mask the last Q-blocks see the most keys: for one
     sequence the list runs longest first): (KV head, first query row, query length, Q-block
@@ -130,12 +130,18 @@ def qblock_item(item, num_items, num_q_blocks, one_q_block_per_seq, cu_seqlens_q
     that have no rows; or, with ``one_q_block_per_seq`` (run time, 0 or 1: every query fits
     one Q-block), one per sequence, in order (`sequence_qblock`). A Q-block past its
     sequence's query, or an item past the list (``item >= num_items``), has no tiles and no
-    rows (query length 0)."""
+    rows (query length 0).
+
+    With ``NUM_SEGMENTS > 1`` every (Q-block, KV head) pair is that many items, segments
+    innermost, each a run of its tiles (`segment_range`); the tile range returned is the
+    segment's, and its index is the last value returned (0 without segments)."""
     in_list = item < num_items
     item = gl.minimum(item, num_items - 1)
-    num_kv_heads = num_items // num_q_blocks
-    q_block = num_q_blocks - 1 - item // num_kv_heads
-    kv_head = item % num_kv_heads
+    segment = item % NUM_SEGMENTS
+    pair = item // NUM_SEGMENTS
+    num_kv_heads = num_items // (num_q_blocks * NUM_SEGMENTS)
+    q_block = num_q_blocks - 1 - pair // num_kv_heads
+    kv_head = pair % num_kv_heads
     if one_q_block_per_seq != 0:
         seq, q_start, query_len, q_block_local, seq_len = sequence_qblock(cu_seqlens_q_ptr, seq_lens_ptr, q_block)
     else:
@@ -147,8 +153,21 @@ def qblock_item(item, num_items, num_q_blocks, one_q_block_per_seq, cu_seqlens_q
     first_tile, first_unmasked, first_masked, end_tile = tile_range(context_len, query_len, q_block_local,
                                                                     sliding_window, BLOCK_Q, TILE_SIZE, USE_WINDOW)
     end_tile = gl.where(q_block_local * BLOCK_Q < query_len, end_tile, first_tile)
+    if NUM_SEGMENTS > 1:
+        first_tile, end_tile = segment_range(first_tile, end_tile, segment, min_segment_tiles, NUM_SEGMENTS)
     return (kv_head, q_start, query_len, q_block_local, context_len, seq_len, bt_row, first_tile, first_unmasked,
-            first_masked, end_tile)
+            first_masked, end_tile, segment)
+
+
+@gluon.jit
+def segment_range(first_tile, end_tile, segment, min_segment_tiles, NUM_SEGMENTS: gl.constexpr):
+    """(first tile, end tile) of segment ``segment`` of the tiles ``[first_tile, end_tile)``:
+    ``NUM_SEGMENTS`` runs of equal length, each at least ``min_segment_tiles`` long, so that
+    a short range fills its first segments and leaves the rest empty (first = end), as the
+    split-KV step cuts them (`steps.blocks.segment_tiles`)."""
+    per_segment = gl.maximum((end_tile - first_tile + NUM_SEGMENTS - 1) // NUM_SEGMENTS, min_segment_tiles)
+    seg_first = gl.minimum(first_tile + segment * per_segment, end_tile)
+    return seg_first, gl.minimum(seg_first + per_segment, end_tile)
 
 
 @gluon.jit

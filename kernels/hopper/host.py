@@ -11,7 +11,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from ..config import SHORT_QUERY, BatchShape, Platform
+from ..config import SHORT_QUERY, BatchShape, Platform, next_power_of_2
 
 BLOCK_M = 128  # rows of a Q-block: two warpgroups of 64
 HEAD_SIZES = (64, 128, 256)  # the widths the kernels compute in (powers of two: layouts, wgmma)
@@ -110,6 +110,43 @@ def many_items(shape: BatchShape, num_sms: int) -> bool:
     short_items = (max_tile_size(shape.head_size) >= max(TILE_SIZES)
                    or shape.max_seqlen_k <= WIDE_HEADS_PERSISTENT_MAX_KEYS)
     return short_items and claims_items(shape.max_seqlen_q, items, num_sms)
+
+
+SPLIT_MAX_ITEMS_SHARE = 0.75  # work items per SM up to which long queries split their tiles
+SPLIT_MIN_SEGMENT_KEYS = 1024  # keys of the longest sequence per segment, at least
+SPLIT_MAX_SEGMENTS = 8  # the most segments a (Q-block, KV head) pair's tiles are cut into
+
+
+def split_segments(shape: BatchShape, num_sms: int) -> int:
+    """Segments per (Q-block, KV head) pair in which the Gluon kernel runs a batch of long
+    queries (past `SHORT_QUERY`; short ones split in the split-KV step): 1, or where its
+    work items (`shape_work_items`) fill at most `SPLIT_MAX_ITEMS_SHARE` of the SMs, the
+    most (a power of two, up to `SPLIT_MAX_SEGMENTS`) that keeps items x segments within
+    two per SM and each segment at least `SPLIT_MIN_SEGMENT_KEYS` of the longest sequence's
+    keys. Such a batch (a chunk over a long context at a few KV heads, a short prompt
+    beside long decodes) otherwise runs its few long items on a fraction of the GPU;
+    FlashAttention 3 splits it as well (its ``num_splits`` for a grid below a wave).
+
+    On an H200 (recipes/microbench/rules.yaml, few-items; docs/perf/h200/rules-items-heads-
+    2026-11-29.csv) the split took 0.32-0.77x one program per item's time on the ten
+    batches of 0.24-0.73 items per SM (Llama-8B's 128-token chunk over 32k keys, 32 items,
+    in 8 segments: 139 against 442 us, FA3 126; a 256-token prompt beside 4 decodes over
+    32k, 96 items, in 2: 188 against 356, FA3 224), and 1.09-1.17x in 2 segments on the
+    three of 0.88-1.94 (Llama-8B's 512-token chunk over 16k keys, 128 items: 256 against
+    234). Two segments rather than the rule's four took 0.96-0.97x the time on four
+    batches of 60-64 items (0.87x on Gemma-2's chunk, whose 4k window leaves each segment
+    a quarter of the keys counted here, 1.04x on a mixed batch of as many), and 1.29-1.66x
+    rather than its four or eight on the four of 32-46 items."""
+    if shape.max_seqlen_q <= SHORT_QUERY:
+        return 1
+    items = shape_work_items(shape)
+    if items > SPLIT_MAX_ITEMS_SHARE * num_sms:
+        return 1
+    segments = 1
+    while (segments < SPLIT_MAX_SEGMENTS and items * 2 * segments <= 2 * num_sms
+           and shape.max_seqlen_k >= 2 * segments * SPLIT_MIN_SEGMENT_KEYS):
+        segments *= 2
+    return segments
 
 
 STATIC_ROUNDS_MIN_FILL = 0.8  # share of a persistent launch's static rounds its items must fill (`static_rounds_full`)
@@ -281,7 +318,7 @@ PERSISTENT = "one per SM"
 def launch_qblock(kernel, extra: dict, out, q, k_cache, v_cache, block_table, cu_seqlens_q, seq_lens, *,
                   scale: float, sliding_window: int | None, softcap: float, tile_size: int,
                   compile_only: bool = False, items: str | None = None, max_seqlen_q: int | None = None,
-                  max_seqlen_k: int | None = None, dynamic: bool | None = None) -> None:
+                  max_seqlen_k: int | None = None, dynamic: bool | None = None, num_segments: int = 1) -> None:
     """Launch ``kernel`` with ``extra`` keywords (launch options: warps, register cap; and
     the kernel's own constexprs beyond the shared ones). Grid: (Q-blocks, KV
     heads), as `steps.qblock.launch`: ``num_tokens // BLOCK_Q + num_seqs`` bounds the
@@ -302,10 +339,19 @@ def launch_qblock(kernel, extra: dict, out, q, k_cache, v_cache, block_table, cu
     compiles both binaries: the batches it will run decide between them.
 
     The list holds one Q-block per sequence where every query fits one
-    (`one_q_block_per_seq`), else the grid's bound."""
+    (`one_q_block_per_seq`), else the grid's bound.
+
+    With ``num_segments`` > 1 (item kernels only) each (Q-block, KV head) pair is that many
+    items, each a segment of its tiles (`blocks.segment_range`) that stores its rows
+    unnormalized with their max and sum in fp32 scratch ``[tokens, query heads, segments,
+    head]``; the split-KV step's reduction (`steps.parallel_tiled.reduce_segments_kernel`)
+    then merges them into ``out``, one program per (token, query head). Segments are cut as
+    the split-KV step's equal segments are (`split_min_segment_tiles`), so a short range of a
+    ragged batch fills only its first few."""
     import torch  # lazy, as triton
 
     from ..steps.blocks import Geometry, launch_or_compile, per_token_args  # lazy: triton, only to launch
+    from ..steps.parallel_tiled import reduce_segments_kernel
 
     if tile_size not in TILE_SIZES:
         raise ValueError(f"tile_size: expected one of {TILE_SIZES}, got {tile_size}")
@@ -315,6 +361,8 @@ def launch_qblock(kernel, extra: dict, out, q, k_cache, v_cache, block_table, cu
     if k_cache.stride() != v_cache.stride():  # the kernels address K and V with one set of offsets
         raise ValueError(f"v_cache: expected the strides of k_cache {tuple(k_cache.stride())}, "
                          f"got {tuple(v_cache.stride())}")
+    if num_segments > 1 and items is None:
+        raise ValueError("num_segments: a split needs a kernel that walks a list of work items (items=...)")
     g = Geometry.of(q, k_cache, seq_lens)
     block_q = q_block_tokens(g.qpk)
     grid = (g.q_blocks_bound(block_q), g.num_kv_heads)
@@ -322,7 +370,19 @@ def launch_qblock(kernel, extra: dict, out, q, k_cache, v_cache, block_table, cu
     if items is not None:
         per_seq = one_q_block_per_seq(block_q, None if compile_only else max_seqlen_q)
         num_q_blocks = g.num_seqs if per_seq else grid[0]
-        num_items = num_q_blocks * grid[1]
+        num_items = num_q_blocks * grid[1] * num_segments
+        if num_segments > 1:  # the split's scratch (compiling needs its dtype, not its size)
+            rows = 1 if compile_only else g.num_tokens
+            segm_out = torch.empty(rows, g.num_q_heads, num_segments, g.head_pad, dtype=torch.float32,
+                                   device=q.device)
+            segm_max = torch.empty(rows, g.num_q_heads, num_segments, dtype=torch.float32, device=q.device)
+            segm_sum = torch.empty_like(segm_max)
+        else:  # never read: the kernel compiles its partial stores out
+            segm_out = segm_max = segm_sum = seq_lens
+        split = {"segm_out_ptr": segm_out, "segm_max_ptr": segm_max, "segm_sum_ptr": segm_sum,
+                 "num_q_heads": g.num_q_heads, "NUM_SEGMENTS": num_segments, "HEAD_PAD": g.head_pad,
+                 "min_segment_tiles": split_min_segment_tiles(num_segments, tile_size, max_seqlen_q, max_seqlen_k,
+                                                              sliding_window)}
         programs = num_items if items == ONE_PER_ITEM else min(num_items, Platform.detect(q.device).num_sms)
         if items == ONE_PER_ITEM:
             claims = [False]
@@ -342,7 +402,7 @@ def launch_qblock(kernel, extra: dict, out, q, k_cache, v_cache, block_table, cu
         walks = [{"num_q_blocks": num_q_blocks, "num_items": num_items,
                   "one_q_block_per_seq": int(per_seq), "DYNAMIC": claim,
                   "item_counter_ptr": (torch.zeros(1, dtype=torch.int32, device=q.device)
-                                       if claim and not compile_only else seq_lens)}
+                                       if claim and not compile_only else seq_lens), **split}
                  for claim in claims]
         grid = (programs,)
     for walk in walks:
@@ -356,3 +416,28 @@ def launch_qblock(kernel, extra: dict, out, q, k_cache, v_cache, block_table, cu
             USE_SOFTCAP=softcap > 0, USE_WINDOW=sliding_window is not None,
             **walk, **extra,
         )
+    if num_segments > 1:
+        launch_or_compile(
+            reduce_segments_kernel, (g.num_tokens, g.num_q_heads), compile_only,
+            out, segm_out, segm_max, segm_sum, g.num_q_heads, out.stride(0), out.stride(1),
+            HEAD_SIZE=g.head_size, HEAD_PAD=g.head_pad, NUM_SEGMENTS=num_segments,
+            SEGMENTS_PAD=next_power_of_2(num_segments), EQUAL_SEGMENTS=True, num_warps=REDUCE_NUM_WARPS,
+        )
+
+
+REDUCE_NUM_WARPS = 1  # the split's reduction, one program per (token, query head): as the split-KV step's on sm_90
+
+
+def split_min_segment_tiles(num_segments: int, tile_size: int, max_seqlen_q: int | None, max_seqlen_k: int | None,
+                            sliding_window: int | None) -> int:
+    """Fewest tiles per segment of a split launch: the longest range's tiles (``max_seqlen_k``
+    keys, or a window and the queries it spans, plus the tile its edge may straddle) cut in
+    ``num_segments``, as the split-KV step's equal segments (`steps.parallel_tiled.
+    min_segment_tiles`); 1 where the caller does not give the longest sequence."""
+    if num_segments == 1 or max_seqlen_k is None:
+        return 1
+    if sliding_window is None:
+        tiles = -(-max_seqlen_k // tile_size)
+    else:
+        tiles = -(-min(max_seqlen_k, sliding_window + (max_seqlen_q or max_seqlen_k) - 1) // tile_size) + 1
+    return max(1, -(-tiles // num_segments))

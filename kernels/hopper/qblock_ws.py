@@ -59,7 +59,7 @@ from .blocks import (K_STAGES, V_STAGES, any_row_moved, cp_async, cta_barrier, k
                      program_rounds, qblock_item, qblock_rows, rescale_rows, row_layout, softmax_tile,
                      tiles_of_whole_pages, to_16bit_pairs)
 from .host import (ONE_PER_ITEM, PERSISTENT, PIECEWISE_HEAD_SIZES, even_short_queries, head_pieces, launch_qblock,
-                   many_items, max_tile_size, prefill_deals_static_shares, unsupported_reason)
+                   many_items, max_tile_size, prefill_deals_static_shares, split_segments, unsupported_reason)
 
 NUM_WARPS = 4  # the default partition (consumer 0); consumer 1 and the producer are workers
 # the heads it takes: 64, 128 and 256 whole, 96 and 192 in two column pieces (`host.head_pieces`)
@@ -75,11 +75,11 @@ ITEM_SMEM_LAYOUT: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, [0])
 
 @gluon.jit
 def _producer(k_ptr, v_ptr, cu_seqlens_q_ptr, seq_lens_ptr, block_table_ptr, item_counter_ptr, num_seqs,
-              num_q_blocks, num_items, one_q_block_per_seq, sliding_window, stride_bt, stride_kb, stride_ks,
-              stride_kh, stride_vh, k_smem, v_smem, k_rest_smem, v_rest_smem, k_ready, k_empty, v_ready, v_empty,
-              items_smem, item_ready, item_empty, BLOCK_SIZE: gl.constexpr, TILE_SIZE: gl.constexpr,
+              num_q_blocks, num_items, one_q_block_per_seq, min_segment_tiles, sliding_window, stride_bt, stride_kb,
+              stride_ks, stride_kh, stride_vh, k_smem, v_smem, k_rest_smem, v_rest_smem, k_ready, k_empty, v_ready,
+              v_empty, items_smem, item_ready, item_empty, BLOCK_SIZE: gl.constexpr, TILE_SIZE: gl.constexpr,
               HEAD_FIRST: gl.constexpr, HEAD_REST: gl.constexpr, BLOCK_Q: gl.constexpr, USE_WINDOW: gl.constexpr,
-              DYNAMIC: gl.constexpr):
+              DYNAMIC: gl.constexpr, NUM_SEGMENTS: gl.constexpr):
     """Fill the K and V rings for every work item of this program, one tile ahead of the
     consumers as far as buffers allow: the items `blocks.program_item` deals it, or with
     ``DYNAMIC`` the next item of the list whenever it is ready for one, claimed from
@@ -92,20 +92,20 @@ def _producer(k_ptr, v_ptr, cu_seqlens_q_ptr, seq_lens_ptr, block_table_ptr, ite
         while item < num_items:
             _post_item(items_smem, item_ready, item_empty, r, item)
             t += _produce_item(item, t, k_ptr, v_ptr, cu_seqlens_q_ptr, seq_lens_ptr, block_table_ptr, num_seqs,
-                               num_q_blocks, num_items, one_q_block_per_seq, sliding_window, stride_bt, stride_kb,
-                               stride_ks, stride_kh, stride_vh, k_smem, v_smem, k_rest_smem, v_rest_smem, k_ready,
-                               k_empty, v_ready, v_empty, BLOCK_SIZE, TILE_SIZE, HEAD_FIRST, HEAD_REST, BLOCK_Q,
-                               USE_WINDOW)
+                               num_q_blocks, num_items, one_q_block_per_seq, min_segment_tiles, sliding_window,
+                               stride_bt, stride_kb, stride_ks, stride_kh, stride_vh, k_smem, v_smem, k_rest_smem,
+                               v_rest_smem, k_ready, k_empty, v_ready, v_empty, BLOCK_SIZE, TILE_SIZE, HEAD_FIRST,
+                               HEAD_REST, BLOCK_Q, USE_WINDOW, NUM_SEGMENTS)
             r += 1
             item = _claim(item_counter_ptr)
         _post_item(items_smem, item_ready, item_empty, r, item)
     else:
         for r in range(program_rounds(num_items)):
             t += _produce_item(program_item(r), t, k_ptr, v_ptr, cu_seqlens_q_ptr, seq_lens_ptr, block_table_ptr,
-                               num_seqs, num_q_blocks, num_items, one_q_block_per_seq, sliding_window, stride_bt,
-                               stride_kb, stride_ks, stride_kh, stride_vh, k_smem, v_smem, k_rest_smem, v_rest_smem,
-                               k_ready, k_empty, v_ready, v_empty, BLOCK_SIZE, TILE_SIZE, HEAD_FIRST, HEAD_REST,
-                               BLOCK_Q, USE_WINDOW)
+                               num_seqs, num_q_blocks, num_items, one_q_block_per_seq, min_segment_tiles,
+                               sliding_window, stride_bt, stride_kb, stride_ks, stride_kh, stride_vh, k_smem, v_smem,
+                               k_rest_smem, v_rest_smem, k_ready, k_empty, v_ready, v_empty, BLOCK_SIZE, TILE_SIZE,
+                               HEAD_FIRST, HEAD_REST, BLOCK_Q, USE_WINDOW, NUM_SEGMENTS)
 
 
 @gluon.jit
@@ -144,10 +144,11 @@ def _take_item(items_smem, item_ready, item_empty, r):
 
 @gluon.jit
 def _produce_item(item, t, k_ptr, v_ptr, cu_seqlens_q_ptr, seq_lens_ptr, block_table_ptr, num_seqs, num_q_blocks,
-                  num_items, one_q_block_per_seq, sliding_window, stride_bt, stride_kb, stride_ks, stride_kh, stride_vh,
-                  k_smem, v_smem, k_rest_smem, v_rest_smem, k_ready, k_empty, v_ready, v_empty,
+                  num_items, one_q_block_per_seq, min_segment_tiles, sliding_window, stride_bt, stride_kb, stride_ks,
+                  stride_kh, stride_vh, k_smem, v_smem, k_rest_smem, v_rest_smem, k_ready, k_empty, v_ready, v_empty,
                   BLOCK_SIZE: gl.constexpr, TILE_SIZE: gl.constexpr, HEAD_FIRST: gl.constexpr,
-                  HEAD_REST: gl.constexpr, BLOCK_Q: gl.constexpr, USE_WINDOW: gl.constexpr):
+                  HEAD_REST: gl.constexpr, BLOCK_Q: gl.constexpr, USE_WINDOW: gl.constexpr,
+                  NUM_SEGMENTS: gl.constexpr):
     """Fill ring positions ``t, t + 1, ...`` with the KV tiles of work item ``item``; returns
     how many. Where a piece's tiles are whole pages its addresses are computed per page and
     only the tile that reaches past the sequence is masked (`_piece_offsets`); elsewhere
@@ -155,9 +156,10 @@ def _produce_item(item, t, k_ptr, v_ptr, cu_seqlens_q_ptr, seq_lens_ptr, block_t
     WHOLE_PAGES: gl.constexpr = (tiles_of_whole_pages(TILE_SIZE, BLOCK_SIZE, HEAD_FIRST, 4)
                                  or (HEAD_REST > 0 and tiles_of_whole_pages(TILE_SIZE, BLOCK_SIZE, HEAD_REST, 4)))
     (kv_head, q_start, query_len, q_block_local, context_len, seq_len, bt_row, first_tile, first_unmasked,
-     first_masked, end_tile) = qblock_item(item, num_items, num_q_blocks, one_q_block_per_seq, cu_seqlens_q_ptr,
-                                           seq_lens_ptr, block_table_ptr, num_seqs, sliding_window, stride_bt,
-                                           BLOCK_Q, TILE_SIZE, USE_WINDOW)
+     first_masked, end_tile, _segment) = qblock_item(item, num_items, num_q_blocks, one_q_block_per_seq,
+                                                     cu_seqlens_q_ptr, seq_lens_ptr, block_table_ptr, num_seqs,
+                                                     sliding_window, stride_bt, min_segment_tiles, BLOCK_Q, TILE_SIZE,
+                                                     USE_WINDOW, NUM_SEGMENTS)
     k_head = k_ptr + kv_head * stride_kh  # the item's KV head in each cache
     v_head = v_ptr + kv_head * stride_vh
     for j in range(end_tile - first_tile):
@@ -342,18 +344,22 @@ def _issue_scores(q_smem, q_rest_smem, k_smem, k_rest_smem, slot, s_zero, HEAD_R
 def _consumer_item(out_ptr, q_ptr, q_start, query_len, q_block_local, context_len, kv_head, first_tile,
                    first_unmasked, first_masked, end_tile, t, k, qk_scale, softcap, sliding_window, stride_qt,
                    stride_qh, stride_ot, stride_oh, q_smem, q_rest_smem, k_smem, v_smem, k_rest_smem, v_rest_smem,
-                   k_ready, k_empty, v_ready, v_empty, turns,
+                   k_ready, k_empty, v_ready, v_empty, turns, segment, segm_out_ptr, segm_max_ptr, segm_sum_ptr,
+                   num_q_heads,
                    HALF: gl.constexpr, ROWS: gl.constexpr, QPK: gl.constexpr, HEAD_FIRST: gl.constexpr,
                    HEAD_REST: gl.constexpr, TILE_SIZE: gl.constexpr, BLOCK_Q: gl.constexpr,
                    USE_SOFTCAP: gl.constexpr, USE_WINDOW: gl.constexpr, PINGPONG: gl.constexpr,
-                   LAZY_RESCALE: gl.constexpr, P_AT_PRODUCT: gl.constexpr):
+                   LAZY_RESCALE: gl.constexpr, P_AT_PRODUCT: gl.constexpr, HEAD_PAD: gl.constexpr,
+                   NUM_SEGMENTS: gl.constexpr):
     """One ``ROWS``-row half (``HALF`` 0 or 1) of one work item's Q-block: the overlapped
     loop of `qblock_wgmma`, fed by the producer's mbarriers, then the normalized rows
     stored. Its tiles sit at ring positions ``t, t + 1, ...`` and its product issues at turn
     ``k, k + 1, ...`` (the counts of the program's earlier items). With ``PINGPONG`` the two
     halves take turns to issue their products (`_take_turn`). A head of two column pieces
     (``HEAD_REST > 0``) takes two products per ``Q K^T`` (`_issue_scores`) and two
-    accumulators, one per piece of ``P V``'s output columns."""
+    accumulators, one per piece of ``P V``'s output columns. An item that is one of
+    ``NUM_SEGMENTS > 1`` segments of its Q-block's tiles stores its rows unnormalized, with
+    their running max and sum, for the reduction (`_store_partial`)."""
     s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                        instr_shape=[16, TILE_SIZE, 16])
     o_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
@@ -453,27 +459,63 @@ def _consumer_item(out_ptr, q_ptr, q_start, query_len, q_block_local, context_le
             acc, p_op = warpgroup_mma_wait(num_outstanding=0, deps=(acc, p_op))
         _release(v_empty.index(last % V_STAGES))  # the program's next item refills it
 
-    # the normalized rows out, one column piece at a time, through the Q buffers once every
-    # warp's products are done with them
-    o = normalized_rows(acc, l_i, dtype)
-    if HEAD_REST > 0:
-        o_rest = normalized_rows(acc_rest, l_i, dtype)
-    cta_barrier()
-    _store_o(out_ptr, q_smem, o, q_start, query_len, q_block_local, kv_head, stride_ot, stride_oh, HALF * ROWS, ROWS,
-             BLOCK_Q, QPK, 0, HEAD_FIRST)
-    if HEAD_REST > 0:
-        _store_o(out_ptr, q_rest_smem, o_rest, q_start, query_len, q_block_local, kv_head, stride_ot, stride_oh,
-                 HALF * ROWS, ROWS, BLOCK_Q, QPK, HEAD_FIRST, HEAD_REST)
+    if NUM_SEGMENTS > 1:
+        # a segment's rows as they are (an empty segment's: max -inf, sum 0), for the reduction
+        _store_partial(segm_out_ptr, acc, q_start, query_len, q_block_local, kv_head, segment, num_q_heads,
+                       HALF * ROWS, ROWS, BLOCK_Q, QPK, 0, HEAD_PAD, NUM_SEGMENTS)
+        if HEAD_REST > 0:
+            _store_partial(segm_out_ptr, acc_rest, q_start, query_len, q_block_local, kv_head, segment,
+                           num_q_heads, HALF * ROWS, ROWS, BLOCK_Q, QPK, HEAD_FIRST, HEAD_PAD, NUM_SEGMENTS)
+        row, valid = _segment_rows(q_start, query_len, q_block_local, kv_head, segment, num_q_heads, HALF * ROWS,
+                                   ROWS, BLOCK_Q, QPK, NUM_SEGMENTS, rows)
+        gl.store(segm_max_ptr + row, m_i, mask=valid)
+        gl.store(segm_sum_ptr + row, l_i, mask=valid)
+    else:
+        # the normalized rows out, one column piece at a time, through the Q buffers once
+        # every warp's products are done with them
+        o = normalized_rows(acc, l_i, dtype)
+        if HEAD_REST > 0:
+            o_rest = normalized_rows(acc_rest, l_i, dtype)
+        cta_barrier()
+        _store_o(out_ptr, q_smem, o, q_start, query_len, q_block_local, kv_head, stride_ot, stride_oh, HALF * ROWS,
+                 ROWS, BLOCK_Q, QPK, 0, HEAD_FIRST)
+        if HEAD_REST > 0:
+            _store_o(out_ptr, q_rest_smem, o_rest, q_start, query_len, q_block_local, kv_head, stride_ot, stride_oh,
+                     HALF * ROWS, ROWS, BLOCK_Q, QPK, HEAD_FIRST, HEAD_REST)
+
+
+@gluon.jit
+def _segment_rows(q_start, query_len, q_block_local, kv_head, segment, num_q_heads, row0, ROWS: gl.constexpr,
+                  BLOCK_Q: gl.constexpr, QPK: gl.constexpr, NUM_SEGMENTS: gl.constexpr, layout: gl.constexpr):
+    """(row of the split's scratch, valid) of rows ``row0 .. row0 + ROWS - 1`` of a Q-block
+    (``layout``): the scratch of `steps.parallel_tiled` holds ``[tokens, query heads,
+    NUM_SEGMENTS]`` rows, which its reduction merges."""
+    tok, head, valid = qblock_rows(row0, q_block_local, query_len, kv_head, ROWS, BLOCK_Q, QPK, layout)
+    return ((q_start + tok).to(gl.int64) * num_q_heads + head) * NUM_SEGMENTS + segment, valid
+
+
+@gluon.jit
+def _store_partial(segm_out_ptr, acc, q_start, query_len, q_block_local, kv_head, segment, num_q_heads, row0,
+                   ROWS: gl.constexpr, BLOCK_Q: gl.constexpr, QPK: gl.constexpr, COL0: gl.constexpr,
+                   HEAD_PAD: gl.constexpr, NUM_SEGMENTS: gl.constexpr):
+    """Store one column piece (from column ``COL0``) of a segment's unnormalized rows in
+    fp32 into the split's scratch ``[rows, HEAD_PAD]``, straight from the accumulator."""
+    row, valid = _segment_rows(q_start, query_len, q_block_local, kv_head, segment, num_q_heads, row0, ROWS,
+                               BLOCK_Q, QPK, NUM_SEGMENTS, gl.SliceLayout(1, acc.type.layout))
+    cols = COL0 + gl.arange(0, acc.shape[1], layout=gl.SliceLayout(0, acc.type.layout))
+    gl.store(segm_out_ptr + gl.expand_dims(row * HEAD_PAD, 1) + gl.expand_dims(cols, 0), acc,
+             mask=gl.expand_dims(valid, 1))
 
 
 @gluon.jit
 def _consumer(out_ptr, q_ptr, cu_seqlens_q_ptr, seq_lens_ptr, block_table_ptr, num_seqs, num_q_blocks, num_items,
               one_q_block_per_seq, qk_scale, softcap, sliding_window, stride_qt, stride_qh, stride_ot, stride_oh,
               stride_bt, q_smem, q_rest_smem, k_smem, v_smem, k_rest_smem, v_rest_smem, k_ready, k_empty, v_ready,
-              v_empty, items_smem, item_ready, item_empty, turns, HALF: gl.constexpr, ROWS: gl.constexpr,
+              v_empty, items_smem, item_ready, item_empty, turns, split, HALF: gl.constexpr, ROWS: gl.constexpr,
               QPK: gl.constexpr, HEAD_FIRST: gl.constexpr, HEAD_REST: gl.constexpr, TILE_SIZE: gl.constexpr,
               BLOCK_Q: gl.constexpr, USE_SOFTCAP: gl.constexpr, USE_WINDOW: gl.constexpr, PINGPONG: gl.constexpr,
-              LAZY_RESCALE: gl.constexpr, P_AT_PRODUCT: gl.constexpr, DYNAMIC: gl.constexpr):
+              LAZY_RESCALE: gl.constexpr, P_AT_PRODUCT: gl.constexpr, DYNAMIC: gl.constexpr,
+              HEAD_PAD: gl.constexpr, NUM_SEGMENTS: gl.constexpr):
     """This half's part of every work item of the program, in the producer's order (with
     ``DYNAMIC``, the items it posts: `_take_item`)."""
     t = gl.program_id(0) * 0  # tiles of this program's earlier items: the rings' position
@@ -485,9 +527,9 @@ def _consumer(out_ptr, q_ptr, cu_seqlens_q_ptr, seq_lens_ptr, block_table_ptr, n
             n = _consume_item(item, t, k, out_ptr, q_ptr, cu_seqlens_q_ptr, seq_lens_ptr, block_table_ptr, num_seqs,
                               num_q_blocks, num_items, one_q_block_per_seq, qk_scale, softcap, sliding_window,
                               stride_qt, stride_qh, stride_ot, stride_oh, stride_bt, q_smem, q_rest_smem, k_smem,
-                              v_smem, k_rest_smem, v_rest_smem, k_ready, k_empty, v_ready, v_empty, turns, HALF,
-                              ROWS, QPK, HEAD_FIRST, HEAD_REST, TILE_SIZE, BLOCK_Q, USE_SOFTCAP, USE_WINDOW,
-                              PINGPONG, LAZY_RESCALE, P_AT_PRODUCT)
+                              v_smem, k_rest_smem, v_rest_smem, k_ready, k_empty, v_ready, v_empty, turns, split,
+                              HALF, ROWS, QPK, HEAD_FIRST, HEAD_REST, TILE_SIZE, BLOCK_Q, USE_SOFTCAP, USE_WINDOW,
+                              PINGPONG, LAZY_RESCALE, P_AT_PRODUCT, HEAD_PAD, NUM_SEGMENTS)
             t += n
             k += gl.where(n > 0, n + 1, 0)  # an item with tiles issues n + 1 times
             r += 1
@@ -497,9 +539,9 @@ def _consumer(out_ptr, q_ptr, cu_seqlens_q_ptr, seq_lens_ptr, block_table_ptr, n
             n = _consume_item(program_item(r), t, k, out_ptr, q_ptr, cu_seqlens_q_ptr, seq_lens_ptr, block_table_ptr,
                               num_seqs, num_q_blocks, num_items, one_q_block_per_seq, qk_scale, softcap, sliding_window,
                               stride_qt, stride_qh, stride_ot, stride_oh, stride_bt, q_smem, q_rest_smem, k_smem,
-                              v_smem, k_rest_smem, v_rest_smem, k_ready, k_empty, v_ready, v_empty, turns, HALF, ROWS,
-                              QPK, HEAD_FIRST, HEAD_REST, TILE_SIZE, BLOCK_Q, USE_SOFTCAP, USE_WINDOW, PINGPONG,
-                              LAZY_RESCALE, P_AT_PRODUCT)
+                              v_smem, k_rest_smem, v_rest_smem, k_ready, k_empty, v_ready, v_empty, turns, split,
+                              HALF, ROWS, QPK, HEAD_FIRST, HEAD_REST, TILE_SIZE, BLOCK_Q, USE_SOFTCAP, USE_WINDOW,
+                              PINGPONG, LAZY_RESCALE, P_AT_PRODUCT, HEAD_PAD, NUM_SEGMENTS)
             t += n
             k += gl.where(n > 0, n + 1, 0)
 
@@ -508,19 +550,24 @@ def _consumer(out_ptr, q_ptr, cu_seqlens_q_ptr, seq_lens_ptr, block_table_ptr, n
 def _consume_item(item, t, k, out_ptr, q_ptr, cu_seqlens_q_ptr, seq_lens_ptr, block_table_ptr, num_seqs,
                   num_q_blocks, num_items, one_q_block_per_seq, qk_scale, softcap, sliding_window, stride_qt, stride_qh,
                   stride_ot, stride_oh, stride_bt, q_smem, q_rest_smem, k_smem, v_smem, k_rest_smem, v_rest_smem,
-                  k_ready, k_empty, v_ready, v_empty, turns, HALF: gl.constexpr, ROWS: gl.constexpr,
+                  k_ready, k_empty, v_ready, v_empty, turns, split, HALF: gl.constexpr, ROWS: gl.constexpr,
                   QPK: gl.constexpr, HEAD_FIRST: gl.constexpr, HEAD_REST: gl.constexpr, TILE_SIZE: gl.constexpr,
                   BLOCK_Q: gl.constexpr, USE_SOFTCAP: gl.constexpr, USE_WINDOW: gl.constexpr,
-                  PINGPONG: gl.constexpr, LAZY_RESCALE: gl.constexpr, P_AT_PRODUCT: gl.constexpr):
+                  PINGPONG: gl.constexpr, LAZY_RESCALE: gl.constexpr, P_AT_PRODUCT: gl.constexpr,
+                  HEAD_PAD: gl.constexpr, NUM_SEGMENTS: gl.constexpr):
     """This half of work item ``item`` (`_consumer_item`); returns its tile count. A half
     with none of the item's rows only passes its tiles on (`_pass_item`): the second half
     of a decode's or a short speculative query's Q-block (query tokens x query heads per KV
     head <= 64 rows), leaving the tensor cores and shared memory to the half with rows;
-    either half of an item past the list or past its sequence's query (no rows, no tiles)."""
+    either half of an item past the list or past its sequence's query (no rows, no tiles).
+    ``split``: (scratch rows, maxes, sums, query heads, least tiles per segment) of a launch
+    of ``NUM_SEGMENTS > 1`` segments per Q-block (`host.launch_qblock`)."""
+    segm_out_ptr, segm_max_ptr, segm_sum_ptr, num_q_heads, min_segment_tiles = split
     (kv_head, q_start, query_len, q_block_local, context_len, seq_len, bt_row, first_tile, first_unmasked,
-     first_masked, end_tile) = qblock_item(item, num_items, num_q_blocks, one_q_block_per_seq, cu_seqlens_q_ptr,
-                                           seq_lens_ptr, block_table_ptr, num_seqs, sliding_window, stride_bt,
-                                           BLOCK_Q, TILE_SIZE, USE_WINDOW)
+     first_masked, end_tile, segment) = qblock_item(item, num_items, num_q_blocks, one_q_block_per_seq,
+                                                    cu_seqlens_q_ptr, seq_lens_ptr, block_table_ptr, num_seqs,
+                                                    sliding_window, stride_bt, min_segment_tiles, BLOCK_Q, TILE_SIZE,
+                                                    USE_WINDOW, NUM_SEGMENTS)
     n = end_tile - first_tile
     rows = gl.minimum(query_len - q_block_local * BLOCK_Q, BLOCK_Q) * QPK  # the item's Q-block rows
     if rows <= HALF * ROWS:
@@ -529,9 +576,9 @@ def _consume_item(item, t, k, out_ptr, q_ptr, cu_seqlens_q_ptr, seq_lens_ptr, bl
         _consumer_item(out_ptr, q_ptr, q_start, query_len, q_block_local, context_len, kv_head, first_tile,
                        first_unmasked, first_masked, end_tile, t, k, qk_scale, softcap, sliding_window, stride_qt,
                        stride_qh, stride_ot, stride_oh, q_smem, q_rest_smem, k_smem, v_smem, k_rest_smem,
-                       v_rest_smem, k_ready, k_empty, v_ready, v_empty, turns, HALF, ROWS, QPK, HEAD_FIRST,
-                       HEAD_REST, TILE_SIZE, BLOCK_Q, USE_SOFTCAP, USE_WINDOW, PINGPONG, LAZY_RESCALE,
-                       P_AT_PRODUCT)
+                       v_rest_smem, k_ready, k_empty, v_ready, v_empty, turns, segment, segm_out_ptr,
+                       segm_max_ptr, segm_sum_ptr, num_q_heads, HALF, ROWS, QPK, HEAD_FIRST, HEAD_REST, TILE_SIZE,
+                       BLOCK_Q, USE_SOFTCAP, USE_WINDOW, PINGPONG, LAZY_RESCALE, P_AT_PRODUCT, HEAD_PAD, NUM_SEGMENTS)
     return n
 
 
@@ -562,7 +609,7 @@ def _smem_layout(shape, dtype):
 
 
 @gluon.jit(do_not_specialize=["num_seqs", "num_q_blocks", "num_items", "one_q_block_per_seq",
-                              "item_counter_ptr"])
+                              "item_counter_ptr", "min_segment_tiles"])
 def qblock_ws_kernel(
     out_ptr, q_ptr, k_ptr, v_ptr,
     block_table_ptr, cu_seqlens_q_ptr, seq_lens_ptr,
@@ -573,11 +620,12 @@ def qblock_ws_kernel(
     stride_vb, stride_vs, stride_vh,  # equal to K's (launch_qblock checks): V reuses K's offsets
     stride_bt,
     num_q_blocks, num_items, one_q_block_per_seq, item_counter_ptr,
+    segm_out_ptr, segm_max_ptr, segm_sum_ptr, num_q_heads, min_segment_tiles,
     QPK: gl.constexpr, HEAD_SIZE: gl.constexpr, HEAD_FIRST: gl.constexpr, HEAD_REST: gl.constexpr,
     BLOCK_SIZE: gl.constexpr, TILE_SIZE: gl.constexpr,
     BLOCK_M: gl.constexpr, BLOCK_Q: gl.constexpr,
     USE_SOFTCAP: gl.constexpr, USE_WINDOW: gl.constexpr, PINGPONG: gl.constexpr, LAZY_RESCALE: gl.constexpr,
-    DYNAMIC: gl.constexpr,
+    DYNAMIC: gl.constexpr, HEAD_PAD: gl.constexpr, NUM_SEGMENTS: gl.constexpr,
 ):
     gl.static_assert(HEAD_FIRST + HEAD_REST == HEAD_SIZE, "the column pieces make up the head (host.head_pieces)")
     # -- the rings and their barriers: "ready" completes when the producer's 128 threads'
@@ -633,32 +681,35 @@ def qblock_ws_kernel(
     for i in gl.static_range(ITEM_SLOTS):
         mbarrier.init(item_ready.index(i), count=1)
         mbarrier.init(item_empty.index(i), count=2 * 128)
+    # a split launch's scratch (`host.launch_qblock`), for the consumers' partial rows
+    split = (segm_out_ptr, segm_max_ptr, segm_sum_ptr, num_q_heads, min_segment_tiles)
 
     gl.warp_specialize([
         (_consumer, (out_ptr, q_ptr, cu_seqlens_q_ptr, seq_lens_ptr, block_table_ptr, num_seqs, num_q_blocks,
                      num_items, one_q_block_per_seq, qk_scale, softcap, sliding_window, stride_qt, stride_qh, stride_ot,
                      stride_oh, stride_bt, q_smem.index(0), q_rest_0, k_smem, v_smem, k_rest_smem, v_rest_smem,
-                     k_ready, k_empty, v_ready, v_empty, items_smem, item_ready, item_empty, turns, 0, HALF_M, QPK,
-                     HEAD_FIRST, HEAD_REST, TILE_SIZE, BLOCK_Q, USE_SOFTCAP, USE_WINDOW, PINGPONG, LAZY_RESCALE,
-                     P_AT_PRODUCT, DYNAMIC)),
+                     k_ready, k_empty, v_ready, v_empty, items_smem, item_ready, item_empty, turns, split, 0,
+                     HALF_M, QPK, HEAD_FIRST, HEAD_REST, TILE_SIZE, BLOCK_Q, USE_SOFTCAP, USE_WINDOW, PINGPONG,
+                     LAZY_RESCALE, P_AT_PRODUCT, DYNAMIC, HEAD_PAD, NUM_SEGMENTS)),
         (_consumer, (out_ptr, q_ptr, cu_seqlens_q_ptr, seq_lens_ptr, block_table_ptr, num_seqs, num_q_blocks,
                      num_items, one_q_block_per_seq, qk_scale, softcap, sliding_window, stride_qt, stride_qh, stride_ot,
                      stride_oh, stride_bt, q_smem.index(1), q_rest_1, k_smem, v_smem, k_rest_smem, v_rest_smem,
-                     k_ready, k_empty, v_ready, v_empty, items_smem, item_ready, item_empty, turns, 1, HALF_M, QPK,
-                     HEAD_FIRST, HEAD_REST, TILE_SIZE, BLOCK_Q, USE_SOFTCAP, USE_WINDOW, PINGPONG, LAZY_RESCALE,
-                     P_AT_PRODUCT, DYNAMIC)),
+                     k_ready, k_empty, v_ready, v_empty, items_smem, item_ready, item_empty, turns, split, 1,
+                     HALF_M, QPK, HEAD_FIRST, HEAD_REST, TILE_SIZE, BLOCK_Q, USE_SOFTCAP, USE_WINDOW, PINGPONG,
+                     LAZY_RESCALE, P_AT_PRODUCT, DYNAMIC, HEAD_PAD, NUM_SEGMENTS)),
         (_producer, (k_ptr, v_ptr, cu_seqlens_q_ptr, seq_lens_ptr, block_table_ptr, item_counter_ptr, num_seqs,
-                     num_q_blocks, num_items, one_q_block_per_seq, sliding_window, stride_bt, stride_kb, stride_ks,
-                     stride_kh, stride_vh, k_smem, v_smem, k_rest_smem, v_rest_smem, k_ready, k_empty, v_ready,
-                     v_empty, items_smem, item_ready, item_empty, BLOCK_SIZE, TILE_SIZE, HEAD_FIRST, HEAD_REST,
-                     BLOCK_Q, USE_WINDOW, DYNAMIC)),
+                     num_q_blocks, num_items, one_q_block_per_seq, min_segment_tiles, sliding_window, stride_bt,
+                     stride_kb, stride_ks, stride_kh, stride_vh, k_smem, v_smem, k_rest_smem, v_rest_smem, k_ready,
+                     k_empty, v_ready, v_empty, items_smem, item_ready, item_empty, BLOCK_SIZE, TILE_SIZE, HEAD_FIRST,
+                     HEAD_REST, BLOCK_Q, USE_WINDOW, DYNAMIC, NUM_SEGMENTS)),
     ], [4, 4], [216, 72])  # worker warps and registers (module doc): consumer 1, producer
 
 
 def launch(out, q, k_cache, v_cache, block_table, cu_seqlens_q, seq_lens, *, scale: float,
            sliding_window: int | None, softcap: float, tile_size: int = 128, pingpong: bool = False,
            lazy_rescale: bool = False, persistent: bool = False, compile_only: bool = False,
-           max_seqlen_q: int | None = None, max_seqlen_k: int | None = None, dynamic: bool | None = None) -> None:
+           max_seqlen_q: int | None = None, max_seqlen_k: int | None = None, dynamic: bool | None = None,
+           num_segments: int = 1) -> None:
     """`host.launch_qblock` with three warpgroups per program and the register cap that
     lets ``setmaxnreg`` give the consumers 216 registers (module doc); ``pingpong``: the
     consumers take turns to issue their products (`_take_turn`); ``lazy_rescale``: a row's
@@ -667,7 +718,8 @@ def launch(out, q, k_cache, v_cache, block_table, cu_seqlens_q, seq_lens, *, sca
     SM, dealt the list (longest first) in snake order (`blocks.program_item`; FlashAttention
     3 runs a persistent grid too), or claiming items as they free up (``dynamic``; None:
     `host.launch_qblock` decides from ``max_seqlen_q``, ``max_seqlen_k`` and the list's
-    length)."""
+    length). ``num_segments`` > 1: each Q-block's tiles in that many work items, merged by
+    the split-KV step's reduction (`host.launch_qblock`)."""
     head_first, head_rest = head_pieces(q.shape[2])
     launch_qblock(qblock_ws_kernel,
                   {"num_warps": NUM_WARPS, "PINGPONG": pingpong, "LAZY_RESCALE": lazy_rescale, **LAUNCH_OPTIONS,
@@ -675,7 +727,7 @@ def launch(out, q, k_cache, v_cache, block_table, cu_seqlens_q, seq_lens, *, sca
                   out, q, k_cache, v_cache, block_table, cu_seqlens_q, seq_lens, scale=scale,
                   sliding_window=sliding_window, softcap=softcap, tile_size=tile_size, compile_only=compile_only,
                   items=PERSISTENT if persistent else ONE_PER_ITEM, max_seqlen_q=max_seqlen_q,
-                  max_seqlen_k=max_seqlen_k, dynamic=dynamic)
+                  max_seqlen_k=max_seqlen_k, dynamic=dynamic, num_segments=num_segments)
 
 
 # Its configs: num_warps and num_stages as the kernel fixes them (3 warpgroups, a 2-deep K
@@ -719,11 +771,18 @@ def default_config(shape: BatchShape, p: Platform) -> KernelConfig:
     (`host.prefill_deals_static_shares`) take 128-key tiles at any length: on an H200
     (rules.yaml many-items; docs/perf/h200/rules-items-heads-2026-11-29.csv) they took
     0.90-1.01x the 64-key time in static shares on the five such prompts of 384-512 tokens
-    (Phi-3 32 x 512: 243 against 269 us)."""
+    (Phi-3 32 x 512: 243 against 269 us).
+
+    Long queries whose items fill at most half the SMs (a chunk over a long context at a few
+    KV heads, a short prompt beside long decodes) cut each Q-block's tiles into
+    `host.split_segments` items, one program each."""
     even_short = even_short_queries(shape)
     long_keys = (shape.max_seqlen_k >= EVEN_SHORT_QUERIES_LONG_KEYS_FROM if even_short
                  else shape.max_seqlen_k > LONG_KEYS_FROM or prefill_deals_static_shares(shape, p.num_sms))
     config = LONG_KEYS if long_keys and max_tile_size(shape.head_size) >= LONG_KEYS.tile_size else SHORT_KEYS
+    segments = split_segments(shape, p.num_sms)
+    if segments > 1:
+        return replace(config, num_segments=segments)
     if many_items(shape, p.num_sms) or even_short:
         return replace(config, persistent=True)
     if shape.max_seqlen_k > PERSISTENT_SHORT_QUERIES_MAX_KEYS:
@@ -746,7 +805,7 @@ def launch_config(out, q, k_cache, v_cache, block_table, cu_seqlens_q, seq_lens,
     """`launch` with a `KernelConfig`'s tile size and grid (the registered kernel's launch)."""
     launch(out, q, k_cache, v_cache, block_table, cu_seqlens_q, seq_lens, scale=scale, sliding_window=sliding_window,
            softcap=softcap, tile_size=config.tile_size, persistent=config.persistent, compile_only=compile_only,
-           max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k)
+           max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k, num_segments=config.num_segments)
 
 
 STEP = Step("qblock_ws", "the Q-block step of sec. 4.4 with FlashAttention 3's warp specialization (not in the paper)",
