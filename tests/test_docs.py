@@ -287,7 +287,7 @@ def test_the_held_out_grid_numbers_come_from_the_committed_csvs():
     """README and docs/perf/kernels-h100.md: `auto` over FA3 on the held-out grid, geomean
     and worst, with the shipped tree and without it, as the report computes them from
     docs/perf/h100/heldout-{tuned,untuned}.csv, and on the H200 (no tree) from
-    docs/perf/h200/heldout-untuned.csv."""
+    docs/perf/h200/heldout-untuned.csv and the random grid's heldout-random.csv."""
     from attnbench.analysis.collect import load_microbench
     from attnbench.analysis.report import against_fa3_and_best
 
@@ -308,3 +308,8 @@ def test_the_held_out_grid_numbers_come_from_the_committed_csvs():
     geomean, worst = geomean_and_worst("docs/perf/h200/heldout-untuned.csv")
     assert f"H200, for which no tree is fitted, {geomean}x (worst {float(worst):.1f}x" in readme
     assert f"`auto` over FA3 {geomean}x in geometric mean, worst {float(worst):.2f}x" in perf
+    lines = against_fa3_and_best(load_microbench(ROOT / "docs/perf/h200/heldout-random.csv"))
+    summary = next(line for line in lines if line.startswith("- `auto` / FA3 over 48 cases"))
+    geomean, worst = re.search(r"geomean (\d\.\d+)x, worst (\d\.\d+)x", summary).groups()
+    assert f"(`heldout-random.yaml`), {geomean}x\n  FA3's time on the H200 (worst {float(worst):.1f}x" in readme
+    assert f"**{geomean}x in geometric mean, worst {float(worst):.2f}x**" in perf

@@ -595,6 +595,40 @@ def test_prefills_of_many_work_items_launch_persistent(monkeypatch, tree):
     assert host.many_items(BatchShape(40, 40 * 512, 512, 512, 28, 4, 128), 132)
 
 
+@pytest.mark.parametrize("tree", ["shipped", "off"])
+def test_long_queries_over_few_work_items_split_the_gluon_kernels_tiles(monkeypatch, tree):
+    """Where long queries give the Gluon kernel at most 0.75 work items per SM, `auto` cuts
+    each Q-block's tiles into segments (`host.split_segments`), one program each, with or
+    without a fitted tree, and says so: rules.yaml's few-items cases. Llama-8B's 128-token
+    chunk over 32k keys (32 items) in 8 segments, its 256-token chunk over 16k (64) in 4, a
+    256-token prompt beside 4 decodes over 32k (96) in 2; its 512-token chunk over 16k (128
+    items, 0.97 per SM) and 1k chunk over 8k (256) are not split, nor are short queries (the
+    split-KV step's), nor keys too few to cut (at least 1,024 per segment)."""
+    from attnbench.kernels.dispatch.heuristics import decide
+    from attnbench.kernels.hopper import host
+
+    monkeypatch.setattr(host, "available", lambda: True)
+    if tree == "off":
+        monkeypatch.setenv("ATTNBENCH_TUNED_TREE", "off")
+    split = {BatchShape(1, 128, 128, 32768, 32, 8, 128): 8, BatchShape(1, 256, 256, 16384, 32, 8, 128): 4,
+             BatchShape(5, 260, 256, 32768, 32, 8, 128, 256 + 4 * 32768): 2,
+             BatchShape(1, 512, 512, 16384, 16, 8, 256): 4,  # Gemma-2's heads: 64-key tiles
+             BatchShape(1, 256, 256, 2048, 32, 8, 128): 2,  # two segments of 1,024 keys
+             BatchShape(1, 256, 256, 2047, 32, 8, 128): 1}  # one key fewer: one segment
+    for shape, segments in split.items():
+        decision = decide(shape, H100_SM90)
+        assert decision.config.variant == "qblock_ws", shape
+        assert (decision.config.num_segments, decision.config.persistent) == (segments, False), shape
+        if segments > 1:
+            assert f", {segments} segments per Q-block: {host.shape_work_items(shape)} work items for 132 SMs" \
+                in decision.why, decision.why
+    for whole in (BatchShape(1, 512, 512, 16384, 32, 8, 128), BatchShape(1, 1024, 1024, 8192, 32, 8, 128),
+                  BatchShape(4, 4 * 8, 8, 32768, 32, 8, 128)):
+        assert decide(whole, H100_SM90).config.num_segments in ((1,) if whole.max_seqlen_q > 16 else (1, 2, 4, 8, 16, 32))
+        assert host.split_segments(whole, 132) == 1, whole
+    assert host.shape_work_items(BatchShape(1, 512, 512, 16384, 32, 8, 128)) == 128
+
+
 def _snake_deal_spread(num_seqs, query_len, qpk, num_kv_heads, tile_size, programs):
     """`host.static_deal_spread` item by item, as the kernel walks it: program p's item of
     round r (`blocks.program_item`), located as `blocks.qblock_item` and `locate_qblock` do."""
