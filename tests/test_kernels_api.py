@@ -258,7 +258,8 @@ def test_a_split_gluon_launch_is_four_items_per_q_block_and_the_split_kv_reducti
     the same batch, then the split-KV step's reduction merges their partial rows: one
     program per (token, query head) of the Llama-3 mixed batch (27 tokens, 32 heads)."""
     builds = {(b["variant"], b["kernel"]): b for b in aot_builds if b["target"] == "sm_90"}
-    assert builds["qblock_ws_split", "qblock_ws_kernel"]["grid"] == [4 * builds["qblock_ws", "qblock_ws_kernel"]["grid"][0]]
+    unsplit = builds["qblock_ws", "qblock_ws_kernel"]["grid"][0]
+    assert builds["qblock_ws_split", "qblock_ws_kernel"]["grid"] == [4 * unsplit]
     assert builds["qblock_ws_split", "reduce_segments_kernel"]["grid"] == [27, 32]
     assert builds["qblock_ws_h256_split", "reduce_segments_kernel"]["grid"] == [27, 16]
 

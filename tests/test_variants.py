@@ -622,10 +622,12 @@ def test_long_queries_over_few_work_items_split_the_gluon_kernels_tiles(monkeypa
         if segments > 1:
             assert f", {segments} segments per Q-block: {host.shape_work_items(shape)} work items for 132 SMs" \
                 in decision.why, decision.why
-    for whole in (BatchShape(1, 512, 512, 16384, 32, 8, 128), BatchShape(1, 1024, 1024, 8192, 32, 8, 128),
-                  BatchShape(4, 4 * 8, 8, 32768, 32, 8, 128)):
-        assert decide(whole, H100_SM90).config.num_segments in ((1,) if whole.max_seqlen_q > 16 else (1, 2, 4, 8, 16, 32))
-        assert host.split_segments(whole, 132) == 1, whole
+    for whole in (BatchShape(1, 512, 512, 16384, 32, 8, 128), BatchShape(1, 1024, 1024, 8192, 32, 8, 128)):
+        config = decide(whole, H100_SM90).config
+        assert (config.variant, config.num_segments) == ("qblock_ws", 1), whole
+    speculative = BatchShape(4, 4 * 8, 8, 32768, 32, 8, 128)  # 32 items, but short queries
+    assert host.split_segments(speculative, 132) == 1
+    assert decide(speculative, H100_SM90).config.variant == "parallel_tiled"
     assert host.shape_work_items(BatchShape(1, 512, 512, 16384, 32, 8, 128)) == 128
 
 

@@ -75,7 +75,8 @@ def _split_why(config: KernelConfig, shape: BatchShape, p: Platform) -> str:
     for the SMs."""
     if config.num_segments == 1:
         return ""
-    return f", {config.num_segments} segments per Q-block: {hopper.shape_work_items(shape)} work items for {p.num_sms} SMs"
+    return (f", {config.num_segments} segments per Q-block: {hopper.shape_work_items(shape)} work items "
+            f"for {p.num_sms} SMs")
 
 
 MANY_SHORT_QUERIES_MAX_KEYS = 4096  # longest sequence up to which many short queries keep the Triton step
@@ -278,8 +279,8 @@ def _split_config(shape: BatchShape, p: Platform) -> KernelConfig:
     window 104 against 110, two ragged decodes in equal segments 212 / 207 against 225 /
     221; 32-key tiles 100-121 / 243-245 us). Both take 76 KB of shared memory (Triton 3.6,
     sm_90), the same programs per SM. Their segments, on the same H200 (head256-tiles;
-    docs/perf/h200/head256-segments-2026-11-28.csv): the step's own cut (32 segments up to 8
-    pairs, else 16) was the fastest up to 16 pairs, and past them `_split_segments`' count
+    docs/perf/h200/head256-tiles-2026-11-28.csv, run "segments"): the step's own cut (32
+    segments up to 8 pairs, else 16) was the fastest up to 16 pairs, and past them `_split_segments`' count
     was: 32 pairs over 2k and 8k keys in 8 segments 37.5 / 87.5 against 42.6 / 92.7 us, 48
     pairs over 3k and 64 over 1k in 4 63.0 / 37.0 against 66.2 / 49.7, 64 over a 4k window
     in 4 89.8 against 103.4 (0.84-1.05x FA3's time on these five, was 0.88-1.35x)."""

@@ -24,6 +24,10 @@ difference is who does what inside a program. Three warpgroups, each its own par
 A persistent program of a prefill-sized launch walks the items the producer claims from
 an atomic counter as it frees up, posted to the consumers through a small ring of shared
 slots (`_post_item`, `_take_item`; `host.launch_qblock` decides), so programs end together.
+A launch whose items would leave most SMs idle splits each Q-block's tiles into
+``NUM_SEGMENTS`` items instead (`host.split_segments`): each stores its rows unnormalized
+with their running max and sum (`_store_partial`), and the split-KV step's reduction merges
+them.
 
 No CTA-wide barrier per tile: the two consumers run at their own pace, so one's softmax
 can overlap the other's matrix products, and neither spends issue slots on addresses.
