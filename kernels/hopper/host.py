@@ -346,12 +346,13 @@ def launch_qblock(kernel, extra: dict, out, q, k_cache, v_cache, block_table, cu
     unnormalized with their max and sum in fp32 scratch ``[tokens, query heads, segments,
     head]``; the split-KV step's reduction (`steps.parallel_tiled.reduce_segments_kernel`)
     then merges them into ``out``, one program per (token, query head). Segments are cut as
-    the split-KV step's equal segments are (`split_min_segment_tiles`), so a short range of a
-    ragged batch fills only its first few."""
+    the split-KV step's equal segments are (`steps.parallel_tiled.equal_segment_tiles`, from
+    ``max_seqlen_k``; each range's own cut where the caller does not give it), so a short
+    range of a ragged batch fills only its first few."""
     import torch  # lazy, as triton
 
     from ..steps.blocks import Geometry, launch_or_compile, per_token_args  # lazy: triton, only to launch
-    from ..steps.parallel_tiled import reduce_segments_kernel
+    from ..steps.parallel_tiled import equal_segment_tiles, reduce_segments_kernel
 
     if tile_size not in TILE_SIZES:
         raise ValueError(f"tile_size: expected one of {TILE_SIZES}, got {tile_size}")
@@ -381,8 +382,8 @@ def launch_qblock(kernel, extra: dict, out, q, k_cache, v_cache, block_table, cu
             segm_out = segm_max = segm_sum = seq_lens
         split = {"segm_out_ptr": segm_out, "segm_max_ptr": segm_max, "segm_sum_ptr": segm_sum,
                  "num_q_heads": g.num_q_heads, "NUM_SEGMENTS": num_segments, "HEAD_PAD": g.head_pad,
-                 "min_segment_tiles": split_min_segment_tiles(num_segments, tile_size, max_seqlen_q, max_seqlen_k,
-                                                              sliding_window)}
+                 "min_segment_tiles": (1 if num_segments == 1 or max_seqlen_k is None else equal_segment_tiles(
+                     num_segments, tile_size, max_seqlen_q or max_seqlen_k, max_seqlen_k, sliding_window))}
         programs = num_items if items == ONE_PER_ITEM else min(num_items, Platform.detect(q.device).num_sms)
         if items == ONE_PER_ITEM:
             claims = [False]
@@ -427,17 +428,3 @@ def launch_qblock(kernel, extra: dict, out, q, k_cache, v_cache, block_table, cu
 
 REDUCE_NUM_WARPS = 1  # the split's reduction, one program per (token, query head): as the split-KV step's on sm_90
 
-
-def split_min_segment_tiles(num_segments: int, tile_size: int, max_seqlen_q: int | None, max_seqlen_k: int | None,
-                            sliding_window: int | None) -> int:
-    """Fewest tiles per segment of a split launch: the longest range's tiles (``max_seqlen_k``
-    keys, or a window and the queries it spans, plus the tile its edge may straddle) cut in
-    ``num_segments``, as the split-KV step's equal segments (`steps.parallel_tiled.
-    min_segment_tiles`); 1 where the caller does not give the longest sequence."""
-    if num_segments == 1 or max_seqlen_k is None:
-        return 1
-    if sliding_window is None:
-        tiles = -(-max_seqlen_k // tile_size)
-    else:
-        tiles = -(-min(max_seqlen_k, sliding_window + (max_seqlen_q or max_seqlen_k) - 1) // tile_size) + 1
-    return max(1, -(-tiles // num_segments))

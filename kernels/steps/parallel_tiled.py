@@ -116,16 +116,23 @@ def reduce_segments_kernel(
 
 
 def min_segment_tiles(config: KernelConfig, max_seqlen_q: int, max_seqlen_k: int, sliding_window: int | None) -> int:
-    """Fewest KV tiles per segment: 1, or with ``equal_segments`` a segment of the longest
-    Q-block range (``max_seqlen_k`` keys, or a window and the queries it spans, plus the
-    tile a window's edge may straddle) cut into ``num_segments``."""
+    """Fewest KV tiles per segment: 1, or with ``equal_segments`` `equal_segment_tiles`."""
     if not config.equal_segments:
         return 1
+    return equal_segment_tiles(config.num_segments, config.tile_size, max_seqlen_q, max_seqlen_k, sliding_window)
+
+
+def equal_segment_tiles(num_segments: int, tile_size: int, max_seqlen_q: int, max_seqlen_k: int,
+                        sliding_window: int | None) -> int:
+    """KV tiles of one of ``num_segments`` equal segments of the longest Q-block range
+    (``max_seqlen_k`` keys, or a window and the queries it spans, plus the tile a window's
+    edge may straddle), at least 1: a shorter range fills its first segments only. The
+    Gluon kernel's split cuts its ranges so too (`hopper.host.launch_qblock`)."""
     if sliding_window is None:
-        tiles = -(-max_seqlen_k // config.tile_size)
+        tiles = -(-max_seqlen_k // tile_size)
     else:
-        tiles = -(-min(max_seqlen_k, sliding_window + max_seqlen_q - 1) // config.tile_size) + 1
-    return max(1, -(-tiles // config.num_segments))
+        tiles = -(-min(max_seqlen_k, sliding_window + max_seqlen_q - 1) // tile_size) + 1
+    return max(1, -(-tiles // num_segments))
 
 
 def launch(out, q, k_cache, v_cache, block_table, cu_seqlens_q, seq_lens, *,
