@@ -68,13 +68,21 @@ class SingleNodeSlurm:
         raise RuntimeError(f"slurm node not idle after 30 s; {self.root}/slurmctld.log and slurmd.log say why")
 
     def wait_idle(self, timeout_s: float) -> None:
-        """Until no job is queued or running."""
+        """Until no job is queued or running: two answers of squeue in a row, a second
+        apart, that succeed and list nothing. A squeue that fails (slurmctld busy on a
+        loaded two-core machine: "Socket timed out") prints nothing too, and is not an
+        empty queue."""
         deadline = time.monotonic() + timeout_s
+        empty_in_a_row, last = 0, None
         while time.monotonic() < deadline:
-            if not subprocess.run(["squeue", "-h"], env=self.env, capture_output=True, text=True).stdout.strip():
+            last = subprocess.run(["squeue", "-h"], env=self.env, capture_output=True, text=True)
+            empty = last.returncode == 0 and not last.stdout.strip()
+            empty_in_a_row = empty_in_a_row + 1 if empty else 0
+            if empty_in_a_row == 2:
                 return
             time.sleep(1)
-        raise TimeoutError(f"jobs still queued after {timeout_s} s")
+        raise TimeoutError(f"jobs still queued after {timeout_s} s; squeue said: "
+                           f"{(last.stdout + last.stderr).strip() if last else 'nothing'}")
 
     def stop(self) -> None:
         subprocess.run(["scancel", "--user", "root"], env=self.env, capture_output=True)
