@@ -9,7 +9,7 @@ loads neither torch nor triton: `Platform.detect` imports torch when it is calle
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from typing import Callable
 
@@ -184,6 +184,23 @@ class BatchShape:
         if self.sum_seqlen_k is None:
             return 1.0
         return min(1.0, self.sum_seqlen_k / (self.num_seqs * self.max_seqlen_k))
+
+    def in_window(self, sliding_window: int | None) -> "BatchShape":
+        """The batch as the kernels stream it under a sliding window of ``sliding_window``
+        keys per query (None or 0: none): every kernel skips the tiles before its rows'
+        windows, so a sequence's queries read at most ``sliding_window + max_seqlen_q - 1``
+        of its keys, whatever its length. ``max_seqlen_k`` becomes that bound where it is
+        shorter, and ``sum_seqlen_k`` at most that many keys per sequence (an upper bound:
+        the host knows the batch's sum, not how much of it lies outside the windows). A
+        fresh prompt keeps its length (its queries span it). The trees then cost a 4k
+        window over 40k-token contexts as the 4k contexts it reads."""
+        if not sliding_window:
+            return self
+        max_keys = min(self.max_seqlen_k, sliding_window + self.max_seqlen_q - 1)
+        if max_keys == self.max_seqlen_k:
+            return self
+        sum_keys = None if self.sum_seqlen_k is None else min(self.sum_seqlen_k, self.num_seqs * max_keys)
+        return replace(self, max_seqlen_k=max_keys, sum_seqlen_k=sum_keys)
 
     def at_full_length(self, programs: int) -> int:
         """``programs`` of a one-program-per-(sequence, ...) launch counted in units of the

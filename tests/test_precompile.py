@@ -40,7 +40,8 @@ def _random_shape(rng: random.Random, heads: tuple[int, int, int]) -> BatchShape
         if sum(q_lens) > max_tokens:
             q_lens, kv = [1] * n, [kv[0]] * n
     sum_k = rng.choice([None, sum(kv)])  # unknown (a captured graph) or summed by the caller
-    return BatchShape(n, sum(q_lens), max(q_lens), max(kv), *heads, sum_k)
+    window = rng.choice([None, None, rng.randint(1, max_len)])  # as `paged_attention` sees a windowed batch
+    return BatchShape(n, sum(q_lens), max(q_lens), max(kv), *heads, sum_k).in_window(window)
 
 
 @pytest.mark.parametrize("platform", [H100, H100_SM90, MI300X], ids=["h100", "h100-sm90", "mi300x"])

@@ -846,6 +846,69 @@ def test_a_ragged_decode_splits_where_its_longest_sequences_would_idle_the_gpu(m
     assert decide(replace(llama, sum_seqlen_k=None), H100_SM90).config.variant == "qblock"
 
 
+def test_a_windowed_batch_is_costed_as_the_keys_its_windows_hold():
+    """Every kernel skips the tiles before its rows' windows, so the trees see a sequence's
+    keys as at most window + query - 1 (`BatchShape.in_window`): gpt-oss's 128-token window
+    over 64k-token decodes is a decode over 128 keys, and no split; a 4k window over ragged
+    30k contexts is a batch of 4k-key sequences of unknown raggedness within it (the sum
+    an upper bound). A fresh prompt spans its keys whatever the window."""
+    from attnbench.kernels.dispatch.heuristics import decide
+
+    gptoss = BatchShape(8, 8, 1, 64201, 64, 8, 64, sum_seqlen_k=513608)
+    windowed = gptoss.in_window(128)
+    assert (windowed.max_seqlen_k, windowed.sum_seqlen_k) == (128, 8 * 128)
+    assert gptoss.in_window(None) is gptoss and gptoss.in_window(0) is gptoss and gptoss.in_window(70000) is gptoss
+    assert decide(gptoss, H100_SM90).config.variant == "parallel_tiled"  # 64 programs: split, unwindowed
+    assert decide(windowed, H100_SM90).config == decide(replace(gptoss, max_seqlen_k=128, sum_seqlen_k=1024),
+                                                        H100_SM90).config
+    assert decide(windowed, H100_SM90).config.variant != "parallel_tiled"
+    spec = BatchShape(4, 32, 8, 29455, 40, 40, 128, sum_seqlen_k=4 * 29455).in_window(4096)
+    assert (spec.max_seqlen_k, spec.sum_seqlen_k) == (4096 + 7, 4 * 4103)
+    ragged = BatchShape(48, 48, 1, 30845, 32, 16, 128, sum_seqlen_k=214186).in_window(4096)
+    assert (ragged.max_seqlen_k, ragged.sum_seqlen_k, ragged.full_length_share) == (4096, 48 * 4096, 1.0)
+    short_ragged = BatchShape(48, 48, 1, 30845, 32, 16, 128, sum_seqlen_k=100000).in_window(4096)
+    assert short_ragged.sum_seqlen_k == 100000  # under 48 windows' worth: the sum stands
+    prompt = BatchShape(2, 8498, 4249, 4249, 64, 8, 64, sum_seqlen_k=8498)
+    assert prompt.in_window(128) is prompt
+    chunk = BatchShape(1, 1024, 1024, 45650, 8, 4, 256, sum_seqlen_k=45650).in_window(4096)
+    assert chunk.max_seqlen_k == 4096 + 1023
+
+
+def test_paged_attention_chooses_for_the_batch_within_its_window(monkeypatch):
+    """`auto` through the entry point: the shape the trees get is the windowed one, and the
+    same call without a window gets the raw lengths."""
+    import torch
+
+    from attnbench.kernels import paged_attention
+    from attnbench.kernels.bench.batch import PagedBatch
+    from attnbench.kernels.bench.implementations import prepare
+    from attnbench.kernels.dispatch import api
+    from attnbench.kernels.dispatch.heuristics import choose_config
+
+    seen = []
+
+    def recording(shape, platform, variant):
+        seen.append(shape)
+        return choose_config(shape, platform, variant)
+
+    monkeypatch.setattr(api, "choose_config", recording)
+    monkeypatch.setattr(api, "_VALID_LAYOUTS", {})
+    api._config_for.cache_clear()
+    try:
+        for window in (None, 24):
+            batch = PagedBatch.build([(1, 100), (1, 37), (3, 60)], num_q_heads=4, num_kv_heads=2, head_size=32,
+                                     dtype=torch.bfloat16, device="cpu", sliding_window=window, seed=7)
+            paged_attention(**batch.attention_kwargs())
+            assert seen[-1] == batch.shape
+        raw, windowed = seen
+        assert (raw.max_seqlen_k, raw.sum_seqlen_k) == (101, 101 + 38 + 63)
+        assert (windowed.max_seqlen_k, windowed.sum_seqlen_k) == (24 + 2, 3 * 26)
+        # the microbenchmark's why column says what the trees saw
+        assert prepare("auto", batch).why.startswith("26 keys at most within the 24-key window: ")
+    finally:
+        api._config_for.cache_clear()
+
+
 @pytest.mark.parametrize("tree", ["shipped", "off"])
 def test_a_split_cuts_known_lengths_into_equal_segments_and_a_sequences_queries_into_one_qblock(monkeypatch, tree):
     """Where `auto` splits a ragged batch whose keys the caller gives, every segment is as

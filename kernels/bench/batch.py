@@ -136,9 +136,11 @@ class PagedBatch:
 
     @property
     def shape(self) -> BatchShape:
-        """The facts the heuristics choose a kernel config from."""
+        """The facts the heuristics choose a kernel config from (within the batch's window,
+        as `paged_attention` sees them: `BatchShape.in_window`)."""
         return BatchShape(self.num_seqs, self.num_tokens, self.max_seqlen_q, self.max_seqlen_k,
-                          self.num_q_heads, self.num_kv_heads, self.head_size, self.sum_seqlen_k)
+                          self.num_q_heads, self.num_kv_heads, self.head_size,
+                          self.sum_seqlen_k).in_window(self.sliding_window)
 
     @property
     def sum_seqlen_k(self) -> int:

@@ -69,7 +69,10 @@ def _ours(variant: str):
     def prepare(batch: PagedBatch, config: KernelConfig | None = None) -> Prepared:
         why = ""
         if config is None:
-            config, why = decide(batch.shape, Platform.detect(batch.q.device), variant)
+            shape = batch.shape
+            config, why = decide(shape, Platform.detect(batch.q.device), variant)
+            if shape.max_seqlen_k < batch.max_seqlen_k:  # the trees saw the keys within the window
+                why = f"{shape.max_seqlen_k} keys at most within the {batch.sliding_window}-key window: {why}"
         kwargs = batch.attention_kwargs()
         if (refused := refusal(config.variant, batch.q, batch.k_cache, batch.v_cache)) is not None:
             raise Unsupported(f"{config.variant} {refused}")

@@ -119,13 +119,15 @@ def validate_inputs(q, k_cache, v_cache, block_table, cu_seqlens_q, seq_lens, ou
 # checked as a fresh one; max lengths, which change at every decode step, are checked the
 # first time each pair is seen with a layout.
 class _Sizes(NamedTuple):
-    """What the config choice reads of a call's tensors (the leading arguments of `_config_for`)."""
+    """What the config choice reads of a call's tensors and window (the leading arguments
+    of `_config_for`)."""
 
     num_seqs: int
     num_tokens: int
     num_q_heads: int
     num_kv_heads: int
     head_size: int
+    sliding_window: int
     device: torch.device
 
 
@@ -199,7 +201,8 @@ def _checked_layout(q, k_cache, v_cache, block_table, cu_seqlens_q, seq_lens, ou
     validate_inputs(q, k_cache, v_cache, block_table, cu_seqlens_q, seq_lens, out,
                     max_seqlen_q, max_seqlen_k, sliding_window, softcap, check_metadata)
     num_tokens, num_q_heads, head_size = q.shape
-    layout = _Layout(_Sizes(seq_lens.shape[0], num_tokens, num_q_heads, k_cache.shape[2], head_size, q.device))
+    layout = _Layout(_Sizes(seq_lens.shape[0], num_tokens, num_q_heads, k_cache.shape[2], head_size,
+                            sliding_window or 0, q.device))
     if key is not None:
         if len(_VALID_LAYOUTS) >= _MAX_VALID_LAYOUTS:
             _VALID_LAYOUTS.clear()
@@ -209,14 +212,15 @@ def _checked_layout(q, k_cache, v_cache, block_table, cu_seqlens_q, seq_lens, ou
 
 @lru_cache(maxsize=4096)
 def _config_for(num_seqs: int, num_tokens: int, num_q_heads: int, num_kv_heads: int, head_size: int,
-                device: torch.device, max_seqlen_q: int, max_seqlen_k: int, full_length_seqs: int | None,
-                variant: str) -> KernelConfig:
+                sliding_window: int, device: torch.device, max_seqlen_q: int, max_seqlen_k: int,
+                full_length_seqs: int | None, variant: str) -> KernelConfig:
     """`choose_config` for a batch shape on a device, cached (the trees are pure functions).
     ``full_length_seqs``: the batch's keys in units of the longest sequence, rounded up
-    (`_full_length_seqs`); None where unknown."""
+    (`_full_length_seqs`); None where unknown. The trees see the batch within its window
+    (`BatchShape.in_window`; 0: none)."""
     sum_seqlen_k = None if full_length_seqs is None else full_length_seqs * max_seqlen_k
     shape = BatchShape(num_seqs, num_tokens, max_seqlen_q, max_seqlen_k, num_q_heads, num_kv_heads, head_size,
-                       sum_seqlen_k)
+                       sum_seqlen_k).in_window(sliding_window)
     return choose_config(shape, Platform.detect(device), variant)
 
 
