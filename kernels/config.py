@@ -147,6 +147,16 @@ def _detect_platform(device_type: str, index: int | None) -> Platform:
     return Platform("cuda", props.multi_processor_count, props.name, f"sm_{props.major}{props.minor}")
 
 
+def keys_in_window(max_seqlen_q: int, max_seqlen_k: int, sliding_window: int | None) -> int:
+    """Keys a sequence's queries read at most: all ``max_seqlen_k``, or under a window of
+    ``sliding_window`` keys per query (None or 0: none) the window and the queries it spans,
+    ``sliding_window + max_seqlen_q - 1``, where that is fewer (every kernel skips the tiles
+    before its rows' windows)."""
+    if not sliding_window:
+        return max_seqlen_k
+    return min(max_seqlen_k, sliding_window + max_seqlen_q - 1)
+
+
 @dataclass(frozen=True)
 class BatchShape:
     """The batch facts a config may depend on (all known on the host without a sync)."""
@@ -187,16 +197,12 @@ class BatchShape:
 
     def in_window(self, sliding_window: int | None) -> "BatchShape":
         """The batch as the kernels stream it under a sliding window of ``sliding_window``
-        keys per query (None or 0: none): every kernel skips the tiles before its rows'
-        windows, so a sequence's queries read at most ``sliding_window + max_seqlen_q - 1``
-        of its keys, whatever its length. ``max_seqlen_k`` becomes that bound where it is
-        shorter, and ``sum_seqlen_k`` at most that many keys per sequence (an upper bound:
-        the host knows the batch's sum, not how much of it lies outside the windows). A
-        fresh prompt keeps its length (its queries span it). The trees then cost a 4k
-        window over 40k-token contexts as the 4k contexts it reads."""
-        if not sliding_window:
-            return self
-        max_keys = min(self.max_seqlen_k, sliding_window + self.max_seqlen_q - 1)
+        keys per query (None or 0: none): ``max_seqlen_k`` becomes the keys a sequence's
+        queries read at most (`keys_in_window`), and ``sum_seqlen_k`` at most that many per
+        sequence (an upper bound: the host knows the batch's sum, not how much of it lies
+        outside the windows). A fresh prompt keeps its length (its queries span it). The
+        trees then cost a 4k window over 40k-token contexts as the 4k contexts it reads."""
+        max_keys = keys_in_window(self.max_seqlen_q, self.max_seqlen_k, sliding_window)
         if max_keys == self.max_seqlen_k:
             return self
         sum_keys = None if self.sum_seqlen_k is None else min(self.sum_seqlen_k, self.num_seqs * max_keys)

@@ -859,8 +859,6 @@ def test_a_windowed_batch_is_costed_as_the_keys_its_windows_hold():
     assert (windowed.max_seqlen_k, windowed.sum_seqlen_k) == (128, 8 * 128)
     assert gptoss.in_window(None) is gptoss and gptoss.in_window(0) is gptoss and gptoss.in_window(70000) is gptoss
     assert decide(gptoss, H100_SM90).config.variant == "parallel_tiled"  # 64 programs: split, unwindowed
-    assert decide(windowed, H100_SM90).config == decide(replace(gptoss, max_seqlen_k=128, sum_seqlen_k=1024),
-                                                        H100_SM90).config
     assert decide(windowed, H100_SM90).config.variant != "parallel_tiled"
     spec = BatchShape(4, 32, 8, 29455, 40, 40, 128, sum_seqlen_k=4 * 29455).in_window(4096)
     assert (spec.max_seqlen_k, spec.sum_seqlen_k) == (4096 + 7, 4 * 4103)

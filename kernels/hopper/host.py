@@ -134,8 +134,8 @@ def split_segments(shape: BatchShape, num_sms: int) -> int:
     32k, 96 items, in 2: 188 against 356, FA3 224), and 1.09-1.17x in 2 segments on the
     three of 0.88-1.94 (Llama-8B's 512-token chunk over 16k keys, 128 items: 256 against
     234). Two segments rather than the rule's four took 0.96-0.97x the time on four
-    batches of 60-64 items (0.87x on Gemma-2's chunk, whose 4k window leaves each segment
-    a quarter of the keys counted here, 1.04x on a mixed batch of as many), and 1.29-1.66x
+    batches of 60-64 items (0.87x on Gemma-2's 512-token chunk over 16k keys, whose 4k
+    window leaves four segments about 1,150 keys each, 1.04x on a mixed batch of as many), and 1.29-1.66x
     rather than its four or eight on the four of 32-46 items."""
     if shape.max_seqlen_q <= SHORT_QUERY:
         return 1
@@ -313,6 +313,7 @@ def one_q_block_per_seq(block_q: int, max_seqlen_q: int | None) -> bool:
 # how a kernel that walks a flat list of (Q-block, KV head) work items is launched
 ONE_PER_ITEM = "one per item"
 PERSISTENT = "one per SM"
+REDUCE_NUM_WARPS = 1  # the split's reduction, one program per (token, query head): as the split-KV step's on sm_90
 
 
 def launch_qblock(kernel, extra: dict, out, q, k_cache, v_cache, block_table, cu_seqlens_q, seq_lens, *,
@@ -424,7 +425,3 @@ def launch_qblock(kernel, extra: dict, out, q, k_cache, v_cache, block_table, cu
             HEAD_SIZE=g.head_size, HEAD_PAD=g.head_pad, NUM_SEGMENTS=num_segments,
             SEGMENTS_PAD=next_power_of_2(num_segments), EQUAL_SEGMENTS=True, num_warps=REDUCE_NUM_WARPS,
         )
-
-
-REDUCE_NUM_WARPS = 1  # the split's reduction, one program per (token, query head): as the split-KV step's on sm_90
-

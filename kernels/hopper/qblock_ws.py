@@ -777,9 +777,9 @@ def default_config(shape: BatchShape, p: Platform) -> KernelConfig:
     0.90-1.01x the 64-key time in static shares on the five such prompts of 384-512 tokens
     (Phi-3 32 x 512: 243 against 269 us).
 
-    Long queries whose items fill at most half the SMs (a chunk over a long context at a few
-    KV heads, a short prompt beside long decodes) cut each Q-block's tiles into
-    `host.split_segments` items, one program each."""
+    Long queries whose items fill at most three quarters of the SMs (a chunk over a long
+    context at a few KV heads, a short prompt beside long decodes) cut each Q-block's tiles
+    into `host.split_segments` items, one program each."""
     even_short = even_short_queries(shape)
     long_keys = (shape.max_seqlen_k >= EVEN_SHORT_QUERIES_LONG_KEYS_FROM if even_short
                  else shape.max_seqlen_k > LONG_KEYS_FROM or prefill_deals_static_shares(shape, p.num_sms))

@@ -23,7 +23,7 @@ import torch
 import triton
 import triton.language as tl
 
-from ..config import BatchShape, KernelConfig, Platform, Step, next_power_of_2
+from ..config import BatchShape, KernelConfig, Platform, Step, keys_in_window, next_power_of_2
 from .blocks import (Geometry, attend_qblock, base2_scale, cache_strides, launch_or_compile, locate_qblock,
                      qblock_rows, segment_tiles)
 
@@ -125,13 +125,12 @@ def min_segment_tiles(config: KernelConfig, max_seqlen_q: int, max_seqlen_k: int
 def equal_segment_tiles(num_segments: int, tile_size: int, max_seqlen_q: int, max_seqlen_k: int,
                         sliding_window: int | None) -> int:
     """KV tiles of one of ``num_segments`` equal segments of the longest Q-block range
-    (``max_seqlen_k`` keys, or a window and the queries it spans, plus the tile a window's
-    edge may straddle), at least 1: a shorter range fills its first segments only. The
-    Gluon kernel's split cuts its ranges so too (`hopper.host.launch_qblock`)."""
-    if sliding_window is None:
-        tiles = -(-max_seqlen_k // tile_size)
-    else:
-        tiles = -(-min(max_seqlen_k, sliding_window + max_seqlen_q - 1) // tile_size) + 1
+    (the keys a sequence reads, `keys_in_window`, plus the tile a window's edge may
+    straddle), at least 1: a shorter range fills its first segments only. The Gluon
+    kernel's split cuts its ranges so too (`hopper.host.launch_qblock`)."""
+    tiles = -(-keys_in_window(max_seqlen_q, max_seqlen_k, sliding_window) // tile_size)
+    if sliding_window is not None:
+        tiles += 1
     return max(1, -(-tiles // num_segments))
 
 
