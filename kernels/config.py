@@ -172,6 +172,8 @@ class BatchShape:
     # in a CUDA graph, which replays for any lengths up to max_seqlen_k: then the choice
     # must hold for any (`heuristics`: full-length programs, many decodes)
     sum_seqlen_k: int | None = None
+    # keys before each query that it attends to, itself included (0: all); set by `in_window`
+    sliding_window: int = 0
 
     @property
     def queries_per_kv(self) -> int:
@@ -201,12 +203,19 @@ class BatchShape:
         queries read at most (`keys_in_window`), and ``sum_seqlen_k`` at most that many per
         sequence (an upper bound: the host knows the batch's sum, not how much of it lies
         outside the windows). A fresh prompt keeps its length (its queries span it). The
-        trees then cost a 4k window over 40k-token contexts as the 4k contexts it reads."""
-        max_keys = keys_in_window(self.max_seqlen_q, self.max_seqlen_k, sliding_window)
-        if max_keys == self.max_seqlen_k:
+        trees then cost a 4k window over 40k-token contexts as the 4k contexts it reads.
+        ``sliding_window`` is kept where it binds (`keys_in_window` of one query is fewer than
+        ``max_seqlen_k``), for a tree that costs a block of queries (`q_block_keys`)."""
+        if not sliding_window or sliding_window >= self.max_seqlen_k:
             return self
+        max_keys = keys_in_window(self.max_seqlen_q, self.max_seqlen_k, sliding_window)
         sum_keys = None if self.sum_seqlen_k is None else min(self.sum_seqlen_k, self.num_seqs * max_keys)
-        return replace(self, max_seqlen_k=max_keys, sum_seqlen_k=sum_keys)
+        return replace(self, max_seqlen_k=max_keys, sum_seqlen_k=sum_keys, sliding_window=sliding_window)
+
+    def q_block_keys(self, block_tokens: int) -> int:
+        """Keys that ``block_tokens`` consecutive queries of a sequence read at most: all
+        ``max_seqlen_k``, or within `sliding_window` its window and the block's span."""
+        return keys_in_window(block_tokens, self.max_seqlen_k, self.sliding_window)
 
     def at_full_length(self, programs: int) -> int:
         """``programs`` of a one-program-per-(sequence, ...) launch counted in units of the

@@ -25,7 +25,7 @@ H100_SM90 = Platform("cuda", 132, "NVIDIA H100 80GB HBM3", "sm_90")  # with the 
 LIMITS = (64, 512, 2048)  # max_num_seqs, max_num_batched_tokens, max_model_len
 
 
-def _random_shape(rng: random.Random, heads: tuple[int, int, int]) -> BatchShape:
+def _random_shape(rng: random.Random, heads: tuple[int, int, int], window: int) -> BatchShape:
     max_seqs, max_tokens, max_len = LIMITS
     n = rng.choice([1, 2, 3, rng.randint(1, max_seqs)])
     if rng.random() < 0.5:  # decode-only
@@ -40,20 +40,22 @@ def _random_shape(rng: random.Random, heads: tuple[int, int, int]) -> BatchShape
         if sum(q_lens) > max_tokens:
             q_lens, kv = [1] * n, [kv[0]] * n
     sum_k = rng.choice([None, sum(kv)])  # unknown (a captured graph) or summed by the caller
-    window = rng.choice([None, None, rng.randint(1, max_len)])  # as `paged_attention` sees a windowed batch
     return BatchShape(n, sum(q_lens), max(q_lens), max(kv), *heads, sum_k).in_window(window)
 
 
 @pytest.mark.parametrize("platform", [H100, H100_SM90, MI300X], ids=["h100", "h100-sm90", "mi300x"])
 @pytest.mark.parametrize("variant", ["auto", "naive", "qblock", "parallel_tiled", "static_grid"])
 def test_reachable_configs_cover_random_batches(variant, platform):
+    """Random batches of a layer without a window, and of layers of random windows (a
+    server's layer has one; `paged_attention` hands the trees its batches within it)."""
     heads = (32, 8, 128)
-    reachable = {_same_binary(c) for c in reachable_configs(variant, platform, *heads, *LIMITS)}
     rng = random.Random(fresh_seed())
-    for _ in range(3000):
-        shape = _random_shape(rng, heads)
-        config = _same_binary(choose_config(shape, platform, variant))
-        assert config in reachable, f"{shape} -> {config} is not among the {len(reachable)} precompiled"
+    for window in (0, rng.randint(1, 600), rng.randint(1, LIMITS[2])):
+        reachable = {_same_binary(c) for c in reachable_configs(variant, platform, *heads, *LIMITS, window)}
+        for _ in range(1500):
+            shape = _random_shape(rng, heads, window)
+            config = _same_binary(choose_config(shape, platform, variant))
+            assert config in reachable, f"{shape} -> {config} is not among the {len(reachable)} precompiled"
 
 
 def _qblock_keys_for_16_and_17_sequences() -> list[tuple]:

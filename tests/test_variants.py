@@ -867,7 +867,9 @@ def test_a_windowed_batch_is_costed_as_the_keys_its_windows_hold():
     short_ragged = BatchShape(48, 48, 1, 30845, 32, 16, 128, sum_seqlen_k=100000).in_window(4096)
     assert short_ragged.sum_seqlen_k == 100000  # under 48 windows' worth: the sum stands
     prompt = BatchShape(2, 8498, 4249, 4249, 64, 8, 64, sum_seqlen_k=8498)
-    assert prompt.in_window(128) is prompt
+    windowed_prompt = prompt.in_window(128)  # its lengths stand; the window stays for its Q-blocks
+    assert windowed_prompt == replace(prompt, sliding_window=128)
+    assert windowed_prompt.q_block_keys(16) == 128 + 15 and prompt.q_block_keys(16) == 4249
     chunk = BatchShape(1, 1024, 1024, 45650, 8, 4, 256, sum_seqlen_k=45650).in_window(4096)
     assert chunk.max_seqlen_k == 4096 + 1023
 

@@ -331,7 +331,8 @@ def precompile(
     CUDA-graph capture. A no-op under TRITON_INTERPRET=1 (nothing to compile).
     """
     platform = Platform.detect(q.device)
-    limits = (platform, q.shape[1], k_cache.shape[2], q.shape[2], max_num_seqs, max_num_batched_tokens, max_model_len)
+    limits = (platform, q.shape[1], k_cache.shape[2], q.shape[2], max_num_seqs, max_num_batched_tokens, max_model_len,
+              sliding_window or 0)
     configs = reachable_configs(variant, *limits)
     refused = {c.variant: why for c in configs if (why := refusal(c.variant, q, k_cache, v_cache)) is not None}
     if refused and variant != AUTO:

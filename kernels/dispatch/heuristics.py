@@ -80,6 +80,7 @@ def _split_why(config: KernelConfig, shape: BatchShape, p: Platform) -> str:
 
 
 MANY_SHORT_QUERIES_MAX_KEYS = 4096  # longest sequence up to which many short queries keep the Triton step
+WIDE_HEAD_DECODES_MAX_KEYS = 2048  # the same for decodes at a head over 128 the Triton step takes unpadded (256)
 
 
 def _many_short_queries(shape: BatchShape, p: Platform) -> bool:
@@ -133,20 +134,36 @@ def _many_short_queries(shape: BatchShape, p: Platform) -> bool:
     over 512 keys: 49 against 63 us, FA3 54). At head 192, which the Triton step computes
     in 256 columns, 0.62-0.66x (rules.yaml head192-decodes, B32 over 2k keys: 206 against
     333 us; docs/perf/h200/rules-items-heads-2026-11-29.csv); at head 256 the Triton step
-    still won, 0.95x (head256-tiles, B96 over 1.2k keys: 247 against 258 us)."""
+    still won, 0.95x (head256-tiles, B96 over 1.2k keys: 247 against 258 us), but its edge
+    shrinks with the keys (B128 over 600: 0.87x; B192 ragged up to 2k: 1.00x) and over
+    4k it lost: Gemma-2-9B's B32 decode over 16k keys in a 4k window 322 against 258 us, a
+    ragged B64 in the same window 598 against 417, Gemma-2-2B's ragged B96 378 against 314
+    (rules.yaml windows, heldout-random; docs/perf/h200/rules-waves-windows-2026-11-29.csv),
+    so at head 256 decodes keep it up to `WIDE_HEAD_DECODES_MAX_KEYS`."""
     if shape.max_seqlen_q > SHORT_QUERY or _programs_2d(shape, p) <= p.num_sms:
         return False
-    # a head over 128 that the Triton step computes without padding (256): its 32-key decode
-    # tiles keep winning there; at 192 they compute 256 columns and lose
-    wide_unpadded_head = (hopper.max_tile_size(shape.head_size) < 128
-                          and next_power_of_2(shape.head_size) == shape.head_size)
-    if (hopper.even_short_queries(shape) and not wide_unpadded_head
+    if (hopper.even_short_queries(shape) and not _wide_unpadded_head(shape)
             and shape.max_seqlen_k <= MANY_SHORT_QUERIES_MAX_KEYS):
         return shape.max_seqlen_q == 1 and not hopper.static_rounds_full(shape, p.num_sms)
     if shape.max_seqlen_q == 1:
-        return shape.max_seqlen_k <= MANY_SHORT_QUERIES_MAX_KEYS or shape.sum_seqlen_k is None
+        return shape.max_seqlen_k <= _triton_short_max_keys(shape) or shape.sum_seqlen_k is None
     return (_fills_one_triton_q_block(shape, p) and shape.sum_seqlen_k is not None
             and shape.max_seqlen_k <= MANY_SHORT_QUERIES_MAX_KEYS)
+
+
+def _wide_unpadded_head(shape: BatchShape) -> bool:
+    """A head over 128 that the Triton step computes without padding (256): its 32-key
+    decode tiles keep winning there over short contexts; at 192 they compute 256 columns
+    and lose."""
+    return hopper.max_tile_size(shape.head_size) < 128 and next_power_of_2(shape.head_size) == shape.head_size
+
+
+def _triton_short_max_keys(shape: BatchShape) -> int:
+    """Longest sequence up to which many short queries of this batch's kind may keep the
+    Triton step (`_many_short_queries`)."""
+    if shape.max_seqlen_q == 1 and _wide_unpadded_head(shape):
+        return WIDE_HEAD_DECODES_MAX_KEYS
+    return MANY_SHORT_QUERIES_MAX_KEYS
 
 
 def _fills_one_triton_q_block(shape: BatchShape, p: Platform) -> bool:
@@ -163,7 +180,8 @@ def _triton_for_many_short_queries(shape: BatchShape, p: Platform) -> Decision |
         return None
     rows = shape.max_seqlen_q * shape.queries_per_kv
     what = "decodes" if shape.max_seqlen_q == 1 else f"{shape.max_seqlen_q}-token queries filling one {rows}-row Q-block each"
-    over = (f"over at most {MANY_SHORT_QUERIES_MAX_KEYS} keys" if shape.max_seqlen_k <= MANY_SHORT_QUERIES_MAX_KEYS
+    max_keys = _triton_short_max_keys(shape)
+    over = (f"over at most {max_keys} keys" if shape.max_seqlen_k <= max_keys
             else f"over unknown lengths up to {shape.max_seqlen_k} keys")
     rounds = ""
     if hopper.even_short_queries(shape):
@@ -204,7 +222,10 @@ def _split_decision(shape: BatchShape, p: Platform) -> Decision:
     would launch for the SMs, and how the keys are cut."""
     config = _split_config(shape, p)
     gluon = ""
-    if _gluon_runs(shape, p):
+    if _gluon_runs(shape, p) and _split_for_waves(shape, p):
+        items, rounds = hopper.static_rounds(shape, p.num_sms)
+        gluon = f" (the Gluon kernel's {items} items would fill {items / (rounds * p.num_sms):.0%} of {rounds} static rounds)"
+    elif _gluon_runs(shape, p):
         wave = ", the batch being ragged over more than a wave" if _ragged_over_a_wave(shape, p) else ""
         gluon = f" (at most {_split_max_programs(shape, p)} split where the Gluon kernel runs{wave})"
     ragged = ""
@@ -229,7 +250,31 @@ def _split_kv(shape: BatchShape, p: Platform) -> bool:
     decode of 1-4 sequences from 384 keys took less time split than in the Gluon kernel or
     the Triton step, and at 256 keys the Triton step won."""
     return (shape.max_seqlen_q <= SHORT_QUERY and shape.max_seqlen_k >= SPLIT_MIN_KEYS
-            and _full_length_programs(shape, p) <= _split_max_programs(shape, p))
+            and (_full_length_programs(shape, p) <= _split_max_programs(shape, p) or _split_for_waves(shape, p)))
+
+
+def _split_for_waves(shape: BatchShape, p: Platform) -> bool:
+    """Short queries of equal, known lengths over more than `MANY_SHORT_QUERIES_MAX_KEYS`
+    keys, at a head the split computes in at most 128 columns, whose Gluon work items take two static rounds of the SMs and leave the second
+    one idle enough that the rounds are not full (`hopper.static_rounds_full`): the first
+    round's programs then wait on a second that runs a handful of items on a handful of
+    SMs, each item the full context long, while the split's many short segments keep every
+    SM streaming. (Fewer keys keep the Triton step there, `_many_short_queries`; one round
+    splits only up to half the SMs, `_split_max_programs`; from three rounds the tail is
+    a small share.)
+
+    On an H200 (132 SMs; recipes/microbench/rules.yaml, waves; docs/perf/h200/rules-waves-
+    windows-2026-11-29.csv), uniform decodes and 4-token speculative decodes over 8-32k keys
+    at head 128, the split took 0.66-0.79x the Gluon kernel's time from 136 to 160 items
+    (52-61% of two rounds; Llama-8B B17 over 16k: 305 against 420 us, FA3 396), 0.93x at
+    192 (73%, Llama-8B B24 over 8k: 208 against 225), and 1.02-1.05x at 256 (97%, B32
+    over 32k), where the rounds are full. Heads of 64 and 128 were measured; wider ones, whose
+    split computes 256 columns in 64-key tiles, keep the Gluon kernel."""
+    if not (_gluon_runs(shape, p) and hopper.even_short_queries(shape) and hopper.head_pad(shape.head_size) <= 128
+            and shape.max_seqlen_k > MANY_SHORT_QUERIES_MAX_KEYS):
+        return False
+    _, rounds = hopper.static_rounds(shape, p.num_sms)
+    return rounds == 2 and not hopper.static_rounds_full(shape, p.num_sms)
 
 
 def _split_for_raggedness(shape: BatchShape, p: Platform) -> bool:
@@ -253,6 +298,7 @@ SPLIT_SHORT_KEYS = 2560  # longest sequence up to which a split takes 32-key til
 SPLIT_MAX_BLOCK_M = 64  # the largest Q-block a split widens to, to hold a sequence's speculative tokens
 SPLIT_PROGRAMS_PER_SM = 2  # (sequence, KV head) pairs x segments per SM a split aims at (Hopper)
 SPLIT_MAX_SEGMENTS = 32  # the most segments a split cuts a (sequence, KV head) pair's keys into
+WAVE_SPLIT_SEGMENTS = 8  # segments per pair of a split past a pair per SM (`_split_for_waves`)
 
 
 def _split_config(shape: BatchShape, p: Platform) -> KernelConfig:
@@ -318,8 +364,15 @@ def _split_segments(shape: BatchShape, p: Platform) -> int:
     133, 4 segments 143); at 64 pairs 4 segments 0.99x. On an H200 (132 SMs too, no fitted
     tree; docs/perf/h200/rules-segs-2026-11-28.csv) the rule's pick took 0.80-1.01x the
     time of 16 segments on the nine head-128 cases, 0.83x on Phi-3's 128 pairs and 1.06x
-    on its 96 (8 segments 0.94x): the one case both GPUs place elsewhere."""
+    on its 96 (8 segments 0.94x): the one case both GPUs place elsewhere.
+
+    Past a pair per SM (where `_split_for_waves` splits a batch of two static rounds),
+    `WAVE_SPLIT_SEGMENTS`: on the H200's waves group (136-256 pairs over 8-32k keys) 8
+    segments took 1.00-1.05x the time of the best of 4, 8 and 16 on every case, 4 up to
+    1.15x, 16 up to 1.10x."""
     pairs = shape.num_seqs * shape.num_kv_heads
+    if pairs > p.num_sms:
+        return WAVE_SPLIT_SEGMENTS
     budget = SPLIT_PROGRAMS_PER_SM * p.num_sms
     segments = 2
     while segments < SPLIT_MAX_SEGMENTS and pairs * (2 * segments) <= budget:  # twice as many still fit
@@ -539,6 +592,14 @@ def decide(shape: BatchShape, platform: Platform, variant: str = AUTO) -> Decisi
         fitted += (f", {own_tiles}-key tiles: " + ("prompts in even static shares"
                                                     if hopper.prefill_deals_static_shares(shape, platform.num_sms)
                                                     else f"the longest sequence has {shape.max_seqlen_k} keys"))
+    if (config.variant == GLUON_QBLOCK and shape.sliding_window and shape.max_seqlen_q > SHORT_QUERY
+            and config.tile_size > (own_tiles := step(GLUON_QBLOCK).default_config(shape, platform).tile_size)):
+        # fitted on prompts without a window, whose Q-blocks read their whole context; a short
+        # window leaves each a few tiles (`qblock_ws.short_window_q_blocks`)
+        config = replace(config, tile_size=own_tiles)
+        fitted += (f", {own_tiles}-key tiles: a Q-block reads at most "
+                   f"{shape.q_block_keys(hopper.q_block_tokens(shape.queries_per_kv))} keys "
+                   f"within the {shape.sliding_window}-key window")
     if config.variant == GLUON_QBLOCK and (segments := hopper.split_segments(shape, platform.num_sms)) > 1:
         # fitted on batches that fill the GPU: too few work items split each Q-block's tiles
         config = replace(config, num_segments=segments, persistent=False)
@@ -569,20 +630,27 @@ def _probe_values(limit: int) -> list[int]:
 @lru_cache(maxsize=None)
 def reachable_configs(variant: str, platform: Platform, num_q_heads: int, num_kv_heads: int,
                       head_size: int, max_num_seqs: int, max_num_batched_tokens: int,
-                      max_model_len: int) -> tuple[KernelConfig, ...]:
+                      max_model_len: int, sliding_window: int = 0) -> tuple[KernelConfig, ...]:
     """Every config `choose_config` can return for ``variant`` on batches within a
-    server's limits (sequences per batch, tokens per batch, tokens per sequence).
+    server's limits (sequences per batch, tokens per batch, tokens per sequence) in a
+    layer of ``sliding_window`` keys per query (0: none).
 
     Found by probing the trees on a grid of batch shapes dense around every power of two
     (decode-only batches, one long query among decodes, all queries equally long; each with
     lengths unknown and at its most ragged), so a
-    server can compile them all before it serves (`api.precompile`). The trees are plain
-    functions, so this is a search, not a proof; `tests/test_precompile.py` checks it
-    against random batches.
+    server can compile them all before it serves (`api.precompile`). Under a window the
+    shapes are the trees' (`BatchShape.in_window`), whose keys move with the window: the
+    grid then holds every short query length and the lengths around the window too. The
+    trees are plain functions, so this is a search, not a proof;
+    `tests/test_precompile.py` checks it against random batches.
     """
     seqs = _probe_values(max_num_seqs)
     query_lens = _probe_values(min(max_num_batched_tokens, max_model_len))
     kv_lens = _probe_values(max_model_len)
+    if sliding_window:
+        query_lens = sorted({*query_lens, *range(1, min(SHORT_QUERY + 1, max_num_batched_tokens, max_model_len) + 1)})
+        kv_lens = sorted({*kv_lens, *(k for k in (sliding_window - 1, sliding_window, sliding_window + 1)
+                                      if 1 <= k <= max_model_len)})
     found: dict[KernelConfig, None] = {}
     for n in seqs:
         for q_len in query_lens:
@@ -599,7 +667,8 @@ def reachable_configs(variant: str, platform: Platform, num_q_heads: int, num_kv
                     # unknown lengths (every sequence as long as the longest), and the most
                     # ragged batch: one sequence that long, the others no longer than their queries
                     for sum_k in {None, kv_len + (n - 1) * q_len}:
-                        shape = BatchShape(n, tokens, q_len, kv_len, num_q_heads, num_kv_heads, head_size, sum_k)
+                        shape = BatchShape(n, tokens, q_len, kv_len, num_q_heads, num_kv_heads, head_size,
+                                           sum_k).in_window(sliding_window)
                         found.setdefault(choose_config(shape, platform, variant))
     return tuple(found)
 

@@ -63,7 +63,8 @@ from .blocks import (K_STAGES, V_STAGES, any_row_moved, cp_async, cta_barrier, k
                      program_rounds, qblock_item, qblock_rows, rescale_rows, row_layout, softmax_tile,
                      tiles_of_whole_pages, to_16bit_pairs)
 from .host import (ONE_PER_ITEM, PERSISTENT, PIECEWISE_HEAD_SIZES, even_short_queries, head_pieces, launch_qblock,
-                   many_items, max_tile_size, prefill_deals_static_shares, split_segments, unsupported_reason)
+                   many_items, max_tile_size, prefill_deals_static_shares, q_block_tokens, split_segments,
+                   unsupported_reason)
 
 NUM_WARPS = 4  # the default partition (consumer 0); consumer 1 and the producer are workers
 # the heads it takes: 64, 128 and 256 whole, 96 and 192 in two column pieces (`host.head_pieces`)
@@ -749,6 +750,14 @@ EVEN_SHORT_QUERIES_LONG_KEYS_FROM = 256  # max_seqlen_k from which uniform short
 PERSISTENT_SHORT_QUERIES_MAX_KEYS = 1024  # up to which batches of short queries launch persistent
 
 
+def short_window_q_blocks(shape: BatchShape) -> bool:
+    """Whether a batch of long queries has a sliding window that leaves each of its Q-blocks
+    at most `LONG_KEYS_FROM` keys to read (`BatchShape.q_block_keys`). (Short queries are
+    costed at their window already: `BatchShape.in_window`.)"""
+    return (shape.max_seqlen_q > SHORT_QUERY and shape.sliding_window > 0
+            and shape.q_block_keys(q_block_tokens(shape.queries_per_kv)) <= LONG_KEYS_FROM)
+
+
 def default_config(shape: BatchShape, p: Platform) -> KernelConfig:
     """64-key tiles up to `LONG_KEYS_FROM` keys, 128-key ones past them where they fit
     (`host.max_tile_size`: not with head 256). Persistent (one program per SM, each with a
@@ -777,12 +786,22 @@ def default_config(shape: BatchShape, p: Platform) -> KernelConfig:
     0.90-1.01x the 64-key time in static shares on the five such prompts of 384-512 tokens
     (Phi-3 32 x 512: 243 against 269 us).
 
+    Long queries under a sliding window that leaves a Q-block at most `LONG_KEYS_FROM` keys
+    to read (`short_window_q_blocks`), 64-key tiles at any length: a
+    Q-block's keys start anywhere in a tile, and the tiles it touches hold on average a
+    tile more than its keys, 128 keys of waste against 64. On an H200 (rules.yaml
+    window-tiles; docs/perf/h200/rules-waves-windows-2026-11-29.csv) gpt-oss's prompts
+    and chunks under its 128-key window (143 keys per 16-token Q-block) took 0.81-0.86x
+    the 128-key tiles' time persistent (its 8k prompt: 157 against 195 us, FA3 145).
+
     Long queries whose items fill at most three quarters of the SMs (a chunk over a long
     context at a few KV heads, a short prompt beside long decodes) cut each Q-block's tiles
     into `host.split_segments` items, one program each."""
     even_short = even_short_queries(shape)
     long_keys = (shape.max_seqlen_k >= EVEN_SHORT_QUERIES_LONG_KEYS_FROM if even_short
                  else shape.max_seqlen_k > LONG_KEYS_FROM or prefill_deals_static_shares(shape, p.num_sms))
+    if short_window_q_blocks(shape):
+        long_keys = False
     config = LONG_KEYS if long_keys and max_tile_size(shape.head_size) >= LONG_KEYS.tile_size else SHORT_KEYS
     segments = split_segments(shape, p.num_sms)
     if segments > 1:
