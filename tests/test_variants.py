@@ -427,8 +427,10 @@ def test_many_decodes_at_head_256_run_the_triton_step_in_32_key_tiles_and_4_warp
     """At a head over 128 the Triton step's 128-key, 8-warp decode config fits one program
     per SM; many decodes run in 32-key tiles and 4 warps (`qblock.TRITON_DECODE_WIDE_HEADS`), tuned
     tree or not, known lengths or a captured graph's, wherever the longest sequences'
-    programs alone outnumber the SMs. Fewer programs, a ragged batch whose long sequences
-    are few, and heads of 128 keep the 8-warp config; a speculative batch keeps its own."""
+    programs alone outnumber the SMs. `auto` runs it at head 256 from five programs per SM
+    (as many as it keeps resident), up to 2k keys where the lengths are known. Fewer
+    programs, a ragged batch whose long sequences are few, and heads of 128 keep the
+    8-warp config; a speculative batch keeps its own."""
     from attnbench.kernels.dispatch.heuristics import decide
     from attnbench.kernels.hopper import host
     from attnbench.kernels.steps import qblock
@@ -442,6 +444,13 @@ def test_many_decodes_at_head_256_run_the_triton_step_in_32_key_tiles_and_4_warp
         decision = decide(shape, platform)
         assert decision.config == wide, shape
         assert "the qblock step's own tree: decodes" in decision.why
+    # fewer than 5 programs per SM (its resident programs), known lengths or not, or past 2k
+    # keys where the lengths are known: the Gluon kernel
+    b32 = BatchShape(32, 32, 1, 2048, 16, 8, 256, sum_seqlen_k=32 * 2048)  # 256 programs
+    long_uniform = BatchShape(96, 96, 1, 3072, 16, 8, 256, sum_seqlen_k=96 * 3072)  # 768 programs
+    for shape in (b32, replace(b32, sum_seqlen_k=None), long_uniform):
+        assert decide(shape, platform).config.variant == "qblock_ws", shape
+    assert decide(replace(long_uniform, sum_seqlen_k=None), platform).config == wide
     eight_warps = qblock.TRITON_DECODE
     assert (eight_warps.tile_size, eight_warps.num_warps, eight_warps.block_m) == (128, 8, 16)
     few = BatchShape(12, 12, 1, 600, 16, 8, 256)  # 96 programs: fewer than the SMs
@@ -817,8 +826,10 @@ def test_a_ragged_decode_splits_where_its_longest_sequences_would_idle_the_gpu(m
                                 "ragged over more than a wave); segments as long as the longest sequence's")
     assert split.why.endswith(", whatever the fitted tree") == (tree == "shipped")
     assert decide(replace(gemma, sum_seqlen_k=24 * 12288), H100_SM90).config.variant == "qblock_ws"  # uniform
-    # unknown lengths (a captured graph): no split, and many decodes keep the Triton step (`_many_short_queries`)
-    assert decide(replace(gemma, sum_seqlen_k=None), H100_SM90).config.variant == "qblock"
+    # unknown lengths (a captured graph): no split; many decodes keep the Triton step
+    # (`_many_short_queries`), at head 256 from 5 programs per SM: 192 are 1.5
+    assert decide(replace(gemma, sum_seqlen_k=None), H100_SM90).config.variant == "qblock_ws"
+    assert decide(replace(gemma, num_seqs=96, num_tokens=96, sum_seqlen_k=None), H100_SM90).config.variant == "qblock"
     llama = BatchShape(48, 48, 1, 16384, 32, 8, 128, sum_seqlen_k=176128)
     assert decide(llama, H100_SM90).config.variant == "parallel_tiled"
     assert "86 at the longest sequence's length" in decide(llama, H100_SM90).why
@@ -872,6 +883,72 @@ def test_a_windowed_batch_is_costed_as_the_keys_its_windows_hold():
     assert windowed_prompt.q_block_keys(16) == 128 + 15 and prompt.q_block_keys(16) == 4249
     chunk = BatchShape(1, 1024, 1024, 45650, 8, 4, 256, sum_seqlen_k=45650).in_window(4096)
     assert chunk.max_seqlen_k == 4096 + 1023
+
+
+@pytest.mark.parametrize("tree", ["shipped", "off"])
+def test_long_decodes_split_where_the_gluon_kernels_rounds_are_under_three_quarters_full(monkeypatch, tree):
+    """Uniform decodes and speculative decodes over more than 4k keys whose Gluon items take
+    two or three static rounds of the SMs and fill less than 75% of them split in 8
+    segments (`heuristics._split_for_waves`), with or without a fitted tree, and say so; at
+    79% and 97% filled, past three rounds, at 4k keys (the Triton step's), at head 256, on
+    ragged lengths, and without the Gluon kernel, they do not."""
+    from attnbench.kernels.dispatch import heuristics
+    from attnbench.kernels.dispatch.heuristics import decide
+    from attnbench.kernels.hopper import host
+
+    monkeypatch.setattr(host, "available", lambda: True)
+    if tree == "off":
+        monkeypatch.setenv("ATTNBENCH_TUNED_TREE", "off")
+
+    def decodes(num_seqs, keys, tokens=1, q=32, kv=8, head=128):
+        return BatchShape(num_seqs, num_seqs * tokens, tokens, keys, q, kv, head, sum_seqlen_k=num_seqs * keys)
+
+    for shape, items, fill, rounds in ((decodes(17, 16384), 136, "52%", 2), (decodes(20, 32768, tokens=4, head=64), 160, "61%", 2),
+                                       (decodes(18, 12288, tokens=2), 144, "55%", 2), (decodes(36, 16384), 288, "73%", 3),
+                                       (decodes(4, 24576, tokens=4, q=40, kv=40), 160, "61%", 2)):
+        decision = decide(shape, H100_SM90)
+        assert (decision.config.variant, decision.config.num_segments) == ("parallel_tiled", 8), shape
+        assert f"the Gluon kernel's {items} items would fill {fill} of {rounds} static rounds" in decision.why
+    for shape in (decodes(26, 16384), decodes(32, 32768), decodes(50, 16384), decodes(20, 4096),
+                  decodes(17, 16384, q=16, head=256), replace(decodes(20, 16384), sum_seqlen_k=19 * 16384 + 100),
+                  replace(decodes(20, 16384), sum_seqlen_k=None)):
+        assert not heuristics._split_for_waves(shape, H100_SM90), shape
+        assert decide(shape, H100_SM90).config.num_segments != 8, shape
+    monkeypatch.setattr(host, "available", lambda: False)
+    assert not heuristics._split_for_waves(decodes(17, 16384), H100_SM90)
+
+
+@pytest.mark.parametrize("tree", ["shipped", "off"])
+def test_prompts_under_a_short_window_take_64_key_tiles(monkeypatch, tree):
+    """Where 64-key tiles stream 15% fewer of the keys a Q-block reads within its window
+    than 128-key ones (`qblock_ws.short_window_q_blocks`), long queries take them, from the
+    Gluon kernel's own tree and over a fitted tree's pick, which says why: gpt-oss's 128-key
+    window (16-token Q-blocks: 143 keys) and Llama-8B under a 256-key window (32-token
+    Q-blocks: 287); not a 384-key one (415 keys), nor 128-token Q-blocks under 256 (383),
+    nor the same prompts without a window, nor decodes (costed at their window already)."""
+    from attnbench.kernels.dispatch.heuristics import decide
+    from attnbench.kernels.hopper import host, qblock_ws
+
+    monkeypatch.setattr(host, "available", lambda: True)
+    if tree == "off":
+        monkeypatch.setenv("ATTNBENCH_TUNED_TREE", "off")
+
+    def prompts(num_seqs, tokens, window, q=32, kv=8, head=128):
+        return BatchShape(num_seqs, num_seqs * tokens, tokens, tokens, q, kv, head,
+                          sum_seqlen_k=num_seqs * tokens).in_window(window)
+
+    gptoss = prompts(1, 8192, 128, q=64, kv=8, head=64)
+    for shape, tile in ((gptoss, 64), (prompts(2, 4096, 256), 64), (prompts(2, 4096, 384), 128),
+                        (prompts(1, 8192, 256, kv=32), 128), (prompts(2, 4096, None), 128),
+                        (prompts(1, 8192, None, q=64, kv=8, head=64), 128)):
+        assert qblock_ws.short_window_q_blocks(shape) == (tile == 64), shape
+        decision = decide(shape, H100_SM90)
+        assert (decision.config.variant, decision.config.tile_size) == ("qblock_ws", tile), shape
+    if tree == "shipped":
+        assert decide(gptoss, H100_SM90).why.endswith("64-key tiles: a Q-block reads at most 143 keys "
+                                                      "within the 128-key window")
+    decodes = BatchShape(16, 16, 1, 32768, 32, 8, 128, sum_seqlen_k=16 * 32768).in_window(300)
+    assert decodes.sliding_window == 300 and not qblock_ws.short_window_q_blocks(decodes)
 
 
 def test_paged_attention_chooses_for_the_batch_within_its_window(monkeypatch):

@@ -81,6 +81,7 @@ def _split_why(config: KernelConfig, shape: BatchShape, p: Platform) -> str:
 
 MANY_SHORT_QUERIES_MAX_KEYS = 4096  # longest sequence up to which many short queries keep the Triton step
 WIDE_HEAD_DECODES_MAX_KEYS = 2048  # the same for decodes at a head over 128 the Triton step takes unpadded (256)
+WIDE_HEAD_DECODES_MIN_PROGRAMS_PER_SM = 5  # and from as many programs per SM as its decode config keeps resident
 
 
 def _many_short_queries(shape: BatchShape, p: Platform) -> bool:
@@ -134,18 +135,24 @@ def _many_short_queries(shape: BatchShape, p: Platform) -> bool:
     over 512 keys: 49 against 63 us, FA3 54). At head 192, which the Triton step computes
     in 256 columns, 0.62-0.66x (rules.yaml head192-decodes, B32 over 2k keys: 206 against
     333 us; docs/perf/h200/rules-items-heads-2026-11-29.csv); at head 256 the Triton step
-    still won, 0.95x (head256-tiles, B96 over 1.2k keys: 247 against 258 us), but its edge
-    shrinks with the keys (B128 over 600: 0.87x; B192 ragged up to 2k: 1.00x) and over
-    4k it lost: Gemma-2-9B's B32 decode over 16k keys in a 4k window 322 against 258 us, a
-    ragged B64 in the same window 598 against 417, Gemma-2-2B's ragged B96 378 against 314
-    (rules.yaml windows, heldout-random; docs/perf/h200/rules-waves-windows-2026-11-29.csv),
-    so at head 256 decodes keep it up to `WIDE_HEAD_DECODES_MAX_KEYS`."""
+    still won with programs enough to fill its SMs (its decode config keeps five per SM
+    resident: 42 KB of shared memory each), 0.80-0.91x the persistent Gluon kernel's time
+    from 5.8 programs per SM (B96 over 1.2k keys 243 against 268 us, B128 over 600, B320
+    ragged up to 1k), level at 2k keys (B192 ragged, 0.99x), but it lost with fewer: at
+    1.9 programs per SM 1.29x over 2k keys (Gemma-2-9B's B32: 187 against 146 us, FA3
+    147), 1.25x within a 4k window, and at 1.5-1.9 per SM 1.34x over 3k; at 2.9-3.9 per SM 1.20-1.43x within a 4k window (Gemma-2-2B's
+    ragged B96, Gemma-2-9B's ragged B64; rules.yaml wide-decodes and windows,
+    heldout-random; docs/perf/h200/rules-waves-windows-2026-11-29.csv). So at head 256
+    decodes keep it from `WIDE_HEAD_DECODES_MIN_PROGRAMS_PER_SM` programs per SM, up to
+    `WIDE_HEAD_DECODES_MAX_KEYS` keys where the lengths are known."""
     if shape.max_seqlen_q > SHORT_QUERY or _programs_2d(shape, p) <= p.num_sms:
         return False
     if (hopper.even_short_queries(shape) and not _wide_unpadded_head(shape)
             and shape.max_seqlen_k <= MANY_SHORT_QUERIES_MAX_KEYS):
         return shape.max_seqlen_q == 1 and not hopper.static_rounds_full(shape, p.num_sms)
     if shape.max_seqlen_q == 1:
+        if _wide_unpadded_head(shape) and _programs_2d(shape, p) < WIDE_HEAD_DECODES_MIN_PROGRAMS_PER_SM * p.num_sms:
+            return False
         return shape.max_seqlen_k <= _triton_short_max_keys(shape) or shape.sum_seqlen_k is None
     return (_fills_one_triton_q_block(shape, p) and shape.sum_seqlen_k is not None
             and shape.max_seqlen_k <= MANY_SHORT_QUERIES_MAX_KEYS)
@@ -253,28 +260,32 @@ def _split_kv(shape: BatchShape, p: Platform) -> bool:
             and (_full_length_programs(shape, p) <= _split_max_programs(shape, p) or _split_for_waves(shape, p)))
 
 
+WAVE_SPLIT_MAX_FILL = 0.75  # share of its static rounds the Gluon kernel's items fill below which long decodes split
+
+
 def _split_for_waves(shape: BatchShape, p: Platform) -> bool:
     """Short queries of equal, known lengths over more than `MANY_SHORT_QUERIES_MAX_KEYS`
-    keys, at a head the split computes in at most 128 columns, whose Gluon work items take two static rounds of the SMs and leave the second
-    one idle enough that the rounds are not full (`hopper.static_rounds_full`): the first
-    round's programs then wait on a second that runs a handful of items on a handful of
-    SMs, each item the full context long, while the split's many short segments keep every
-    SM streaming. (Fewer keys keep the Triton step there, `_many_short_queries`; one round
-    splits only up to half the SMs, `_split_max_programs`; from three rounds the tail is
-    a small share.)
+    keys, at a head the split computes in at most 128 columns, whose Gluon work items take
+    more than one static round of the SMs and fill less than `WAVE_SPLIT_MAX_FILL` of
+    their rounds (`hopper.static_rounds`; from four rounds they fill more): the last
+    round's few items, each the full context long, then run on a few SMs while the rest
+    idle, and the split's segments keep every SM streaming. (Fewer keys keep the Triton
+    step where rounds are idle, `_many_short_queries`; a single round splits only up to
+    half the SMs, `_split_max_programs`: its items have the GPU's bandwidth to themselves.)
 
-    On an H200 (132 SMs; recipes/microbench/rules.yaml, waves; docs/perf/h200/rules-waves-
-    windows-2026-11-29.csv), uniform decodes and 4-token speculative decodes over 8-32k keys
-    at head 128, the split took 0.66-0.79x the Gluon kernel's time from 136 to 160 items
-    (52-61% of two rounds; Llama-8B B17 over 16k: 305 against 420 us, FA3 396), 0.93x at
-    192 (73%, Llama-8B B24 over 8k: 208 against 225), and 1.02-1.05x at 256 (97%, B32
-    over 32k), where the rounds are full. Heads of 64 and 128 were measured; wider ones, whose
-    split computes 256 columns in 64-key tiles, keep the Gluon kernel."""
+    On an H200 (132 SMs; recipes/microbench/rules.yaml, waves and wave-bounds; docs/perf/
+    h200/rules-waves-windows-2026-11-29.csv), uniform decodes and 2-4-token speculative
+    decodes over 5-32k keys at heads 64 and 128, the split in 8 segments against the Gluon
+    kernel: 0.69-0.80x its time at 52-61% of two rounds (136-160 items; Llama-8B B17 over
+    16k: 321 against 424 us, FA3 401), 0.97x at 73% (192 items over 8k), 0.86x at 73% of
+    three rounds (288 items over 16k: 591 against 685, FA3 646), 1.03x at 79% and 82%
+    (208 and 216 items over 16k) and 1.00-1.03x at 97% (256 over 32k). Wider heads, whose
+    split computes 256 columns in 64-key tiles, were not measured and keep the Gluon kernel."""
     if not (_gluon_runs(shape, p) and hopper.even_short_queries(shape) and hopper.head_pad(shape.head_size) <= 128
             and shape.max_seqlen_k > MANY_SHORT_QUERIES_MAX_KEYS):
         return False
-    _, rounds = hopper.static_rounds(shape, p.num_sms)
-    return rounds == 2 and not hopper.static_rounds_full(shape, p.num_sms)
+    items, rounds = hopper.static_rounds(shape, p.num_sms)
+    return rounds > 1 and items < WAVE_SPLIT_MAX_FILL * rounds * p.num_sms
 
 
 def _split_for_raggedness(shape: BatchShape, p: Platform) -> bool:
@@ -366,7 +377,7 @@ def _split_segments(shape: BatchShape, p: Platform) -> int:
     time of 16 segments on the nine head-128 cases, 0.83x on Phi-3's 128 pairs and 1.06x
     on its 96 (8 segments 0.94x): the one case both GPUs place elsewhere.
 
-    Past a pair per SM (where `_split_for_waves` splits a batch of two static rounds),
+    Past a pair per SM (where `_split_for_waves` splits a batch of two or three static rounds),
     `WAVE_SPLIT_SEGMENTS`: on the H200's waves group (136-256 pairs over 8-32k keys) 8
     segments took 1.00-1.05x the time of the best of 4, 8 and 16 on every case, 4 up to
     1.15x, 16 up to 1.10x."""

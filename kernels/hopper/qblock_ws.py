@@ -750,12 +750,21 @@ EVEN_SHORT_QUERIES_LONG_KEYS_FROM = 256  # max_seqlen_k from which uniform short
 PERSISTENT_SHORT_QUERIES_MAX_KEYS = 1024  # up to which batches of short queries launch persistent
 
 
+WINDOW_SHORT_TILES_MIN_SAVING = 0.15  # share of a windowed Q-block's streamed keys 64-key tiles must save
+
+
 def short_window_q_blocks(shape: BatchShape) -> bool:
-    """Whether a batch of long queries has a sliding window that leaves each of its Q-blocks
-    at most `LONG_KEYS_FROM` keys to read (`BatchShape.q_block_keys`). (Short queries are
-    costed at their window already: `BatchShape.in_window`.)"""
-    return (shape.max_seqlen_q > SHORT_QUERY and shape.sliding_window > 0
-            and shape.q_block_keys(q_block_tokens(shape.queries_per_kv)) <= LONG_KEYS_FROM)
+    """Whether a batch of long queries has a sliding window so short that 64-key tiles
+    stream at least `WINDOW_SHORT_TILES_MIN_SAVING` fewer keys per Q-block than 128-key
+    ones. A Q-block reads its window and its tokens' span (`BatchShape.q_block_keys`), K
+    keys that start anywhere in a tile: the tiles it touches hold K - 1 + T keys on
+    average for T-key tiles. (Short queries are costed at their window already:
+    `BatchShape.in_window`.)"""
+    if shape.max_seqlen_q <= SHORT_QUERY or not shape.sliding_window:
+        return False
+    keys = shape.q_block_keys(q_block_tokens(shape.queries_per_kv))
+    streamed = keys - 1 + SHORT_KEYS.tile_size
+    return streamed <= (1 - WINDOW_SHORT_TILES_MIN_SAVING) * (keys - 1 + LONG_KEYS.tile_size)
 
 
 def default_config(shape: BatchShape, p: Platform) -> KernelConfig:
@@ -786,13 +795,15 @@ def default_config(shape: BatchShape, p: Platform) -> KernelConfig:
     0.90-1.01x the 64-key time in static shares on the five such prompts of 384-512 tokens
     (Phi-3 32 x 512: 243 against 269 us).
 
-    Long queries under a sliding window that leaves a Q-block at most `LONG_KEYS_FROM` keys
-    to read (`short_window_q_blocks`), 64-key tiles at any length: a
-    Q-block's keys start anywhere in a tile, and the tiles it touches hold on average a
-    tile more than its keys, 128 keys of waste against 64. On an H200 (rules.yaml
-    window-tiles; docs/perf/h200/rules-waves-windows-2026-11-29.csv) gpt-oss's prompts
-    and chunks under its 128-key window (143 keys per 16-token Q-block) took 0.81-0.86x
-    the 128-key tiles' time persistent (its 8k prompt: 157 against 195 us, FA3 145).
+    Long queries under a sliding window short enough that 64-key tiles save 15% of the
+    keys a Q-block streams (`short_window_q_blocks`: up to 299 keys per Q-block), 64-key
+    tiles at any length. On an H200 (rules.yaml window-tiles and window-bounds;
+    docs/perf/h200/rules-waves-windows-2026-11-29.csv, persistent launches) gpt-oss's
+    prompts and chunks under its 128-key window (143 keys per 16-token Q-block, 24% saved)
+    took 0.81-0.87x the 128-key tiles' time (its 8k prompt: 157 against 195 us, FA3 145),
+    Llama-8B's 4k prompts under a 256-key window (287 keys, 16% saved) 0.92x; with less
+    saved the two were level or the 128-key tiles won: 0.96x at 415 keys (12%), 0.99x at
+    543 (10%), 1.09x and 1.11x for 128-token Q-blocks at 383 and 639 (13% and 8%).
 
     Long queries whose items fill at most three quarters of the SMs (a chunk over a long
     context at a few KV heads, a short prompt beside long decodes) cut each Q-block's tiles
