@@ -45,8 +45,10 @@ def _auto(shape: BatchShape, p: Platform) -> Decision:
     short queries (decodes, and speculative decodes of up to 16 tokens, as FA3 splits them)
     whose Q-block step would launch at most one program per SM, counted at the longest
     sequence's length where the caller knows the batch's keys (a ragged batch counts
-    fewer), over at least 512 keys (`_split_kv`). (On the H100 a speculative batch of 8
-    sequences x 4 queries over 16k tokens with 4 KV heads: 133 us split, 405 us not.)
+    fewer), over at least 512 keys (`_split_kv`), or long ones whose Gluon work items would
+    leave its static rounds less than three quarters full (`_split_for_waves`). (On the
+    H100 a speculative batch of 8 sequences x 4 queries over 16k tokens with 4 KV heads:
+    133 us split, 405 us not.)
     Otherwise, on an sm_90 GPU with Gluon's Hopper API and heads the Gluon kernel takes, it
     runs that kernel, ``qblock_ws`` (unless ``ATTNBENCH_GLUON=0``; not many short queries
     over short contexts, `_many_short_queries`). On the H100's training
@@ -140,9 +142,10 @@ def _many_short_queries(shape: BatchShape, p: Platform) -> bool:
     from 5.8 programs per SM (B96 over 1.2k keys 243 against 268 us, B128 over 600, B320
     ragged up to 1k), level at 2k keys (B192 ragged, 0.99x), but it lost with fewer: at
     1.9 programs per SM 1.29x over 2k keys (Gemma-2-9B's B32: 187 against 146 us, FA3
-    147), 1.25x within a 4k window, and at 1.5-1.9 per SM 1.34x over 3k; at 2.9-3.9 per SM 1.20-1.43x within a 4k window (Gemma-2-2B's
-    ragged B96, Gemma-2-9B's ragged B64; rules.yaml wide-decodes and windows,
-    heldout-random; docs/perf/h200/rules-waves-windows-2026-11-29.csv). So at head 256
+    147) and 1.25x within a 4k window, at 1.5-1.9 per SM 1.34x over 3k, at 2.9-3.9 per SM
+    1.20-1.43x within a 4k window (Gemma-2-2B's ragged B96, Gemma-2-9B's ragged B64;
+    rules.yaml wide-decodes and windows, heldout-random;
+    docs/perf/h200/rules-waves-windows-2026-11-29.csv). So at head 256
     decodes keep it from `WIDE_HEAD_DECODES_MIN_PROGRAMS_PER_SM` programs per SM, up to
     `WIDE_HEAD_DECODES_MAX_KEYS` keys where the lengths are known."""
     if shape.max_seqlen_q > SHORT_QUERY or _programs_2d(shape, p) <= p.num_sms:
