@@ -136,7 +136,7 @@ def _many_short_queries(shape: BatchShape, p: Platform) -> bool:
     and 0.77-1.00x `auto`'s time before on every uniform speculative decode (Llama-8B 64 x 4
     over 512 keys: 49 against 63 us, FA3 54). At head 192, which the Triton step computes
     in 256 columns, 0.62-0.66x (rules.yaml head192-decodes, B32 over 2k keys: 206 against
-    333 us; docs/perf/h200/rules-items-heads-2026-11-29.csv); at head 256 the Triton step
+    333 us; docs/perf/h200/rules-2026-11-29.csv); at head 256 the Triton step
     still won with programs enough to fill its SMs (its decode config keeps five per SM
     resident: 42 KB of shared memory each), 0.80-0.91x the persistent Gluon kernel's time
     from 5.8 programs per SM (B96 over 1.2k keys 243 against 268 us, B128 over 600, B320
@@ -145,7 +145,7 @@ def _many_short_queries(shape: BatchShape, p: Platform) -> bool:
     147) and 1.25x within a 4k window, at 1.5-1.9 per SM 1.34x over 3k, at 2.9-3.9 per SM
     1.20-1.43x within a 4k window (Gemma-2-2B's ragged B96, Gemma-2-9B's ragged B64;
     rules.yaml wide-decodes and windows, heldout-random;
-    docs/perf/h200/rules-waves-windows-2026-11-29.csv). So at head 256
+    docs/perf/h200/rules-2026-11-29.csv). So at head 256
     decodes keep it from `WIDE_HEAD_DECODES_MIN_PROGRAMS_PER_SM` programs per SM, up to
     `WIDE_HEAD_DECODES_MAX_KEYS` keys where the lengths are known."""
     if shape.max_seqlen_q > SHORT_QUERY or _programs_2d(shape, p) <= p.num_sms:
@@ -277,7 +277,7 @@ def _split_for_waves(shape: BatchShape, p: Platform) -> bool:
     half the SMs, `_split_max_programs`: its items have the GPU's bandwidth to themselves.)
 
     On an H200 (132 SMs; recipes/microbench/rules.yaml, waves and wave-bounds; docs/perf/
-    h200/rules-waves-windows-2026-11-29.csv), uniform decodes and 2-4-token speculative
+    h200/rules-2026-11-29.csv), uniform decodes and 2-4-token speculative
     decodes over 5-32k keys at heads 64 and 128, the split in 8 segments against the Gluon
     kernel: 0.69-0.80x its time at 52-61% of two rounds (136-160 items; Llama-8B B17 over
     16k: 321 against 424 us, FA3 401), 0.97x at 73% (192 items over 8k), 0.86x at 73% of
@@ -483,7 +483,7 @@ def _gluon_runs(shape: BatchShape, p: Platform) -> bool:
     Hopper API, not switched off (``ATTNBENCH_GLUON=0``), heads it takes (head size, query
     heads per KV head). Short queries too at heads of two column pieces (96, 192:
     `hopper.head_pieces`): on an H200 (rules.yaml head96-decodes and head192-decodes;
-    docs/perf/h200/rules-items-heads-2026-11-29.csv) it took 0.87-1.01x the Triton step's
+    docs/perf/h200/rules-2026-11-29.csv) it took 0.87-1.01x the Triton step's
     time on Phi-3's decodes and 2-token speculative decodes (B96 over 512 keys: 185 against
     212 us; B24 over 8k 680 against 675) and 0.60-0.88x at head 192, since its second
     consumer skips a decode's missing rows. (On the H100 it took 1.03x on Phi-3's held-out

@@ -102,7 +102,7 @@ def many_items(shape: BatchShape, num_sms: int) -> bool:
     enough that a program's start is no share of it, and the persistent launch gained
     nothing on Gemma-2's 4k prefills from 5.8 to 15.5 items per SM (0.996-1.02x one program
     per item). Over at most 1k keys it did: on an H200 (rules.yaml head256-items;
-    docs/perf/h200/rules-items-heads-2026-11-29.csv) 0.94-0.99x at 7.8-8.7 items per SM
+    docs/perf/h200/rules-2026-11-29.csv) 0.94-0.99x at 7.8-8.7 items per SM
     (Gemma-2 64 x 128: 104 against 110 us), and 1.03-1.09x at 3.9, below
     `PERSISTENT_MIN_ITEMS_PER_SM`. (The burst's 32 x 256 prefill, held out, 1.00x: 118 us
     either way, and 108 in static shares; FA3 97.)"""
@@ -238,7 +238,7 @@ def deals_static_shares(num_seqs: int, num_tokens: int, max_seqlen_q: int, max_s
     the next item's tiles can load).
 
     On an H200 (recipes/microbench/rules.yaml many-items and head256-items: 21 prompts of
-    128-2k tokens, 4-50 items per SM; docs/perf/h200/rules-items-heads-2026-11-29.csv) the
+    128-2k tokens, 4-50 items per SM; docs/perf/h200/rules-2026-11-29.csv) the
     static shares of 128-key tiles took 0.91-0.98x the time of `auto`'s claims on the five
     whose spread is 1.02-1.03 (Phi-3 32 x 512: 243 against 267 us; Llama-8B 48 x 384 and 32
     x 512, Qwen-7B 40 x 512, Llama-1B 32 x 384) and 1.01x at 1.11 (Llama-1B 48 x 512); at

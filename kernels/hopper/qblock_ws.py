@@ -791,14 +791,14 @@ def default_config(shape: BatchShape, p: Platform) -> KernelConfig:
 
     Prompts of one length whose persistent launch is dealt in even static shares
     (`host.prefill_deals_static_shares`) take 128-key tiles at any length: on an H200
-    (rules.yaml many-items; docs/perf/h200/rules-items-heads-2026-11-29.csv) they took
+    (rules.yaml many-items; docs/perf/h200/rules-2026-11-29.csv) they took
     0.90-1.01x the 64-key time in static shares on the five such prompts of 384-512 tokens
     (Phi-3 32 x 512: 243 against 269 us).
 
     Long queries under a sliding window short enough that 64-key tiles save 15% of the
     keys a Q-block streams (`short_window_q_blocks`: up to 299 keys per Q-block), 64-key
     tiles at any length. On an H200 (rules.yaml window-tiles and window-bounds;
-    docs/perf/h200/rules-waves-windows-2026-11-29.csv, persistent launches) gpt-oss's
+    docs/perf/h200/rules-2026-11-29.csv, persistent launches) gpt-oss's
     prompts and chunks under its 128-key window (143 keys per 16-token Q-block, 24% saved)
     took 0.81-0.87x the 128-key tiles' time (its 8k prompt: 157 against 195 us, FA3 145),
     Llama-8B's 4k prompts under a 256-key window (287 keys, 16% saved) 0.92x; with less
