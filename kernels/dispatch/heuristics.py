@@ -597,8 +597,8 @@ def decide(shape: BatchShape, platform: Platform, variant: str = AUTO) -> Decisi
         # Q-block took a static share's slot
         config = replace(config, persistent=True)
         fitted += ", persistent: equal short queries, in equal static shares"
-    if (config.variant == GLUON_QBLOCK
-            and config.tile_size < (own_tiles := step(GLUON_QBLOCK).default_config(shape, platform).tile_size)):
+    own_tiles = step(GLUON_QBLOCK).default_config(shape, platform).tile_size if config.variant == GLUON_QBLOCK else 0
+    if config.variant == GLUON_QBLOCK and config.tile_size < own_tiles:
         # fitted before ded4027 made a masked 128-key tile cheaper: past `qblock_ws.LONG_KEYS_FROM`
         # keys its own 128-key tiles took 0.94-1.00x the 64-key time on every rules.yaml case
         # (short-tiles and page-tiles groups; docs/perf/h100/page-tiles-2026-11-28.csv, H100 and H200)
@@ -606,8 +606,8 @@ def decide(shape: BatchShape, platform: Platform, variant: str = AUTO) -> Decisi
         fitted += (f", {own_tiles}-key tiles: " + ("prompts in even static shares"
                                                     if hopper.prefill_deals_static_shares(shape, platform.num_sms)
                                                     else f"the longest sequence has {shape.max_seqlen_k} keys"))
-    if (config.variant == GLUON_QBLOCK and shape.sliding_window and shape.max_seqlen_q > SHORT_QUERY
-            and config.tile_size > (own_tiles := step(GLUON_QBLOCK).default_config(shape, platform).tile_size)):
+    elif (config.variant == GLUON_QBLOCK and config.tile_size > own_tiles
+          and shape.sliding_window and shape.max_seqlen_q > SHORT_QUERY):
         # fitted on prompts without a window, whose Q-blocks read their whole context; a short
         # window leaves each a few tiles (`qblock_ws.short_window_q_blocks`)
         config = replace(config, tile_size=own_tiles)
