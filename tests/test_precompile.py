@@ -114,14 +114,20 @@ def test_a_persistent_gluon_launch_compiles_both_of_its_walks():
     assert claiming[0].binary_key() == compiled[1].binary_key()
 
 
-def test_a_persistent_gluon_launch_deals_even_prompts_in_static_shares():
+def test_a_persistent_gluon_launch_deals_even_prompts_in_static_shares(monkeypatch):
     """A launch of prompts of one length with no context whose static shares are even
-    (`hopper.host.deals_static_shares`; 4 programs on this CPU) deals them; uneven shares,
-    or a longest sequence past the longest query (a context the host cannot see), claim
-    items. Four prompts of 64 tokens at 8 query heads per KV head (Q-blocks of 16 tokens,
-    two KV heads) give 40 listed items, 10 per program; of 48 tokens the busiest program
-    has a third more work than the mean."""
+    (`hopper.host.deals_static_shares`) deals them; uneven shares, or a longest sequence
+    past the longest query (a context the host cannot see), claim items. The device is
+    given 4 SMs (the CPU's count; a GPU's 132 would leave these 40 items one per program):
+    four prompts of 64 tokens at 8 query heads per KV head (Q-blocks of 16 tokens, two KV
+    heads) give 40 listed items, 10 per program; of 48 tokens the busiest program has a
+    third more work than the mean."""
+    import dataclasses
+
     from attnbench.kernels.hopper import host, qblock_ws
+
+    platform = dataclasses.replace(Platform.detect(torch.device(DEVICE)), num_sms=4)
+    monkeypatch.setattr(host.Platform, "detect", classmethod(lambda cls, device: platform))
 
     def claims(query_len, max_seqlen_k):
         b = PagedBatch.build([(query_len, 0)] * 4, num_q_heads=16, num_kv_heads=2, head_size=64, block_size=16,
