@@ -919,6 +919,42 @@ def test_long_decodes_split_where_the_gluon_kernels_rounds_are_under_three_quart
 
 
 @pytest.mark.parametrize("tree", ["shipped", "off"])
+def test_uniform_decodes_of_17_to_26_pairs_split_in_64_key_tiles(monkeypatch, tree):
+    """Where 16 segments of a split's (sequence, KV head) pairs are more than 2 programs per
+    SM but at most 3.2 (`heuristics._narrow_split_tiles`: 17-26 pairs on 132 SMs), uniform
+    decodes at head 128 split in 64-key tiles, 16 segments, 2 stages, with or without a
+    fitted tree; 16, 28 and 30 pairs keep 128-key tiles (16, 8 and 8 segments), and so do a
+    ragged batch, a 28-row speculative Q-block and head 64. The bound follows the SMs: 10
+    pairs on 66 SMs take 64-key tiles."""
+    from attnbench.kernels.dispatch.heuristics import decide
+    from attnbench.kernels.hopper import host
+
+    monkeypatch.setattr(host, "available", lambda: True)
+    if tree == "off":
+        monkeypatch.setenv("ATTNBENCH_TUNED_TREE", "off")
+
+    def decodes(num_seqs, keys, q, kv, head=128, tokens=1):
+        return BatchShape(num_seqs, num_seqs * tokens, tokens, keys, q, kv, head, sum_seqlen_k=num_seqs * keys)
+
+    def split(shape, platform=H100_SM90):
+        config = decide(shape, platform).config
+        assert config.variant == "parallel_tiled", shape
+        return config.tile_size, config.num_segments, config.num_stages
+
+    phi3 = decodes(2, 25714, 40, 10)  # the random grid's Phi-3-medium: 20 pairs
+    for shape in (phi3, decodes(17, 12288, 8, 1), decodes(13, 8192, 16, 2), decodes(3, 49152, 32, 8)):
+        assert split(shape) == (64, 16, 2), shape
+    assert split(decodes(2, 24576, 32, 8)) == (128, 16, 2)  # 16 pairs
+    assert split(decodes(7, 8192, 32, 4)) == (128, 8, 2)  # 28 pairs: 3.4 programs per SM
+    assert split(decodes(3, 16384, 40, 10)) == (128, 8, 2)  # 30 pairs
+    assert split(replace(phi3, sum_seqlen_k=25714 + 20000))[0] == 128  # ragged
+    assert split(decodes(5, 16384, 28, 4, tokens=4))[0] == 128  # 28 rows per pair: a 32-row Q-block
+    assert split(decodes(2, 25714, 40, 10, head=64))[0] == 128
+    half = Platform("cuda", 66, "NVIDIA H100 (66 SMs)", "sm_90")
+    assert split(decodes(10, 16384, 8, 1), half) == (64, 16, 2)
+
+
+@pytest.mark.parametrize("tree", ["shipped", "off"])
 def test_prompts_under_a_short_window_take_64_key_tiles(monkeypatch, tree):
     """Where 64-key tiles stream 15% fewer of the keys a Q-block reads within its window
     than 128-key ones (`qblock_ws.short_window_q_blocks`), long queries take them, from the

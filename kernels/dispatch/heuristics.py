@@ -313,6 +313,8 @@ SPLIT_MAX_BLOCK_M = 64  # the largest Q-block a split widens to, to hold a seque
 SPLIT_PROGRAMS_PER_SM = 2  # (sequence, KV head) pairs x segments per SM a split aims at (Hopper)
 SPLIT_MAX_SEGMENTS = 32  # the most segments a split cuts a (sequence, KV head) pair's keys into
 WAVE_SPLIT_SEGMENTS = 8  # segments per pair of a split past a pair per SM (`_split_for_waves`)
+SPLIT_NARROW_SEGMENTS = 16  # segments per pair of a split in 64-key tiles (`_narrow_split_tiles`)
+SPLIT_NARROW_MAX_PROGRAMS_PER_SM = 3.2  # the most programs per SM of those (`_narrow_split_tiles`)
 
 
 def _split_config(shape: BatchShape, p: Platform) -> KernelConfig:
@@ -331,7 +333,11 @@ def _split_config(shape: BatchShape, p: Platform) -> KernelConfig:
     holds all of a sequence's query rows, up to `SPLIT_MAX_BLOCK_M` (`_split_block_m`).
     Heads computed as 256 keep the step's own 64-key tiles (128-key tiles took 1.15x there)
     and take `_split_segments`' count too where the lengths are equal or unknown. Every head
-    takes 2 stages, as fitted at 64 and 128 (3 took the same time there).
+    takes 2 stages, as fitted at 64 and 128 (3 took the same time there; on an H200,
+    rules.yaml split-stages, segments-17-31 and split-tiles-17-26, 3 stages of 128-key tiles
+    took 0.95-1.03x the time of 2 on 20 uniform decodes, 1.005-1.02x on the ragged group's
+    8). Where 8 segments of 128-key tiles would fill 1.2-1.6 rounds of the SMs, 64-key
+    tiles in 16 (`_narrow_split_tiles`).
 
     At head 256 the step's 64-key tiles in 2 stages rather than 3 took 0.84-0.94x the time
     on an H200 (recipes/microbench/rules.yaml, head256-tiles; docs/perf/h200/head256-stages-
@@ -353,9 +359,31 @@ def _split_config(shape: BatchShape, p: Platform) -> KernelConfig:
         if shape.max_seqlen_k <= SPLIT_SHORT_KEYS:
             return _segments_for_lengths(replace(config, tile_size=32, num_segments=32), shape)
         config = replace(config, tile_size=128)
-    if shape.full_length_share == 1:  # equal or unknown lengths
-        config = replace(config, num_segments=_split_segments(shape, p))
-    return _segments_for_lengths(config, shape)
+    if shape.full_length_share < 1:  # ragged: the step's own count, in equal segments
+        return _segments_for_lengths(config, shape)
+    if config.tile_size == 128 and _narrow_split_tiles(shape, p, config.block_m):
+        return replace(config, tile_size=64, num_segments=SPLIT_NARROW_SEGMENTS)
+    return replace(config, num_segments=_split_segments(shape, p))
+
+
+def _narrow_split_tiles(shape: BatchShape, p: Platform, block_m: int) -> bool:
+    """Whether a split of equal or unknown lengths at head 128, one 16-row Q-block per
+    (sequence, KV head) pair, cuts 64-key tiles in `SPLIT_NARROW_SEGMENTS` rather than
+    128-key tiles in `_split_segments`' count: where 16 segments of the pairs are more than
+    `SPLIT_PROGRAMS_PER_SM` programs per SM (so `_split_segments` halves them to 8: 17 pairs
+    and more on 132 SMs) but at most `SPLIT_NARROW_MAX_PROGRAMS_PER_SM` (26 pairs). The
+    128-key programs then take 1.2-1.6 rounds of the SMs, the narrower ones' work spreads
+    over all of them.
+
+    On an H200 (rules.yaml split-stages, segments-17-31, split-tiles-17-26;
+    docs/perf/h200/rules-2026-11-29.csv: uniform decodes over 4.6-48k keys) 64-key tiles in
+    16 segments and 2 stages took 0.88-0.98x the time of 128-key tiles in 8 on all 14 cases
+    of 17-26 pairs (Phi-3-medium's 20 pairs over 24k keys 82.5 against 94.2 us; Llama-8B's 24
+    over 48k 160 against 176), 0.98x at 28 pairs (3.4 per SM), but 1.22-1.25x at 30 and 32,
+    and 1.08-1.11x at 16 pairs (against 16 segments of 128-key tiles)."""
+    programs = shape.num_seqs * shape.num_kv_heads * SPLIT_NARROW_SEGMENTS
+    return (shape.head_size == 128 and block_m == 16
+            and SPLIT_PROGRAMS_PER_SM * p.num_sms < programs <= SPLIT_NARROW_MAX_PROGRAMS_PER_SM * p.num_sms)
 
 
 def _split_segments(shape: BatchShape, p: Platform) -> int:
