@@ -1,7 +1,8 @@
 """attnbench.kernels: Triton paged-attention kernels, one per step of the paper.
 
     steps/      the paper's steps, one module each, and the Triton blocks they share
-    dispatch/   which step and config runs a batch (heuristics), and the API (api)
+    dispatch/   which step and config runs a batch (heuristics, split_kv, short_queries, trees),
+                and the API (api)
     bench/      the harness: fp32 reference, PagedBatch, comparators, microbenchmark, tuner
     plugin/     the vLLM attention backend (CUSTOM) serving these kernels
     variants.py the steps by name; config.py KernelConfig and platform facts; schema.py the

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 from functools import lru_cache
-from typing import Callable
+from typing import Callable, NamedTuple
 
 from .variants import VARIANTS
 
@@ -246,3 +246,10 @@ class Step:
     launch: Callable[..., None]
     default_config: Callable[[BatchShape, Platform], KernelConfig]
     refuses: Callable[..., str | None] | None = None
+
+
+class Decision(NamedTuple):
+    """A config and why the trees chose it (one line: the rule that fired, with its numbers)."""
+
+    config: KernelConfig
+    why: str

@@ -14,7 +14,7 @@ from attnbench.kernels.bench import implementations
 from attnbench.kernels.bench.microbench import run_microbench
 from attnbench.kernels.bench.spec import SpecError, load_microbench_spec
 from attnbench.kernels.config import BatchShape, KernelConfig, Platform
-from attnbench.kernels.dispatch.heuristics import load_tree
+from attnbench.kernels.dispatch.trees import load_tree
 from attnbench.kernels.bench.reference import TOLERANCES
 from attnbench.kernels.schema import MICROBENCH_FIELDS
 from attnbench.kernels.bench.tune import FEATURES, SearchSpace, emit_python, features, fit_tree, shape_of, sweep
@@ -344,11 +344,11 @@ def test_a_tuned_gluon_choice_yields_where_gluon_cannot_run(monkeypatch):
     ATTNBENCH_GLUON=0) the qblock step's own Triton config runs instead, and Triton
     choices of the tree stand."""
     from attnbench.kernels.config import BatchShape, Platform
-    from attnbench.kernels.dispatch import heuristics
+    from attnbench.kernels.dispatch import heuristics, trees
 
     gluon = {"variant": "qblock_ws", "tile_size": 64, "block_m": 128, "num_warps": 12}
     triton = {"variant": "qblock", "tile_size": 128, "block_m": 16, "num_warps": 8}
-    monkeypatch.setattr(heuristics, "_tuned_tree",
+    monkeypatch.setattr(trees, "tuned_tree",
                         lambda name: lambda shape, p: gluon if shape.max_seqlen_q > 1 else triton)
     h100 = Platform("cuda", 132, "NVIDIA H100 80GB HBM3", "sm_90")
     prefill, decode = BatchShape(1, 4096, 4096, 4096, 32, 8, 128), BatchShape(8, 8, 1, 4096, 32, 8, 128)

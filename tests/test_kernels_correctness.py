@@ -255,7 +255,7 @@ def test_wide_heads_prefill_on_the_wide_head_config():
 def test_few_wide_head_decodes_split_in_fewer_segments():
     """Gemma-2's decodes of a few sequences at head 256, split as `auto` splits 32-64
     (sequence, KV head) pairs: 64-key tiles, 2 stages, 4 or 8 segments
-    (`heuristics._split_segments`), with the sequences' lengths uneven across segments and
+    (`split_kv._split_segments`), with the sequences' lengths uneven across segments and
     a window over part of them; checked against the reference, softcap included."""
     from attnbench.kernels.config import BatchShape, Platform
     from attnbench.kernels.dispatch.heuristics import choose_config

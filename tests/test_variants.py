@@ -145,12 +145,13 @@ def test_the_h100_runs_its_tuned_tree(monkeypatch, gluon):
     5 work items per SM or more (4 x 2k: 2,048 items; 16 x 512: 2,048) and one program per
     item with fewer (1 x 2k: 512 items for 132 SMs), and so does a
     serving step of decodes with a new prompt; many decodes over at most 4k keys keep the
-    Triton step whatever the tree (`_many_short_queries`); decodes of a few long sequences
+    Triton step whatever the tree (`short_queries.many_short_queries`); decodes of a few long sequences
     run Triton's split-KV step; where Gluon cannot run (no Gluon,
     ATTNBENCH_GLUON=0, head size 80, 256 query heads per KV head) the qblock step's own
     Triton config runs instead; head 256 gets the tree's pick with the 64-key tiles that fit,
     head 96 the tree's pick as it is (computed as 128)."""
-    from attnbench.kernels.dispatch.heuristics import choose_config, tuned_tree_path
+    from attnbench.kernels.dispatch.heuristics import choose_config
+    from attnbench.kernels.dispatch.trees import tuned_tree_path
     from attnbench.kernels.hopper import host
 
     assert tuned_tree_path(H100_SM90.device_name).name == "tuned_nvidia_h100_80gb_hbm3.py"
@@ -222,7 +223,8 @@ def test_the_fitted_trees_64_key_tiles_become_128_past_512_keys(monkeypatch):
 def test_the_fitted_tree_is_switched_off_or_swapped_by_name(monkeypatch, tmp_path):
     """ATTNBENCH_TUNED_TREE=off: the H100 runs the hand-written tree, what a GPU without a
     fitted tree runs; a path: the tree in that file; a file that is not a tree: one line."""
-    from attnbench.kernels.dispatch.heuristics import TreeError, _auto, choose_config
+    from attnbench.kernels.dispatch.heuristics import _auto, choose_config
+    from attnbench.kernels.dispatch.trees import TreeError
 
     one_decode = BatchShape(1, 1, 1, 2048, 32, 8, 128)  # the shipped tree sends it to the split-KV step
     monkeypatch.setenv("ATTNBENCH_TUNED_TREE", "off")
@@ -330,7 +332,7 @@ def test_auto_splits_the_kv_range_of_short_queries_that_cannot_fill_the_gpu(monk
     monkeypatch.setenv("ATTNBENCH_TUNED_TREE", "off")
     spec = BatchShape(8, 32, 4, 16384, 28, 4, 128)
     assert choose_config(spec, H100_SM90).variant == "parallel_tiled"
-    # the tiles the H100 measured on sm_90 (`_split_config`); the step's own elsewhere
+    # the tiles the H100 measured on sm_90 (`split_kv.split_config`); the step's own elsewhere
     assert (choose_config(spec, H100_SM90).tile_size, choose_config(spec, H100).tile_size) == (128, 64)
     short = choose_config(BatchShape(2, 2, 1, 640, 32, 8, 128), H100_SM90)
     assert (short.tile_size, short.num_stages, short.num_segments) == (32, 2, 32)
@@ -340,7 +342,7 @@ def test_auto_splits_the_kv_range_of_short_queries_that_cannot_fill_the_gpu(monk
         assert choose_config(head_256, H100_SM90) == replace(own, num_stages=2)
         assert (own.tile_size, own.num_stages, own.num_segments) == (64, 3, 16)
         assert choose_config(head_256, H100).num_stages == 3  # not sm_90: the step's own config
-    # head 256's segments follow the pairs as head 128's do (`_split_segments`): 8 pairs 32,
+    # head 256's segments follow the pairs as head 128's do (`split_kv._split_segments`): 8 pairs 32,
     # 32 pairs 8, 48 and 64 pairs 4, where the step's own cut is 32 or 16
     for seqs, keys, segments in ((1, 32768, 32), (4, 8192, 8), (4, 2048, 8), (6, 3000, 4), (8, 1024, 4)):
         config = choose_config(BatchShape(seqs, seqs, 1, keys, 16, 8, 256), H100_SM90)
@@ -396,7 +398,7 @@ def test_many_speculative_decodes_keep_the_triton_step_where_they_fill_its_q_blo
     Triton step whatever the tree where each sequence's query rows fill one of its 16-row
     Q-blocks (4 tokens at 4 query heads per KV head, 2 at 8): rules.yaml's spec-many cases,
     0.86-1.01x the fitted tree's pick on the H100. Equal lengths run the Gluon kernel in
-    static shares (0.77-1.00x on an H200, `_many_short_queries`). Rows that fill part of one
+    static shares (0.77-1.00x on an H200, `short_queries.many_short_queries`). Rows that fill part of one
     (2 tokens at 4 heads) or take two (8 at 4) keep the Gluon kernel, as do batches past 4k
     keys, batches of too few programs and batches of lengths the caller does not know."""
     from attnbench.kernels.dispatch.heuristics import decide
@@ -472,14 +474,15 @@ def test_a_tuned_tree_does_not_extrapolate_to_short_queries_that_cannot_fill_the
     every case the tree was fitted on, it picks what the tree picks, but for the persistent
     launch past 1,024 keys (`test_a_fitted_persistent_launch_runs_only_over_short_sequences`),
     the Triton step on decodes of more programs than SMs over at most 4k keys
-    (`heuristics._many_short_queries`: six of the 28 cases) and the split's own segments on
-    decodes it splits past 2.5k keys (`heuristics._split_segments`: three cases)."""
+    (`short_queries.many_short_queries`: six of the 28 cases) and the split's own segments
+    on decodes it splits past 2.5k keys (`split_kv._split_segments`: three cases)."""
     import csv
     from pathlib import Path
 
     from attnbench.kernels.bench.tune import best_per_case, shape_of
-    from attnbench.kernels.dispatch.heuristics import (SPLIT_SHORT_KEYS, _many_short_queries, _split_config,
-                                                       _split_kv, choose_config)
+    from attnbench.kernels.dispatch.heuristics import choose_config
+    from attnbench.kernels.dispatch.short_queries import many_short_queries
+    from attnbench.kernels.dispatch.split_kv import SPLIT_SHORT_KEYS, split_config, splits
     from attnbench.kernels.dispatch.tuned_nvidia_h100_80gb_hbm3 import choose as tree
     from attnbench.kernels.hopper import host
 
@@ -494,13 +497,13 @@ def test_a_tuned_tree_does_not_extrapolate_to_short_queries_that_cannot_fill_the
         fitted = KernelConfig.of(tree(shape, H100_SM90))
         persistent = (fitted.persistent and shape.max_seqlen_k <= 1024) or (
             fitted.variant == "qblock_ws" and host.many_items(shape, H100_SM90.num_sms))
-        if _many_short_queries(shape, H100_SM90):
+        if many_short_queries(shape, H100_SM90):
             triton_decodes.append(case)
             assert choose_config(shape, H100_SM90) == step("qblock").default_config(shape, H100_SM90), case
-        elif _split_kv(shape, H100_SM90) and shape.max_seqlen_k > SPLIT_SHORT_KEYS:
+        elif splits(shape, H100_SM90) and shape.max_seqlen_k > SPLIT_SHORT_KEYS:
             long_splits.append(case)
             assert fitted.variant == "parallel_tiled", case  # the tree split them too
-            assert choose_config(shape, H100_SM90) == _split_config(shape, H100_SM90), case
+            assert choose_config(shape, H100_SM90) == split_config(shape, H100_SM90), case
         else:
             assert choose_config(shape, H100_SM90) == replace(fitted, persistent=persistent), case
     assert sorted(triton_decodes) == ["decode-b128-ctx4k", "decode-b256-ctx1k", "decode-b32-ctx4k",
@@ -542,7 +545,7 @@ def test_every_choice_of_auto_says_why(monkeypatch):
     assert decide(SHAPES[2], H100, "static_grid").why == "static_grid named: its own tree"
     head_80, head_256 = BatchShape(4, 8192, 2048, 2048, 32, 8, 80), BatchShape(4, 8192, 2048, 2048, 32, 8, 256)
     assert decide(head_80, H100_SM90).why.startswith("the fitted tree picked qblock_ws, which does not run here")
-    # decodes at a head of two column pieces run the Gluon kernel too (`heuristics._gluon_runs`)
+    # decodes at a head of two column pieces run the Gluon kernel too (`grid.gluon_runs`)
     two_piece_decodes = BatchShape(24, 24, 1, 12288, 16, 8, 192, 24 * 12288)
     assert decide(two_piece_decodes, H100_SM90) == (
         KernelConfig("qblock_ws", tile_size=64, block_m=128, num_warps=12, persistent=True),
@@ -806,7 +809,7 @@ def test_a_ragged_decode_splits_where_its_longest_sequences_would_idle_the_gpu(m
     than a wave splits up to one full-length program per SM (a uniform one up to half):
     48 Llama-8B sequences (384 programs) count 86 and split; 12 over 8k keys and 52 over
     1k (512 programs) count 148 and keep the 2D grid. That is at 4 query rows of head 128
-    per Q-block; Qwen-7B's 7 rows split up to 75 (`_ragged_split_share`), a speculative
+    per Q-block; Qwen-7B's 7 rows split up to 75 (`split_kv._ragged_split_share`), a speculative
     batch's 16 rows of head 64 up to half the SMs, Llama-1B's 4 rows of head 64 up to one
     per SM. Unknown lengths (a captured graph) do not split."""
     from attnbench.kernels.dispatch.heuristics import decide
@@ -827,7 +830,7 @@ def test_a_ragged_decode_splits_where_its_longest_sequences_would_idle_the_gpu(m
     assert split.why.endswith(", whatever the fitted tree") == (tree == "shipped")
     assert decide(replace(gemma, sum_seqlen_k=24 * 12288), H100_SM90).config.variant == "qblock_ws"  # uniform
     # unknown lengths (a captured graph): no split; many decodes keep the Triton step
-    # (`_many_short_queries`), at head 256 from 5 programs per SM: 192 are 1.5
+    # (`short_queries.many_short_queries`), at head 256 from 5 programs per SM: 192 are 1.5
     assert decide(replace(gemma, sum_seqlen_k=None), H100_SM90).config.variant == "qblock_ws"
     assert decide(replace(gemma, num_seqs=96, num_tokens=96, sum_seqlen_k=None), H100_SM90).config.variant == "qblock"
     llama = BatchShape(48, 48, 1, 16384, 32, 8, 128, sum_seqlen_k=176128)
@@ -889,10 +892,10 @@ def test_a_windowed_batch_is_costed_as_the_keys_its_windows_hold():
 def test_long_decodes_split_where_the_gluon_kernels_rounds_are_under_three_quarters_full(monkeypatch, tree):
     """Uniform decodes and speculative decodes over more than 4k keys whose Gluon items take
     two or three static rounds of the SMs and fill less than 75% of them split in 8
-    segments (`heuristics._split_for_waves`), with or without a fitted tree, and say so; at
+    segments (`split_kv._split_for_waves`), with or without a fitted tree, and say so; at
     79% and 97% filled, past three rounds, at 4k keys (the Triton step's), at head 256, on
     ragged lengths, and without the Gluon kernel, they do not."""
-    from attnbench.kernels.dispatch import heuristics
+    from attnbench.kernels.dispatch import split_kv
     from attnbench.kernels.dispatch.heuristics import decide
     from attnbench.kernels.hopper import host
 
@@ -912,16 +915,16 @@ def test_long_decodes_split_where_the_gluon_kernels_rounds_are_under_three_quart
     for shape in (decodes(26, 16384), decodes(32, 32768), decodes(50, 16384), decodes(20, 4096),
                   decodes(17, 16384, q=16, head=256), replace(decodes(20, 16384), sum_seqlen_k=19 * 16384 + 100),
                   replace(decodes(20, 16384), sum_seqlen_k=None)):
-        assert not heuristics._split_for_waves(shape, H100_SM90), shape
+        assert not split_kv._split_for_waves(shape, H100_SM90), shape
         assert decide(shape, H100_SM90).config.num_segments != 8, shape
     monkeypatch.setattr(host, "available", lambda: False)
-    assert not heuristics._split_for_waves(decodes(17, 16384), H100_SM90)
+    assert not split_kv._split_for_waves(decodes(17, 16384), H100_SM90)
 
 
 @pytest.mark.parametrize("tree", ["shipped", "off"])
 def test_uniform_decodes_of_17_to_26_pairs_split_in_64_key_tiles(monkeypatch, tree):
     """Where 16 segments of a split's (sequence, KV head) pairs are more than 2 programs per
-    SM but at most 3.2 (`heuristics._narrow_split_tiles`: 17-26 pairs on 132 SMs), uniform
+    SM but at most 3.2 (`split_kv._narrow_split_tiles`: 17-26 pairs on 132 SMs), uniform
     decodes at head 128 split in 64-key tiles, 16 segments, 2 stages, with or without a
     fitted tree; 16, 28 and 30 pairs keep 128-key tiles (16, 8 and 8 segments), and so do a
     ragged batch, a 28-row speculative Q-block and head 64. The bound follows the SMs: 10

@@ -155,7 +155,7 @@ def run_cmd(suite_file: Path, case_name: str, impl: str, repeat: int, device: st
 @click.option("--device", default="cuda", show_default=True)
 def tune(suite_file, space_file, rows_csv, sweep, emit_file, against_file, device_name, only, max_depth, device):
     """Sweep kernel configs per case, fit a decision tree, emit it as heuristics code."""
-    from ..dispatch.heuristics import TreeError, load_tree  # lazy: torch and triton (module doc)
+    from ..dispatch.trees import TreeError, load_tree  # lazy: a fitted tree imports its module (module doc)
     from .spec import SpecError, load_microbench_spec
     from .tune import best_per_case, describe_pick, describe_total, emit_python, fit_tree, load_space, module_picks
     from .tune import regret
