@@ -271,6 +271,24 @@ def test_few_wide_head_decodes_split_in_fewer_segments():
         run_and_check(batch, seed, config=config)
 
 
+def test_decodes_of_17_to_26_pairs_split_in_64_key_tiles_of_16_segments():
+    """The split `auto` gives uniform decodes of 17-26 (sequence, KV head) pairs at head
+    128 on 132 SMs (`split_kv._narrow_split_tiles`: 64-key tiles, 16 segments, 2 stages),
+    run on a small batch of equal lengths, pages of 128 tokens, and on ragged lengths
+    (segments cut at each range's own length), against the reference."""
+    from attnbench.kernels.config import BatchShape, Platform
+    from attnbench.kernels.dispatch.heuristics import choose_config
+
+    hopper = Platform("cuda", 132, "NVIDIA H200", "sm_90")
+    config = choose_config(BatchShape(2, 2, 1, 25714, 40, 10, 128, sum_seqlen_k=2 * 25714), hopper)
+    assert (config.variant, config.tile_size, config.num_stages, config.num_segments) == \
+        ("parallel_tiled", 64, 2, 16)
+    seed = fresh_seed()
+    for compose in (lambda rng: [(1, 1500)] * 3, lambda rng: [(1, rng.randint(70, 1500)) for _ in range(3)]):
+        batch = build_head_case(HEAD_CASES["gqa4-h128-bf16-bs128"], compose, seed, window_range=(0, 0))
+        run_and_check(batch, seed, config=config)
+
+
 def test_many_wide_head_decodes_on_the_wide_head_decode_config():
     """Decodes at heads of 256 (Gemma-2) with more programs than SMs: the Q-block step's
     32-key, 4-warp decode config (`qblock.TRITON_DECODE_WIDE_HEADS`, half a 64-token page per
