@@ -16,9 +16,9 @@ from attnbench.runner.recipe import RecipeError
 from attnbench.runner.server import ServerError, ServerProcess, build_launch
 from attnbench.runner.store import atomic_write_text
 
-from . import crosscheck
+from . import crosscheck, crosscheck_runs
 from .collect import CollectError
-from .crosscheck import COMPARISON_FILE
+from .crosscheck_runs import COMPARISON_FILE
 
 
 def _common(f):
@@ -163,7 +163,7 @@ def crosscheck_compare(campaigns, out_file):
     or of `crosscheck archive`); several are read apart, then pooled per request rate."""
     try:
         text = "\n".join(crosscheck.report(*campaigns)) + "\n"
-    except crosscheck.CrossCheckDataError as e:
+    except crosscheck_runs.CrossCheckDataError as e:
         raise click.UsageError(str(e)) from None
     if out_file:
         atomic_write_text(out_file, text)
@@ -179,6 +179,6 @@ def crosscheck_archive(src, dest):
     """Keep what a repository keeps of campaign SRC in DEST: one row per client run
     (crosscheck.json), campaign.json and comparison.md; `compare` reads DEST like SRC."""
     try:
-        click.echo(f"archived: {crosscheck.archive(src, dest)}")
-    except crosscheck.CrossCheckDataError as e:
+        click.echo(f"archived: {crosscheck_runs.archive(src, dest)}")
+    except crosscheck_runs.CrossCheckDataError as e:
         raise click.UsageError(str(e)) from None

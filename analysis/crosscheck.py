@@ -4,241 +4,39 @@
     attnbench crosscheck compare DIR [DIR ...] [--out comparison.md]
     attnbench crosscheck archive SRC DEST
 
-First each client run becomes one row (`campaign_rows`, from a campaign's folder as
-`crosscheck run` wrote it, or from the ``crosscheck.json`` an archived copy keeps): its
-summary's metrics, the chunks the client saw, the order in which the server answered (rank
-correlation of each request's number with the time of its first token: 1.0 is first come,
-first served in the dataset's order), its TTFT counted from the moment each request was
-written (attnbench's ``written_s``; vllm bench's traced sends), what the server itself
-measured over the run (vLLM's /metrics: the third witness), and the CPU seconds of the
-server's processes, of the client and of the host.
-
-Then per load (burst, Poisson): per client, the median over its runs of output throughput,
-median TTFT, median ITL and mean TPOT (`CRITERIA`, and more), how far attnbench is from
-vllm bench serve (and attnbench held to N client processes, where the campaign ran it), each client's run-to-run spread (max - min over median) and the agreement criteria:
-medians within 5%, attnbench's spread no wider than vllm bench's + 2 points
-(`criterion`), with a permutation p over the runs. Then the evidence: each client against
-itself (`self_agreement`), each client's latencies minus the server's own for the same
-requests, each criterion fitted over the server's own reading run by run (the clients'
-difference at equal server timing), what moved the server between runs (the host's speed),
-and TTFT from the write. Side by side, the differences within each run and each pair of
-runs too, where the server's drift is common to both clients. Given several campaigns (on
-several hosts), each load is named DIR/LOAD, and every rate that more than one load ran
-at is pooled.
-
-Statistics are the standard library's: the comparison runs wherever attnbench does.
+Each client run is one row (`crosscheck_runs.campaign_rows`: its metrics, the chunks the
+client saw, the order in which the server answered, its TTFT counted from the request's
+write, the server's own /metrics over the run, and CPU seconds). Per load (burst, Poisson):
+per client, the median over its runs of output throughput, median TTFT, median ITL and
+mean TPOT (`CRITERIA`, and more), how far attnbench is from vllm bench serve (and
+attnbench held to N client processes, where the campaign ran it), each client's run-to-run
+spread (max - min over median) and the agreement criteria: medians within 5%, attnbench's
+spread no wider than vllm bench's + 2 points (`agreement.criterion`), with a permutation p
+over the runs. Then the evidence: each client against itself (`agreement.self_agreement`),
+each client's latencies minus the server's own for the same requests, each criterion fitted
+over the server's own reading run by run (the clients' difference at equal server timing),
+what moved the server between runs (the host's speed), and TTFT from the write. Side by
+side, the differences within each run and each pair of runs too, where the server's drift
+is common to both clients. Given several campaigns (on several hosts), each load is named
+DIR/LOAD, and every rate that more than one load ran at is pooled.
 """
 
 from __future__ import annotations
 
-import itertools
 import json
-import math
-import random
 import statistics
 from pathlib import Path
 
-from attnbench.runner.crosscheck import CAMPAIGN_FILE, FIXED_PREFIX, PROBE_FILE
+from attnbench.runner.crosscheck import CAMPAIGN_FILE, FIXED_PREFIX
 from attnbench.runner.host import COUNTERS as HOST  # the machine's own counters, differenced per run
-from attnbench.runner.serverlog import jit_compiles
-from attnbench.runner.store import REQUESTS_FILE, SUMMARY_FILE, atomic_write_json, atomic_write_text
 
-CRITERIA = ("output_throughput", "median_ttft_ms", "median_itl_ms", "mean_tpot_ms")
-KEYS = CRITERIA + ("mean_ttft_ms", "mean_itl_ms", "p99_itl_ms", "mean_e2el_ms", "duration",
-                   "total_output_tokens", "completed")
+from .agreement import (common_slope_fit, criterion, difference_pct, median, permutation_p, self_agreement,
+                        spearman, spread)
+from .crosscheck_runs import CRITERIA, KEYS, campaign_rows
+
 NOT_SERVER = ("client", "client_wall", "probe_ms", *HOST)  # the keys of a ``cpu`` record that are no server process
-ARCHIVE_FILE = "crosscheck.json"  # an archived campaign's rows (`archive`)
-COMPARISON_FILE = "comparison.md"
-SERVER_CPU_FLOOR_S = 0.5  # server processes that used less CPU during a run are left out of its record
 
 
-class CrossCheckDataError(ValueError):
-    """A folder that holds no cross-check campaign, or one that cannot be read."""
-
-
-# ---------------------------------------------------------------------- rows
-def _ranks(values: list[float]) -> list[float]:
-    """Each value's rank (0-based); tied values share the mean of their ranks."""
-    order = sorted(range(len(values)), key=values.__getitem__)
-    ranks = [0.0] * len(values)
-    start = 0
-    while start < len(order):
-        end = start
-        while end + 1 < len(order) and values[order[end + 1]] == values[order[start]]:
-            end += 1
-        for i in order[start:end + 1]:
-            ranks[i] = (start + end) / 2
-        start = end + 1
-    return ranks
-
-
-def spearman(xs: list[float], ys: list[float]) -> float | None:
-    """Spearman's rho of two paired lists (tied values share their mean rank); None when
-    under 2 pairs or when either list is constant."""
-    if len(xs) < 2 or len(set(xs)) < 2 or len(set(ys)) < 2:
-        return None
-    return statistics.correlation(_ranks(xs), _ranks(ys))
-
-
-def first_token_order(first_token_s: list[float]) -> float | None:
-    """Spearman's rho between request number (0..n-1) and the time of its first token."""
-    return spearman(list(range(len(first_token_s))), first_token_s)
-
-
-def on_the_wire(requests: list[tuple[float, float, bool, float | None]]) -> dict | None:
-    """One run's TTFT counted from when each request was written, and what came before.
-
-    ``requests``: per request, its TTFT by the client's own clock (ms), the wait from that
-    clock's start to its headers on the socket (ms: taking or opening a connection, the
-    client's event loop getting to the write), whether it had to connect, and how long the
-    server's API process took to answer with headers (ms; None where unknown). Returns
-    medians (and the mean of TTFT from the write, the share that had to connect) over the
-    run; None when no request was traced."""
-    if not requests:
-        return None
-    wire = [ttft - wait for ttft, wait, _, _ in requests]
-    taken = [t for _, _, _, t in requests if t is not None]
-    return {"traced": len(requests), "connected": sum(c for _, _, c, _ in requests) / len(requests),
-            "median_wait_ms": statistics.median(w for _, w, _, _ in requests),
-            "max_wait_ms": max(w for _, w, _, _ in requests),
-            "median_taken_ms": statistics.median(taken) if taken else None,
-            "median_ttft_ms": statistics.median(t for t, _, _, _ in requests),
-            "median_wire_ttft_ms": statistics.median(wire), "mean_wire_ttft_ms": statistics.fmean(wire)}
-
-
-def _jsonl(path: Path) -> list[dict]:
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-
-
-def attnbench_row(run_dir: Path) -> dict:
-    """One `attnbench load` run (``r<i>/`` with summary.json and requests.jsonl) as a row."""
-    s = json.loads((run_dir / SUMMARY_FILE).read_text())
-    row = {k: s.get(k) for k in (*KEYS, "request_rate", "client_loop_lag_ms", "client_coalesced_chunks",
-                                 "jit_compiles")}
-    row["server"] = s.get("server_metrics") or {}
-    records = [r for r in _jsonl(run_dir / REQUESTS_FILE) if r["phase"] == "measure"] \
-        if (run_dir / REQUESTS_FILE).exists() else []
-    answered = sorted((r for r in records if r["chunk_s"]), key=lambda r: r["index"])
-    row["chunks"] = sum(len(r["chunk_s"]) for r in answered) if records else None
-    row["order"] = first_token_order([r["chunk_s"][0] for r in answered])
-    row["wire"] = on_the_wire([((r["chunk_s"][0] - r["sent_s"]) * 1e3, (r["written_s"] - r["sent_s"]) * 1e3,
-                                False, None) for r in answered if r.get("written_s") is not None])
-    return row
-
-
-def vllm_bench_row(result_path: Path) -> dict:
-    """One `vllm bench serve --save-result --save-detailed` run as a row; its traced sends
-    (``r<i>.sent.jsonl``) give TTFT from the write. vllm bench numbers its request ids
-    <prefix><position> and keeps each request's clock start (``start_times``, perf_counter
-    s, the trace's clock)."""
-    s = json.loads(result_path.read_text())
-    row = {k: s.get(k) for k in (*KEYS, "request_rate")}
-    ttfts, starts = s.get("ttfts") or [], s.get("start_times") or []
-    row["chunks"] = sum(len(gaps) + 1 for gaps, ttft in zip(s.get("itls") or [], ttfts) if ttft) if ttfts else None
-    row["order"] = first_token_order([start + ttft for start, ttft in zip(starts, ttfts) if ttft]) if starts else None
-    sent = result_path.with_name(result_path.name.removesuffix(".json") + ".sent.jsonl")
-    traced = []
-    for t in (_jsonl(sent) if sent.exists() else []):
-        suffix = (t.get("id") or "").rsplit("-", 1)[-1]
-        j = int(suffix) if suffix.isdigit() else -1
-        if t.get("headers") is not None and 0 <= j < len(ttfts) and ttfts[j] and j < len(starts):
-            traced.append((ttfts[j] * 1e3, (t["headers"] - starts[j]) * 1e3, t["new_conn"],
-                           (t["response"] - t["headers"]) * 1e3 if t.get("response") else None))
-    row["wire"] = on_the_wire(traced)
-    return row
-
-
-def _probe_samples(root: Path) -> list[tuple[float, float]]:
-    path = root / PROBE_FILE
-    return [(r["t"], r["ms"]) for r in _jsonl(path)] if path.exists() else []
-
-
-def cpu_record(witness: dict, probe: list[tuple[float, float]]) -> dict:
-    """CPU seconds during one client run (a witness file of `runner.crosscheck`): per
-    server process (by name, those over `SERVER_CPU_FLOOR_S`), the client's (``client``,
-    ``client_wall``), the host's stolen and stalled seconds, and ``probe_ms``: the median
-    time of the host probe's fixed work meanwhile."""
-    before, after = witness.get("before", {}), witness.get("after", {})
-    out: dict = {}
-    if witness.get("client_cpu_s") is not None:
-        out["client"], out["client_wall"] = witness["client_cpu_s"], witness.get("wall_s")
-    for key in HOST:
-        if key in before.get("host", {}) and key in after.get("host", {}):
-            out[key] = after["host"][key] - before["host"][key]
-    during = [ms for t, ms in probe if before.get("time", math.inf) <= t <= after.get("time", -math.inf)]
-    if during:
-        out["probe_ms"] = statistics.median(during)
-    for pid, p in after.get("processes", {}).items():
-        used = p["cpu_s"] - before.get("processes", {}).get(pid, {}).get("cpu_s", 0.0)
-        if used > SERVER_CPU_FLOOR_S:
-            out[p["comm"]] = out.get(p["comm"], 0.0) + used
-    return out
-
-
-def _repeat_of(path: Path) -> int:
-    return int(path.name.split(".")[0][1:])
-
-
-def campaign_rows(root: Path) -> tuple[list[dict], dict[str, list[str]]]:
-    """Every client run of a campaign folder as a row (``load``, ``side_by_side``,
-    ``client``, ``repeat`` and the measures of `attnbench_row` / `vllm_bench_row`, with the
-    server's view from the run's witness and its ``cpu`` record), and the kernel compiles
-    the server logged after it answered /health (by folder: "" the campaign's server, else
-    a load's own). An archived campaign holds both in ``crosscheck.json``."""
-    if (root / ARCHIVE_FILE).exists():
-        data = json.loads((root / ARCHIVE_FILE).read_text())
-        return data["runs"], data.get("compiles", {})
-    if not root.is_dir():
-        raise CrossCheckDataError(f"{root}: no such folder; expected a campaign of `attnbench crosscheck run`")
-    probe = _probe_samples(root)
-    side = json.loads((root / CAMPAIGN_FILE).read_text()).get("side_by_side", False) \
-        if (root / CAMPAIGN_FILE).exists() else False
-    rows, compiles = [], {"": _compiles_in(root)}
-    for load_dir in sorted(p for p in root.iterdir() if p.is_dir() and (p / "attnbench").is_dir()):
-        compiles[load_dir.name] = _compiles_in(load_dir)
-        runs = [(d.parent.name, _repeat_of(d), attnbench_row(d))
-                for d in sorted(load_dir.glob("attnbench*/r[0-9]*")) if (d / SUMMARY_FILE).exists()]
-        runs += [("vllm-bench", _repeat_of(p), vllm_bench_row(p)) for p in sorted(load_dir.glob("vllm-bench/r*.json"))
-                 if p.name.removesuffix(".json")[1:].isdigit()]
-        for client, repeat, row in runs:
-            witness_path = load_dir / "witness" / f"{client}-r{repeat}.json"
-            witness = json.loads(witness_path.read_text()) if witness_path.exists() else {}
-            if witness.get("server"):
-                row["server"] = witness["server"]
-            rows.append({"load": load_dir.name, "side_by_side": side, "client": client, "repeat": repeat, **row,
-                         "server": row.get("server") or {}, "cpu": cpu_record(witness, probe) if witness else {}})
-    if not rows:
-        raise CrossCheckDataError(f"{root}: no client runs found; expected LOAD/attnbench/r<i>/{SUMMARY_FILE} "
-                                  f"and LOAD/vllm-bench/r<i>.json (or an archived {ARCHIVE_FILE})")
-    rows.sort(key=lambda r: (r["load"], r["client"], r["repeat"]))
-    return rows, {k: v for k, v in compiles.items() if v is not None}
-
-
-def _compiles_in(folder: Path) -> list[str] | None:
-    """Kernel compiles logged after /health by the server whose log lies in ``folder``
-    (None: no server log there)."""
-    log = folder / "server.log"
-    if not log.exists():
-        return None
-    text = log.read_text(errors="replace")
-    started = text.rfind("Application startup complete")
-    return jit_compiles(text[max(started, 0):].splitlines())
-
-
-def archive(src: Path, dest: Path) -> Path:
-    """What a repository keeps of a campaign: its rows and compiles (``crosscheck.json``),
-    its ``campaign.json`` and its comparison; per-request records, /metrics pages and logs
-    stay behind (the rows hold what the comparison reads of them)."""
-    rows, compiles = campaign_rows(src)
-    dest.mkdir(parents=True, exist_ok=True)
-    atomic_write_json(dest / ARCHIVE_FILE, {"runs": rows, "compiles": compiles})
-    for name in (CAMPAIGN_FILE, COMPARISON_FILE):
-        if (src / name).exists() and src.resolve() != dest.resolve():
-            atomic_write_text(dest / name, (src / name).read_text())
-    return dest
-
-
-# ---------------------------------------------------------------------- the report
 def report(*roots: Path) -> list[str]:
     """The comparison of one or several campaigns, as Markdown lines."""
     lines = ["# attnbench load vs vllm bench serve", ""]
@@ -319,11 +117,11 @@ def _load_report(name: str, ours: list[dict], theirs: list[dict], rows: list[dic
               "| client | server mean TTFT | its spread | mean TTFT - server's | mean ITL - server's |",
               "|---|---|---|---|---|"]
     for client, runs in clients:
-        ttft = _med([_minus(r.get("mean_ttft_ms"), r["server"].get("mean_ttft_ms")) for r in runs])
-        itl = _med([_minus(r.get("mean_itl_ms"), r["server"].get("mean_itl_ms")) for r in runs])
+        ttft = median([_minus(r.get("mean_ttft_ms"), r["server"].get("mean_ttft_ms")) for r in runs])
+        itl = median([_minus(r.get("mean_itl_ms"), r["server"].get("mean_itl_ms")) for r in runs])
         server = [r["server"].get("mean_ttft_ms") for r in runs]
-        spread = _spread(server)
-        lines.append(f"| {client} | {_fmt(_med(server))} | {'-' if spread is None else f'{spread:.1f}%'} "
+        server_spread = spread(server)
+        lines.append(f"| {client} | {_fmt(median(server))} | {'-' if server_spread is None else f'{server_spread:.1f}%'} "
                      f"| {_fmt(ttft)} | {_fmt(itl, 2)} |")
     lines.append("")
     lines += _host_witness(clients)
@@ -356,17 +154,6 @@ def _server_processes(cpu: dict) -> dict:
 def _host_label(key: str) -> str:
     """A host counter's name for a table: "steal_s" -> "host steal"."""
     return "host " + key.removesuffix("_s").replace("_", " ")
-
-
-def _med(values):
-    values = [v for v in values if v is not None]
-    return statistics.median(values) if values else None
-
-
-def _spread(values) -> float | None:
-    values = [v for v in values if v is not None]
-    m = _med(values)
-    return (max(values) - min(values)) / m * 100 if values and m else None
 
 
 def _fmt(v, nd=1) -> str:
@@ -446,8 +233,8 @@ def _wire_tables(clients: list[tuple[str, list[dict]]]) -> list[str]:
               "| client | median TTFT from the write | - vllm bench's | spread | vllm spread | criterion |",
               "|---|---|---|---|---|---|"]
     theirs_wire = _wire_ttfts(theirs)
-    sv = _spread(theirs_wire)
-    lines.append(f"| vllm-bench | {_fmt(_med(theirs_wire))} | | | {_fmt(sv)}% | |")
+    sv = spread(theirs_wire)
+    lines.append(f"| vllm-bench | {_fmt(median(theirs_wire))} | | | {_fmt(sv)}% | |")
     for client, runs in clients:
         if client == "vllm-bench":
             continue
@@ -456,7 +243,7 @@ def _wire_tables(clients: list[tuple[str, list[dict]]]) -> list[str]:
         if result is None:
             continue
         _, diff, sa, _ = result
-        lines.append(f"| {client} | {_fmt(_med(values))} | {_fmt(diff)}% | {_fmt(sa)}% | {_fmt(sv)}% | "
+        lines.append(f"| {client} | {_fmt(median(values))} | {_fmt(diff)}% | {_fmt(sa)}% | {_fmt(sv)}% | "
                      f"{_verdict(result)} |")
     return lines + [""]
 
@@ -488,21 +275,6 @@ def _pooled(rate, loads: list[tuple[str, list[dict], list[dict]]]) -> list[str]:
     lines += ["", "Over all of them (a spread here also holds what differed between the loads' servers or hosts):", ""]
     return (lines + _criteria_table(ours, theirs, "attnbench") + _net_of_merging(ours, theirs)
             + _net_of_server(ours, theirs) + [""])
-
-
-def common_slope_fit(xs: list[list[float]], ys: list[list[float]]) -> tuple[float, list[float], float, float]:
-    """Least squares of y over x with one slope for every group and one offset per group
-    (analysis of covariance): (slope, each group's offset, the residuals' standard
-    deviation, the correlation of x and y over all points). A difference of two offsets is
-    the difference of the groups at equal x."""
-    centred = [([x - statistics.fmean(gx) for x in gx], [y - statistics.fmean(gy) for y in gy])
-               for gx, gy in zip(xs, ys)]
-    sxx = sum(x * x for cx, _ in centred for x in cx)
-    slope = sum(x * y for cx, cy in centred for x, y in zip(cx, cy)) / sxx if sxx else 0.0
-    offsets = [statistics.fmean(gy) - slope * statistics.fmean(gx) for gx, gy in zip(xs, ys)]
-    residuals = [y - slope * x for cx, cy in centred for x, y in zip(cx, cy)]
-    flat_x, flat_y = [x for g in xs for x in g], [y for g in ys for y in g]
-    return slope, offsets, statistics.pstdev(residuals), statistics.correlation(flat_x, flat_y)
 
 
 def _net_of(ours: list[dict], theirs: list[dict], witness: dict, heading: str, per: str, scale: float) -> list[str]:
@@ -551,70 +323,9 @@ def _net_of_server(ours: list[dict], theirs: list[dict]) -> list[str]:
                    "offset per client):", "ms of the server's", 1)
 
 
-def permutation_p(a: list[float], b: list[float], draws: int = 20_000) -> float | None:
-    """How often the difference of medians of two groups of runs is at least as large as
-    ``a``'s against ``b``'s when the runs are dealt to the groups at random (two-sided):
-    whether a difference between clients stands out from the run-to-run variation. Every
-    split is enumerated when there are at most ``draws`` of them (5 + 5 runs: 252, and no
-    difference of medians can reach below p = 12/252 = 0.048), else ``draws`` splits are
-    drawn with a fixed seed."""
-    if len(a) < 2 or len(b) < 2:
-        return None
-    runs = a + b
-    observed = abs(statistics.median(a) - statistics.median(b)) - 1e-9
-
-    def farther(picked) -> bool:
-        rest = [x for i, x in enumerate(runs) if i not in picked]
-        return abs(statistics.median([runs[i] for i in picked]) - statistics.median(rest)) >= observed
-
-    if math.comb(len(runs), len(a)) <= draws:
-        splits = [set(c) for c in itertools.combinations(range(len(runs)), len(a))]
-    else:
-        rng = random.Random(0)
-        splits = [set(rng.sample(range(len(runs)), len(a))) for _ in range(draws)]
-    return sum(map(farther, splits)) / len(splits)
-
-
-def difference_pct(ours: list[float], theirs: list[float]) -> float | None:
-    """The median of ``ours`` over the median of ``theirs``, minus 1, in % (None: a group is
-    empty or ``theirs``' median is 0)."""
-    a, v = _med(ours), _med(theirs)
-    return (a - v) / v * 100 if a is not None and v else None
-
-
-def criterion(ours: list[float], theirs: list[float]) -> tuple[bool, float, float, float] | None:
-    """The issue's criterion for one metric over two groups of runs: the medians of runs
-    within 5% of ``theirs``, and ``ours``' spread (max - min over median, %) no wider than
-    ``theirs``' + 2 points. Returns (passes, difference %, our spread, their spread), or None
-    when a group is empty or ``theirs``' median is 0."""
-    diff, sa, sv = difference_pct(ours, theirs), _spread(ours), _spread(theirs)
-    if diff is None or sa is None or sv is None:
-        return None
-    return abs(diff) <= 5 and sa <= sv + 2, diff, sa, sv
-
-
 def _verdict(result: tuple[bool, float, float, float]) -> str:
     ok, diff, sa, sv = result
     return ("pass" if ok else "FAIL") + f" (|diff| {abs(diff):.1f}% <= 5; spread {sa:.1f} <= {sv + 2:.1f})"
-
-
-def self_agreement(values: list[float]) -> float | None:
-    """How often one client passes the issue's criterion against itself: every choice of
-    n // 2 of its n runs against the rest (each half taken once as "ours" when n is even),
-    the share of these deals that pass `criterion`. What a
-    criterion can tell apart: where a client meets it against itself in only some of the
-    deals, the server's run-to-run variation decides a verdict between clients as often.
-    None with fewer than 6 runs (halves of 3)."""
-    if len(values) < 6:
-        return None
-    n = len(values)
-    deals = []
-    for picked in itertools.combinations(range(n), n // 2):
-        half = [values[i] for i in picked]
-        rest = [values[i] for i in range(n) if i not in picked]
-        deals += [(half, rest), (rest, half)] if n % 2 == 0 else [(half, rest)]
-    results = [criterion(a, b) for a, b in deals]
-    return sum(bool(r and r[0]) for r in results) / len(results)
 
 
 def _self_agreement_table(clients: list[tuple[str, list[dict]]]) -> list[str]:
@@ -641,8 +352,8 @@ def _criteria_table(ours: list[dict], theirs: list[dict], label: str, keys=KEYS,
              "| vllm spread | criterion | p, runs permuted |", "|---|---|---|---|---|---|---|---|"]
     for k in keys:
         ours_k, theirs_k = _values(ours, k), _values(theirs, k)
-        a, v = _med(ours_k), _med(theirs_k)
-        sa, sv = _spread(ours_k), _spread(theirs_k)
+        a, v = median(ours_k), median(theirs_k)
+        sa, sv = spread(ours_k), spread(theirs_k)
         diff = difference_pct(ours_k, theirs_k)
         result = criterion(ours_k, theirs_k) if k in judged else None
         verdict = _verdict(result) if result else ""
@@ -679,8 +390,8 @@ def _side_by_side_table(ours: list[dict], theirs: list[dict]) -> list[str]:
              "| run | " + " | ".join(keys) + " |", "|---" * (len(keys) + 1) + "|"]
     for i, (a, _) in enumerate(runs):
         lines.append(f"| r{a['repeat']} | " + " | ".join(_fmt(per_run[k][i]) for k in keys) + " |")
-    lines.append("| median over runs | " + " | ".join(_fmt(_med(per_run[k])) for k in keys) + " |")
-    lines.append(f"| median over {len(pairs)} pairs | " + " | ".join(_fmt(_med(per_pair[k])) for k in keys) + " |")
+    lines.append("| median over runs | " + " | ".join(_fmt(median(per_run[k])) for k in keys) + " |")
+    lines.append(f"| median over {len(pairs)} pairs | " + " | ".join(_fmt(median(per_pair[k])) for k in keys) + " |")
     lines += ["", "The issue's criteria over the pairs (a pair: two runs with the halves swapped, so each client "
               "sent every prompt; a client's value for a pair: the mean of its two runs'), each pair taken as "
               "one run: medians over the pairs and spreads over them:", ""]
@@ -698,5 +409,3 @@ def _pair_mean(values: list) -> float | None:
 
 def _minus(a, b):
     return a - b if a is not None and b is not None else None
-
-

@@ -11,6 +11,7 @@ import os
 import pytest
 from click.testing import CliRunner
 
+from attnbench.analysis import agreement, crosscheck_runs
 from attnbench.analysis import crosscheck as compare
 from attnbench.cli import main
 from attnbench.runner.host import HostProbe, process_tree_cpu
@@ -86,7 +87,7 @@ def test_an_archived_campaign_keeps_the_verdict_in_one_file(tmp_path):
     """`archive` keeps one row per client run (crosscheck.json) and campaign.json: no
     records, no witnesses, the same report; the CLI does the same."""
     _campaign(tmp_path / "full")
-    compare.archive(tmp_path / "full", tmp_path / "kept")
+    crosscheck_runs.archive(tmp_path / "full", tmp_path / "kept")
     assert sorted(p.name for p in (tmp_path / "kept").iterdir()) == ["campaign.json", "crosscheck.json"]
     assert report(tmp_path / "kept") == report(tmp_path / "full")
     result = CliRunner().invoke(main, ["crosscheck", "archive", str(tmp_path / "full"), str(tmp_path / "cli")])
@@ -155,7 +156,7 @@ def test_the_host_witness_ranks_the_servers_ttft_against_the_hosts_speed(tmp_pat
                                  "processes": {"42": {"comm": "VLLM::EngineCor", "cpu_s": 30.0 + i}}}}
             rows.append((client, {"repeat": i, "chunks": 900 if i == 5 else 1000,
                                   "server": {"mean_ttft_ms": 40.0 + 5 * i},
-                                  "cpu": compare.cpu_record(witness, compare._probe_samples(tmp_path))}))
+                                  "cpu": crosscheck_runs.cpu_record(witness, crosscheck_runs._probe_samples(tmp_path))}))
     clients = [(c, [r for name, r in rows if name == c]) for c in ("attnbench", "vllm-bench", "attnbench-p1")]
     assert clients[0][1][2]["cpu"] == {"client": 13.0, "client_wall": 30.0, "steal_s": 3.0, "probe_ms": 5.0,
                                        "VLLM::EngineCor": 23.0}  # no stall after: no stall
@@ -167,7 +168,7 @@ def test_the_host_witness_ranks_the_servers_ttft_against_the_hosts_speed(tmp_pat
     assert "| host steal s | 1.00 | -0.64 | 13 |" in text and "attnbench-p1" not in text and "stall" not in text
     assert "| host probe ms (median in the run) | 1.00 | -0.64 | 13 |" in text
     assert compare._host_witness([clients[2]]) == []  # 3 runs: nothing to rank
-    assert compare.spearman([1, 2, 2, 3], [5, 7, 7, 9]) == 1.0 and compare.first_token_order([0.5, 0.5]) is None
+    assert agreement.spearman([1, 2, 2, 3], [5, 7, 7, 9]) == 1.0 and crosscheck_runs.first_token_order([0.5, 0.5]) is None
 
 
 def test_process_tree_cpu_and_the_host_probe_read_this_machine(tmp_path):
@@ -195,7 +196,7 @@ def test_permutation_p_tells_a_client_difference_from_run_noise():
     """5 + 5 runs, every split enumerated: fully separated groups have medians 3 and 8, and
     only the 12 of the 252 splits that put 1-3 on one side and 8-10 on the other are as far
     apart; interleaved ones are typical. Too many splits are sampled, with a fixed seed."""
-    p = compare.permutation_p
+    p = agreement.permutation_p
     assert p([1, 2, 3, 4, 5], [6, 7, 8, 9, 10]) == pytest.approx(12 / 252)
     assert p([1, 3, 5, 7, 9], [2, 4, 6, 8, 10]) > 0.5
     assert p([1.0], [2.0, 3.0]) is None
@@ -223,10 +224,10 @@ def test_pooled_burst_takes_the_servers_merging_out():
 def test_self_agreement_deals_one_clients_runs_into_halves():
     """Steady runs always pass against themselves; one outlier among six passes in half the
     deals; bimodal runs never; fewer than 6 runs give no verdict."""
-    assert compare.self_agreement([100.0, 101.0] * 3) == 1.0
-    assert compare.self_agreement([10.0] * 5 + [30.0]) == 0.5
-    assert compare.self_agreement([20.0, 40.0] * 3) == 0.0
-    assert compare.self_agreement([1.0, 2.0, 3.0, 4.0, 5.0]) is None
+    assert agreement.self_agreement([100.0, 101.0] * 3) == 1.0
+    assert agreement.self_agreement([10.0] * 5 + [30.0]) == 0.5
+    assert agreement.self_agreement([20.0, 40.0] * 3) == 0.0
+    assert agreement.self_agreement([1.0, 2.0, 3.0, 4.0, 5.0]) is None
     runs = [{"median_itl_ms": v, "output_throughput": 6000.0} for v in [10.0] * 5 + [30.0]]
     text = "\n".join(compare._self_agreement_table([("attnbench", runs), ("vllm-bench", runs[:5])]))
     assert "| metric | attnbench vs attnbench |" in text and "vllm-bench vs" not in text

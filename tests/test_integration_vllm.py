@@ -216,7 +216,7 @@ def test_crosscheck_runs_both_clients_side_by_side_on_a_real_server(tmp_path, mo
     the comparison, and stops the server; the archived copy reads the same."""
     from click.testing import CliRunner
 
-    from attnbench.analysis import crosscheck
+    from attnbench.analysis import crosscheck, crosscheck_runs
     from attnbench.cli import main
 
     path = suite_file(tmp_path, model_dir, [{"name": "xc", "serve": {"max_model_len": 2048}}])  # ShareGPT lengths
@@ -240,14 +240,14 @@ def test_crosscheck_runs_both_clients_side_by_side_on_a_real_server(tmp_path, mo
     prompts = {len(r["prompt_len"] * "x") for i in (1, 2)
                for r in map(json.loads, (load / "attnbench" / f"r{i}" / "requests.jsonl").read_text().splitlines())}
     assert len(prompts) >= 2
-    rows, _ = crosscheck.campaign_rows(out)
+    rows, _ = crosscheck_runs.campaign_rows(out)
     assert [(r["client"], r["repeat"]) for r in rows] == [("attnbench", 1), ("attnbench", 2),
                                                           ("vllm-bench", 1), ("vllm-bench", 2)]
     assert all(r["wire"] and r["wire"]["traced"] == 4 for r in rows) and all(r["side_by_side"] for r in rows)
     text = (out / "comparison.md").read_text()
     assert "## poisson-side (request rate 4.0 req/s per client; 2 attnbench and 2 vllm bench serve runs, side by side)" \
         in text and "| median over 1 pairs |" in text
-    crosscheck.archive(out, tmp_path / "kept")
+    crosscheck_runs.archive(out, tmp_path / "kept")
     assert crosscheck.report(tmp_path / "kept") == crosscheck.report(out)
     assert server_pids(model_dir) == []
 
