@@ -164,10 +164,11 @@ def _narrow_split_tiles(shape: BatchShape, p: Platform, block_m: int) -> bool:
 
     On an H200 (rules.yaml split-stages, segments-17-31, split-tiles-17-26;
     docs/perf/h200/rules-2026-11-29.csv: uniform decodes over 4.6-48k keys) 64-key tiles in
-    16 segments and 2 stages took 0.88-0.98x the time of 128-key tiles in 8 on all 14 cases
-    of 17-26 pairs (Phi-3-medium's 20 pairs over 24k keys 82.5 against 94.2 us; Llama-8B's 24
-    over 48k 160 against 176), 0.98x at 28 pairs (3.4 per SM), but 1.22-1.25x at 30 and 32,
-    and 1.08-1.11x at 16 pairs (against 16 segments of 128-key tiles)."""
+    16 segments and 2 stages took 0.88-0.98x the time of 128-key tiles in 8 (in 2 or 3
+    stages, which took the same time there) on all 14 cases of 17-26 pairs (Phi-3-medium's
+    20 pairs over 24k keys 82.5 against 94.2 us; Llama-8B's 24 over 48k 160 against 176),
+    0.98x at 28 pairs (3.4 per SM), but 1.22-1.25x at 30 and 32, and 1.08-1.11x at 16 pairs
+    (against 16 segments of 128-key tiles)."""
     programs = shape.num_seqs * shape.num_kv_heads * SPLIT_NARROW_SEGMENTS
     return (shape.head_size == 128 and block_m == 16
             and SPLIT_PROGRAMS_PER_SM * p.num_sms < programs <= SPLIT_NARROW_MAX_PROGRAMS_PER_SM * p.num_sms)
