@@ -945,6 +945,9 @@ def test_uniform_decodes_of_17_to_26_pairs_split_in_64_key_tiles(monkeypatch, tr
         return config.tile_size, config.num_segments, config.num_stages
 
     phi3 = decodes(2, 25714, 40, 10)  # the random grid's Phi-3-medium: 20 pairs
+    assert decide(phi3, H100_SM90).why.endswith("16 segments per Q-block of 64-key tiles (320 programs, "
+                                                 "2.4 per SM)" + (", whatever the fitted tree" if tree == "shipped"
+                                                                  else ""))
     for shape in (phi3, decodes(17, 12288, 8, 1), decodes(13, 8192, 16, 2), decodes(3, 49152, 32, 8)):
         assert split(shape) == (64, 16, 2), shape
     assert split(decodes(2, 24576, 32, 8)) == (128, 16, 2)  # 16 pairs

@@ -19,18 +19,24 @@ def split_decision(shape: BatchShape, p: Platform) -> Decision:
     would launch for the SMs, and how the keys are cut."""
     config = split_config(shape, p)
     gluon = ""
-    if gluon_runs(shape, p) and _split_for_waves(shape, p):
-        items, rounds = hopper.static_rounds(shape, p.num_sms)
-        gluon = f" (the Gluon kernel's {items} items would fill {items / (rounds * p.num_sms):.0%} of {rounds} static rounds)"
-    elif gluon_runs(shape, p):
-        wave = ", the batch being ragged over more than a wave" if _ragged_over_a_wave(shape, p) else ""
-        gluon = f" (at most {_split_max_programs(shape, p)} split where the Gluon kernel runs{wave})"
+    if gluon_runs(shape, p):
+        if _split_for_waves(shape, p):
+            items, rounds = hopper.static_rounds(shape, p.num_sms)
+            gluon = (f" (the Gluon kernel's {items} items would fill {items / (rounds * p.num_sms):.0%} "
+                     f"of {rounds} static rounds)")
+        else:
+            wave = ", the batch being ragged over more than a wave" if _ragged_over_a_wave(shape, p) else ""
+            gluon = f" (at most {_split_max_programs(shape, p)} split where the Gluon kernel runs{wave})"
     ragged = ""
     if shape.full_length_share < 1:
         ragged = (f", {_full_length_programs(shape, p)} at the longest sequence's length "
                   f"({shape.sum_seqlen_k} keys in {shape.num_seqs} sequences)")
     cut = ("; segments as long as the longest sequence's" if config.equal_segments
            else f"; {config.num_segments} segments per Q-block")
+    if p.arch == hopper.ARCH and hopper.head_pad(shape.head_size) <= 128 and config.tile_size == 64:
+        # on sm_90 such heads split in 32- or 128-key tiles, but for `_narrow_split_tiles`
+        programs = shape.num_seqs * shape.num_kv_heads * config.num_segments
+        cut += f" of 64-key tiles ({programs} programs, {programs / p.num_sms:.1f} per SM)"
     return Decision(config, f"split-KV: {shape.max_seqlen_q}-token queries over {shape.max_seqlen_k} keys; the "
                             f"Q-block step would launch {programs_2d(shape, p)} programs{ragged} for {p.num_sms} "
                             f"SMs{gluon}{cut}")
