@@ -32,7 +32,10 @@ HEAD_CASES = {
     "mha-h128-fp16-bs32": (4, 4, 128, 32, torch.float16, {}),
     "gqa8-h64-bf16-bs48": (16, 2, 64, 48, torch.bfloat16, {}),
     "mqa-h64-fp16-bs16": (8, 1, 64, 16, torch.float16, {}),
-    "qpk5-h128-bf16-bs16": (10, 2, 128, 16, torch.bfloat16, {}),  # 125 of 128 rows used
+    # groups that do not divide a Q-block's 128 rows: a token's heads straddle two Q-blocks
+    # (`blocks.qblock_rows`); Falcon-7B's 71 query heads per KV head fill one over 2-3 tokens
+    "qpk5-h128-bf16-bs16": (10, 2, 128, 16, torch.bfloat16, {}),
+    "qpk71-h64-bf16-bs32": (71, 1, 64, 32, torch.bfloat16, {}),
     "window-gqa4-h64-bf16-bs16": (8, 2, 64, 16, torch.bfloat16, {"sliding_window": "random"}),
     "softcap-gqa2-h128-fp16-bs32": (4, 2, 128, 32, torch.float16, {"softcap": 2.0}),
     "window-softcap-mqa-h128-bf16-bs48": (4, 1, 128, 48, torch.bfloat16,
@@ -210,7 +213,7 @@ def _work_items(batch: PagedBatch) -> int:
     from attnbench.kernels.steps.blocks import Geometry
 
     g = Geometry.of(batch.q, batch.k_cache, batch.seq_lens)
-    return g.q_blocks_bound(host.BLOCK_M // g.qpk) * g.num_kv_heads
+    return host.q_blocks_bound(g.num_tokens, g.num_seqs, g.qpk) * g.num_kv_heads
 
 
 def many_items_seqs(rng: random.Random) -> list[tuple[int, int]]:

@@ -645,9 +645,10 @@ def test_long_queries_over_few_work_items_split_the_gluon_kernels_tiles(monkeypa
 
 def _snake_deal_spread(num_seqs, query_len, qpk, num_kv_heads, tile_size, programs):
     """`host.static_deal_spread` item by item, as the kernel walks it: program p's item of
-    round r (`blocks.program_item`), located as `blocks.qblock_item` and `locate_qblock` do."""
-    block_q = max(1, 128 // qpk)
-    num_q_blocks = num_seqs * query_len // block_q + num_seqs
+    round r (`blocks.program_item`), located as `blocks.qblock_item` and `locate_qblock` do
+    (Q-blocks of 128 rows of each sequence's tokens x heads)."""
+    rows = query_len * qpk
+    num_q_blocks = num_seqs * rows // 128 + num_seqs
     num_items = num_q_blocks * num_kv_heads
     shares = [0] * programs
     for p in range(programs):
@@ -656,10 +657,11 @@ def _snake_deal_spread(num_seqs, query_len, qpk, num_kv_heads, tile_size, progra
             if item >= num_items:
                 continue
             q_block = num_q_blocks - 1 - item // num_kv_heads
-            seq = max(s for s in range(num_seqs) if s * query_len // block_q + s <= q_block)
-            local = q_block - (seq * query_len // block_q + seq)
-            if local * block_q < query_len:
-                shares[p] += -(-min(query_len, (local + 1) * block_q) // tile_size) + 1
+            seq = max(s for s in range(num_seqs) if s * rows // 128 + s <= q_block)
+            local = q_block - (seq * rows // 128 + seq)
+            if local * 128 < rows:
+                keys = (min(rows, (local + 1) * 128) - 1) // qpk + 1
+                shares[p] += -(-keys // tile_size) + 1
     return max(shares) / (sum(shares) / programs)
 
 
@@ -714,21 +716,41 @@ def test_prompts_dealt_even_static_shares_take_128_key_tiles(monkeypatch, tree):
 def test_a_launch_lists_one_q_block_per_sequence_where_every_query_fits_one():
     """`host.one_q_block_per_seq`: decodes and speculative decodes whose longest query fits a
     Q-block list one Q-block per sequence; anything longer, or a launch that does not know
-    its longest query (compiling only), lists the 2D grid's bound with its spare Q-blocks."""
+    its longest query (compiling only), lists the grid's bound with its spare Q-blocks."""
     from attnbench.kernels.hopper import host
-    from attnbench.kernels.steps.blocks import Geometry
 
-    def bound(num_tokens, num_seqs, block_q):
-        return Geometry(num_tokens, 32, 128, 8, 16, num_seqs).q_blocks_bound(block_q)
-
-    # Llama-70B's B48 decode: Q-blocks of 16 tokens x 8 heads; the bound has 3 spares
-    assert host.one_q_block_per_seq(16, 1) and bound(48, 48, 16) == 51
-    assert not host.one_q_block_per_seq(16, None)
+    # Llama-70B's B48 decode: 8 heads per KV head, 16 tokens' rows per Q-block; the bound has 3 spares
+    assert host.one_q_block_per_seq(8, 1) and host.q_blocks_bound(48, 48, 8) == 51
+    assert not host.one_q_block_per_seq(8, None)
     # 8-token speculative decodes at 4 heads per KV head: the bound has a spare per 4 sequences
-    assert host.one_q_block_per_seq(32, 8) and bound(16 * 8, 16, 32) == 20
+    assert host.one_q_block_per_seq(4, 8) and host.q_blocks_bound(16 * 8, 16, 4) == 20
     # a query that fills its Q-block exactly, and one a token longer
-    assert host.one_q_block_per_seq(32, 32)
-    assert not host.one_q_block_per_seq(32, 33)
+    assert host.one_q_block_per_seq(4, 32)
+    assert not host.one_q_block_per_seq(4, 33)
+    # Falcon-7B's 71 heads per KV head: a decode's 71 rows fit, a 2-token query's 142 do not
+    assert host.one_q_block_per_seq(71, 1) and not host.one_q_block_per_seq(71, 2)
+
+
+def test_q_blocks_are_128_rows_of_tokens_by_heads_whatever_the_group():
+    """`host.q_blocks`, `q_blocks_bound` and `q_block_span`: a Q-block is 128 rows of a
+    sequence's tokens x query heads of one KV head. Groups that divide 128 make it whole
+    tokens (the Triton steps' packing); Falcon-7B's 71 heads fill it over two or three
+    tokens instead of leaving 57 rows of one token's Q-block empty."""
+    from attnbench.kernels.hopper import host
+
+    assert host.q_blocks(2048, 8) == 128 and host.q_block_span(8) == 16
+    assert host.q_blocks(2048, 71) == 1136 and host.q_block_span(71) == 3  # was 2,048 Q-blocks of one token
+    assert host.q_blocks(18, 7) == 1 and host.q_blocks(19, 7) == 2 and host.q_block_span(7) == 20
+    assert host.q_blocks(1, 128) == 1 and host.q_block_span(128) == 1
+    # the bound holds every sequence's Q-blocks wherever its rows start
+    rng = random.Random(0)
+    for _ in range(200):
+        qpk = rng.choice([1, 3, 7, 12, 71, 96, 128])
+        lens = [rng.randint(1, 300) for _ in range(rng.randint(1, 6))]
+        starts = [sum(lens[:s]) * qpk // 128 + s for s in range(len(lens))]
+        ends = [start + host.q_blocks(n, qpk) for start, n in zip(starts, lens)]
+        assert all(end <= nxt for end, nxt in zip(ends, starts[1:]))
+        assert ends[-1] <= host.q_blocks_bound(sum(lens), len(lens), qpk)
 
 
 def test_uniform_short_queries_run_static_shares_where_they_fill_the_rounds(monkeypatch):

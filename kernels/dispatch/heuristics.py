@@ -153,7 +153,7 @@ def decide(shape: BatchShape, platform: Platform, variant: str = AUTO) -> Decisi
         # window leaves each a few tiles (`qblock_ws.short_window_q_blocks`)
         config = replace(config, tile_size=own_tiles)
         fitted += (f", {own_tiles}-key tiles: a Q-block reads at most "
-                   f"{shape.q_block_keys(hopper.q_block_tokens(shape.queries_per_kv))} keys "
+                   f"{shape.q_block_keys(hopper.q_block_span(shape.queries_per_kv))} keys "
                    f"within the {shape.sliding_window}-key window")
     if config.variant == GLUON_QBLOCK and (segments := hopper.split_segments(shape, platform.num_sms)) > 1:
         # fitted on batches that fill the GPU: too few work items split each Q-block's tiles

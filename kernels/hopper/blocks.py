@@ -67,16 +67,18 @@ def tiles_of_whole_pages(tile_size, block_size, head_size, num_warps):
 
 
 @gluon.jit
-def locate_qblock(cu_seqlens_q_ptr, seq_lens_ptr, q_block, num_seqs, BLOCK_Q: gl.constexpr):
+def locate_qblock(cu_seqlens_q_ptr, seq_lens_ptr, q_block, num_seqs, QPK: gl.constexpr, BLOCK_M: gl.constexpr):
     """(sequence, its first query row, query length, Q-block index within it, sequence
-    length) of global Q-block ``q_block``: sequence ``s`` starts at Q-block
-    ``cu_seqlens_q[s] // BLOCK_Q + s`` (`steps.blocks.find_seq_idx`, Q-block mode). The
-    Q-block has rows only if ``q_block_local * BLOCK_Q < query_len``."""
+    length) of global Q-block ``q_block``. A sequence's rows are its tokens' query heads,
+    token-major (``query_len * QPK`` per KV head: `qblock_rows`), cut into Q-blocks of
+    ``BLOCK_M``; sequence ``s`` starts at Q-block ``cu_seqlens_q[s] * QPK // BLOCK_M + s``
+    (with ``QPK`` dividing ``BLOCK_M``, the Q-block numbering of `steps.blocks.find_seq_idx`).
+    The Q-block has rows only if ``q_block_local * BLOCK_M < query_len * QPK``."""
     lo = 0
     hi = num_seqs
     while lo < hi:
         mid = (lo + hi) // 2
-        start = gl.load(cu_seqlens_q_ptr + mid) // BLOCK_Q + mid
+        start = gl.load(cu_seqlens_q_ptr + mid) * QPK // BLOCK_M + mid
         if start <= q_block:
             lo = mid + 1
         else:
@@ -84,7 +86,7 @@ def locate_qblock(cu_seqlens_q_ptr, seq_lens_ptr, q_block, num_seqs, BLOCK_Q: gl
     seq = lo - 1
     q_start = gl.load(cu_seqlens_q_ptr + seq)
     query_len = gl.load(cu_seqlens_q_ptr + seq + 1) - q_start
-    q_block_local = q_block - (q_start // BLOCK_Q + seq)
+    q_block_local = q_block - (q_start * QPK // BLOCK_M + seq)
     seq_len = gl.load(seq_lens_ptr + seq)
     return seq, q_start, query_len, q_block_local, seq_len
 
@@ -119,8 +121,8 @@ def sequence_qblock(cu_seqlens_q_ptr, seq_lens_ptr, q_block):
 
 @gluon.jit
 def qblock_item(item, num_items, num_q_blocks, one_q_block_per_seq, cu_seqlens_q_ptr, seq_lens_ptr, block_table_ptr,
-                num_seqs, sliding_window, stride_bt, min_segment_tiles, BLOCK_Q: gl.constexpr, TILE_SIZE: gl.constexpr,
-                USE_WINDOW: gl.constexpr, NUM_SEGMENTS: gl.constexpr):
+                num_seqs, sliding_window, stride_bt, min_segment_tiles, QPK: gl.constexpr, BLOCK_M: gl.constexpr,
+                TILE_SIZE: gl.constexpr, USE_WINDOW: gl.constexpr, NUM_SEGMENTS: gl.constexpr):
     """Work item ``item`` of a flat list of (Q-block, KV head) pairs, last Q-blocks first and
     KV heads innermost (under the causal mask the last Q-blocks see the most keys: for one
     sequence the list runs longest first): (KV head, first query row, query length, Q-block
@@ -146,13 +148,14 @@ def qblock_item(item, num_items, num_q_blocks, one_q_block_per_seq, cu_seqlens_q
         seq, q_start, query_len, q_block_local, seq_len = sequence_qblock(cu_seqlens_q_ptr, seq_lens_ptr, q_block)
     else:
         seq, q_start, query_len, q_block_local, seq_len = locate_qblock(cu_seqlens_q_ptr, seq_lens_ptr, q_block,
-                                                                        num_seqs, BLOCK_Q)
+                                                                        num_seqs, QPK, BLOCK_M)
     context_len = seq_len - query_len
     query_len = gl.where(in_list, query_len, 0)
     bt_row = block_table_ptr + seq.to(gl.int64) * stride_bt
     first_tile, first_unmasked, first_masked, end_tile = tile_range(context_len, query_len, q_block_local,
-                                                                    sliding_window, BLOCK_Q, TILE_SIZE, USE_WINDOW)
-    end_tile = gl.where(q_block_local * BLOCK_Q < query_len, end_tile, first_tile)
+                                                                    sliding_window, QPK, BLOCK_M, TILE_SIZE,
+                                                                    USE_WINDOW)
+    end_tile = gl.where(q_block_local * BLOCK_M < query_len * QPK, end_tile, first_tile)
     if NUM_SEGMENTS > 1:
         first_tile, end_tile = segment_range(first_tile, end_tile, segment, min_segment_tiles, NUM_SEGMENTS)
     return (kv_head, q_start, query_len, q_block_local, context_len, seq_len, bt_row, first_tile, first_unmasked,
@@ -171,8 +174,8 @@ def segment_range(first_tile, end_tile, segment, min_segment_tiles, NUM_SEGMENTS
 
 
 @gluon.jit
-def tile_range(context_len, query_len, q_block_local, sliding_window,
-               BLOCK_Q: gl.constexpr, TILE_SIZE: gl.constexpr, USE_WINDOW: gl.constexpr):
+def tile_range(context_len, query_len, q_block_local, sliding_window, QPK: gl.constexpr, BLOCK_M: gl.constexpr,
+               TILE_SIZE: gl.constexpr, USE_WINDOW: gl.constexpr):
     """(first tile, first unmasked tile, first masked tile, end tile) of a Q-block's KV
     range: from its first token's window start (or key 0) up to its last token (causal).
     Only tiles in ``[first unmasked, first masked)`` are visible in full to every row and
@@ -181,9 +184,10 @@ def tile_range(context_len, query_len, q_block_local, sliding_window,
     ``first masked`` on by the causal diagonal. Without a window every tile from the first
     is inside it (first unmasked = first tile); with one, a long sequence has a masked tile
     or two at each end and its middle unmasked, as FlashAttention masks local attention
-    (the ranges of `steps.blocks.tile_ranges`)."""
-    first_pos = context_len + q_block_local * BLOCK_Q
-    max_pos = context_len + gl.minimum(query_len, (q_block_local + 1) * BLOCK_Q) - 1
+    (the ranges of `steps.blocks.tile_ranges`). The Q-block's tokens are those of its first
+    and last rows (`qblock_rows`)."""
+    first_pos = context_len + q_block_local * BLOCK_M // QPK
+    max_pos = context_len + (gl.minimum(query_len * QPK, (q_block_local + 1) * BLOCK_M) - 1) // QPK
     end_tile = max_pos // TILE_SIZE + 1
     first_masked = (first_pos + 1) // TILE_SIZE
     if USE_WINDOW:
@@ -199,14 +203,19 @@ def tile_range(context_len, query_len, q_block_local, sliding_window,
 
 @gluon.jit
 def qblock_rows(row0, q_block_local, query_len, kv_head,
-                ROWS: gl.constexpr, BLOCK_Q: gl.constexpr, QPK: gl.constexpr, layout: gl.constexpr):
+                ROWS: gl.constexpr, BLOCK_M: gl.constexpr, QPK: gl.constexpr, layout: gl.constexpr):
     """Rows ``row0 .. row0 + ROWS - 1`` of a Q-block (in ``layout``): (token in sequence,
-    query head, valid). Row ``m`` holds token ``m // QPK`` and the ``m % QPK``-th query head
-    of the KV head (sec. 4.4); rows past ``BLOCK_Q * QPK`` or the query are invalid."""
-    offs_m = row0 + gl.arange(0, ROWS, layout=layout)
-    tok = q_block_local * BLOCK_Q + offs_m // QPK
+    query head, valid). A sequence's rows are its tokens' query heads of one KV head,
+    token-major (sec. 4.4), and Q-block ``b`` holds rows ``b * BLOCK_M ..`` of them: row
+    ``r`` of the sequence is token ``r // QPK`` and the ``r % QPK``-th query head of the KV
+    head. Where ``QPK`` divides ``BLOCK_M`` a Q-block is ``BLOCK_M // QPK`` whole tokens,
+    as the Triton steps pack it; elsewhere a token's heads may straddle two Q-blocks, so
+    that no row is left empty (Falcon-7B's 71 heads: 128 rows over two tokens, not 71 over
+    one). Rows past the query are invalid."""
+    offs_m = q_block_local * BLOCK_M + row0 + gl.arange(0, ROWS, layout=layout)
+    tok = offs_m // QPK
     head = kv_head * QPK + offs_m % QPK
-    valid = (offs_m < BLOCK_Q * QPK) & (tok < query_len)
+    valid = tok < query_len
     return tok, head, valid
 
 

@@ -1,11 +1,13 @@
 """The host side of the Hopper kernels: which calls they can run, and their launch.
 
 Both kernels (`qblock_wgmma`, `qblock_ws`) take the arguments of `steps/qblock.py`'s kernel
-and the same grid; they differ in what runs inside a program and in their launch options.
+and a grid of Q-blocks of ``BLOCK_M`` rows (`q_blocks`); they differ in what runs inside a
+program and in their launch options.
 """
 
 from __future__ import annotations
 
+import math
 import os
 from functools import lru_cache
 
@@ -53,22 +55,39 @@ PERSISTENT_MIN_ITEMS_PER_SM = 5  # work items per SM from which long queries' ba
 WIDE_HEADS_PERSISTENT_MAX_KEYS = 1024  # longest sequence up to which 64-key-only heads count `many_items`
 
 
-def q_block_tokens(queries_per_kv: int) -> int:
-    """Query tokens per Q-block of ``BLOCK_M`` rows: a token's query heads of one KV head
-    share it (at least one token: heads past ``BLOCK_M`` per KV head are not the kernels')."""
-    return max(1, BLOCK_M // queries_per_kv)
+def q_blocks(query_len: int, queries_per_kv: int) -> int:
+    """Q-blocks of one sequence's query: its ``query_len * queries_per_kv`` rows (each
+    token's query heads of one KV head, token-major: `blocks.qblock_rows`) in blocks of
+    ``BLOCK_M``. Where the heads per KV head divide ``BLOCK_M`` that is whole tokens per
+    Q-block, as the Triton steps pack them; elsewhere a token's heads may straddle two."""
+    return -(-query_len * queries_per_kv // BLOCK_M)
+
+
+def q_blocks_bound(num_tokens: int, num_seqs: int, queries_per_kv: int) -> int:
+    """Q-blocks of a launch's grid (`blocks.locate_qblock`'s numbering): ``num_tokens *
+    queries_per_kv // BLOCK_M + num_seqs`` bounds those of any batch with these token and
+    sequence counts (each sequence's share rounds down, and its Q-blocks take at most one
+    more), so that no host read of the lengths places them; the spares have no rows."""
+    return num_tokens * queries_per_kv // BLOCK_M + num_seqs
+
+
+def q_block_span(queries_per_kv: int) -> int:
+    """Query tokens one Q-block's rows span at most: ``BLOCK_M // queries_per_kv`` where
+    that divides, else one more than fit whole, or two for a token's heads that straddle
+    its ends (Falcon-7B's 71 heads: three tokens, the middle one whole)."""
+    g = math.gcd(BLOCK_M, queries_per_kv)  # a Q-block starts at a multiple of g within a token's heads
+    return (queries_per_kv - g + BLOCK_M - 1) // queries_per_kv + 1
 
 
 def work_items(num_tokens: int, num_seqs: int, max_seqlen_q: int, queries_per_kv: int, num_kv_heads: int) -> int:
-    """A batch's work items (Q-blocks of ``BLOCK_M // queries_per_kv`` tokens x KV heads), at
+    """A batch's work items (Q-blocks of ``BLOCK_M`` rows x KV heads: `q_blocks`), at
     least: the longest query's Q-blocks, and for the other sequences one Q-block each or
     their tokens' worth, whichever is more. (A launch's list, `launch_qblock`, bounds them
     from above with a surplus Q-block per sequence.) Counting tokens alone would count a
     mixed batch's decodes as a few Q-blocks in all where each is one: Phi-3's 32 decodes
     beside two 1k prompts hold 1,312 items or more, not 544."""
-    block_q = q_block_tokens(queries_per_kv)
-    longest = -(-max_seqlen_q // block_q)
-    others = max(num_seqs - 1, -(-(num_tokens - max_seqlen_q) // block_q))
+    longest = q_blocks(max_seqlen_q, queries_per_kv)
+    others = max(num_seqs - 1, q_blocks(num_tokens - max_seqlen_q, queries_per_kv))
     return (longest + others) * num_kv_heads
 
 
@@ -158,7 +177,7 @@ def even_static_shares(shape: BatchShape) -> bool:
     max_seqlen_k``) and its query fits one Q-block, so that the list holds no spare items
     (`one_q_block_per_seq`)."""
     return (shape.sum_seqlen_k is not None and shape.sum_seqlen_k == shape.num_seqs * shape.max_seqlen_k
-            and one_q_block_per_seq(q_block_tokens(shape.queries_per_kv), shape.max_seqlen_q))
+            and one_q_block_per_seq(shape.queries_per_kv, shape.max_seqlen_q))
 
 
 def even_short_queries(shape: BatchShape) -> bool:
@@ -212,13 +231,13 @@ def static_deal_spread(num_seqs: int, query_len: int, queries_per_kv: int, num_k
     ``programs``. An item's work is its key tiles (`blocks.tile_range`: up to its last
     query's position) plus one for its start; a spare's is none. 1.0: every program has
     the same work."""
-    block_q = q_block_tokens(queries_per_kv)
-    starts = np.arange(num_seqs) * query_len // block_q + np.arange(num_seqs)  # each sequence's first Q-block
-    q_blocks = np.arange(num_seqs * query_len // block_q + num_seqs)[::-1]  # the list's order: last first
-    seq = np.searchsorted(starts, q_blocks, side="right") - 1
-    local = q_blocks - starts[seq]
-    last_key = np.minimum(query_len, (local + 1) * block_q)
-    work = np.where(local * block_q < query_len, -(-last_key // tile_size) + 1, 0)
+    rows = query_len * queries_per_kv  # of each sequence (`q_blocks`)
+    starts = np.arange(num_seqs) * rows // BLOCK_M + np.arange(num_seqs)  # each sequence's first Q-block
+    listed = np.arange(q_blocks_bound(num_seqs * query_len, num_seqs, queries_per_kv))[::-1]  # last first
+    seq = np.searchsorted(starts, listed, side="right") - 1
+    local = listed - starts[seq]
+    keys = (np.minimum(rows, (local + 1) * BLOCK_M) - 1) // queries_per_kv + 1  # up to its last row's token
+    work = np.where(local * BLOCK_M < rows, -(-keys // tile_size) + 1, 0)
     items = np.repeat(work, num_kv_heads)  # KV heads innermost
     rounds = np.zeros(-(-items.size // programs) * programs, dtype=np.int64)
     rounds[:items.size] = items
@@ -296,18 +315,17 @@ def unsupported_reason(q, k_cache, head_sizes: tuple[int, ...] = HEAD_SIZES) -> 
     return shape_reason(q.shape[2], q.shape[1] // k_cache.shape[2], head_sizes)
 
 
-def one_q_block_per_seq(block_q: int, max_seqlen_q: int | None) -> bool:
+def one_q_block_per_seq(queries_per_kv: int, max_seqlen_q: int | None) -> bool:
     """Whether a launch's list of work items (`blocks.qblock_item`) holds one Q-block per
-    sequence rather than the 2D grid's bound (`steps.blocks.Geometry.q_blocks_bound`, a
-    spare Q-block without rows per ``block_q`` tokens, so that no host read places them):
-    where every query fits one Q-block (``max_seqlen_q <= block_q``: decodes and
-    speculative decodes, which the caller's longest query bounds). The bound adds 1/128
-    (single-head groups) to a quarter (8-token queries at 4 query heads per KV head) more
-    items there. One program per item, a spare ends at once; in a persistent launch's
-    static shares it fills a slot, so programs get uneven numbers of real items
-    (Llama-70B's B48 decode: 408 items for 132 programs, four rounds where its 384 take
-    three)."""
-    return max_seqlen_q is not None and max_seqlen_q <= block_q
+    sequence rather than the grid's bound (`q_blocks_bound`, a spare Q-block per sequence
+    and per ``BLOCK_M`` rows, so that no host read places them): where every query fits
+    one Q-block (``max_seqlen_q * queries_per_kv <= BLOCK_M``: decodes and speculative
+    decodes, which the caller's longest query bounds). The bound adds 1/128 (single-head
+    groups) to a quarter (8-token queries at 4 query heads per KV head) more items there.
+    One program per item, a spare ends at once; in a persistent launch's static shares it
+    fills a slot, so programs get uneven numbers of real items (Llama-70B's B48 decode: 408
+    items for 132 programs, four rounds where its 384 take three)."""
+    return max_seqlen_q is not None and max_seqlen_q * queries_per_kv <= BLOCK_M
 
 
 # how a kernel that walks a flat list of (Q-block, KV head) work items is launched
@@ -322,9 +340,8 @@ def launch_qblock(kernel, extra: dict, out, q, k_cache, v_cache, block_table, cu
                   max_seqlen_k: int | None = None, dynamic: bool | None = None, num_segments: int = 1) -> None:
     """Launch ``kernel`` with ``extra`` keywords (launch options: warps, register cap; and
     the kernel's own constexprs beyond the shared ones). Grid: (Q-blocks, KV
-    heads), as `steps.qblock.launch`: ``num_tokens // BLOCK_Q + num_seqs`` bounds the
-    Q-blocks of any batch with these token and sequence counts; surplus programs have no
-    rows (they return, or run no tile). One Q-block is ``BLOCK_M = 128`` rows.
+    heads), `q_blocks_bound` of them: surplus programs have no rows (they return, or run no
+    tile). One Q-block is ``BLOCK_M = 128`` rows (`q_blocks`).
 
     A kernel that walks the (Q-block, KV head) pairs as a flat list of work items
     (`blocks.qblock_item`; it takes ``num_q_blocks`` and ``num_items``) gets a 1-D grid
@@ -366,11 +383,10 @@ def launch_qblock(kernel, extra: dict, out, q, k_cache, v_cache, block_table, cu
     if num_segments > 1 and items is None:
         raise ValueError("num_segments: a split needs a kernel that walks a list of work items (items=...)")
     g = Geometry.of(q, k_cache, seq_lens)
-    block_q = q_block_tokens(g.qpk)
-    grid = (g.q_blocks_bound(block_q), g.num_kv_heads)
+    grid = (q_blocks_bound(g.num_tokens, g.num_seqs, g.qpk), g.num_kv_heads)
     walks = [{}]
     if items is not None:
-        per_seq = one_q_block_per_seq(block_q, None if compile_only else max_seqlen_q)
+        per_seq = one_q_block_per_seq(g.qpk, None if compile_only else max_seqlen_q)
         num_q_blocks = g.num_seqs if per_seq else grid[0]
         num_items = num_q_blocks * grid[1] * num_segments
         if num_segments > 1:  # the split's scratch (compiling needs its dtype, not its size)
@@ -414,7 +430,7 @@ def launch_qblock(kernel, extra: dict, out, q, k_cache, v_cache, block_table, cu
                             sliding_window),
             QPK=g.qpk, HEAD_SIZE=g.head_size, BLOCK_SIZE=g.block_size,
             TILE_SIZE=tile_size,
-            BLOCK_M=BLOCK_M, BLOCK_Q=block_q,
+            BLOCK_M=BLOCK_M,
             USE_SOFTCAP=softcap > 0, USE_WINDOW=sliding_window is not None,
             **walk, **extra,
         )

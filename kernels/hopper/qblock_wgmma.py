@@ -1,7 +1,9 @@
 """The Q-block step (sec. 4.4 + 4.6) written for Hopper's asynchronous tensor cores, in Gluon.
 
-Same function, same grid and same Q-block packing as `steps/qblock.py`; what changes is the
-schedule inside a program, which Triton's own pipeliner does not give this loop on sm_90
+Same function as `steps/qblock.py`, and its Q-block packing wherever the query heads per KV
+head divide the Q-block's 128 rows (elsewhere a token's heads may straddle two Q-blocks, so
+that none is left part empty: `blocks.qblock_rows`); what changes is the schedule inside a
+program, which Triton's own pipeliner does not give this loop on sm_90
 (docs/perf/kernels-h100.md: it waits on every QK^T right after issuing it, so the softmax
 sits between the two matrix products with the tensor cores idle). Here the program says
 when each asynchronous operation is issued and waited for:
@@ -67,7 +69,7 @@ def qblock_wgmma_kernel(
     stride_bt,
     QPK: gl.constexpr, HEAD_SIZE: gl.constexpr,
     BLOCK_SIZE: gl.constexpr, TILE_SIZE: gl.constexpr,
-    BLOCK_M: gl.constexpr, BLOCK_Q: gl.constexpr,
+    BLOCK_M: gl.constexpr,
     USE_SOFTCAP: gl.constexpr, USE_WINDOW: gl.constexpr,
 ):
     # -- layouts: S = Q K^T and O = P V on wgmma (8 warps along M: 64 rows per warpgroup);
@@ -86,15 +88,16 @@ def qblock_wgmma_kernel(
     q_block = gl.num_programs(0) - 1 - gl.program_id(0)
     kv_head = gl.program_id(1)
     seq, q_start, query_len, q_block_local, seq_len = locate_qblock(cu_seqlens_q_ptr, seq_lens_ptr, q_block,
-                                                                    num_seqs, BLOCK_Q)
-    if q_block_local * BLOCK_Q >= query_len:
+                                                                    num_seqs, QPK, BLOCK_M)
+    if q_block_local * BLOCK_M >= query_len * QPK:
         return
     context_len = seq_len - query_len
     bt_row = block_table_ptr + seq.to(gl.int64) * stride_bt
     k_head = k_ptr + kv_head * stride_kh  # this program's KV head in each cache
     v_head = v_ptr + kv_head * stride_vh
     first_tile, first_unmasked, first_masked, end_tile = tile_range(context_len, query_len, q_block_local,
-                                                                    sliding_window, BLOCK_Q, TILE_SIZE, USE_WINDOW)
+                                                                    sliding_window, QPK, BLOCK_M, TILE_SIZE,
+                                                                    USE_WINDOW)
 
     # -- shared memory: the Q-block, a ring of K tiles and a ring of V tiles
     q_smem = gl.allocate_shared_memory(dtype, [BLOCK_M, HEAD_SIZE], q_smem_layout)
@@ -105,8 +108,8 @@ def qblock_wgmma_kernel(
     _issue_kv_tile(k_smem.index(0), v_smem.index(0), k_head, v_head, bt_row, first_tile, seq_len,
                    stride_kb, stride_ks, BLOCK_SIZE, TILE_SIZE, HEAD_SIZE, io_layout)
 
-    # -- the Q-block: BLOCK_Q tokens x QPK heads of one KV head as BLOCK_M rows (sec. 4.4)
-    tok, head, row_valid = qblock_rows(0, q_block_local, query_len, kv_head, BLOCK_M, BLOCK_Q, QPK,
+    # -- the Q-block: BLOCK_M rows of the sequence's tokens x QPK heads of one KV head (sec. 4.4)
+    tok, head, row_valid = qblock_rows(0, q_block_local, query_len, kv_head, BLOCK_M, BLOCK_M, QPK,
                                        gl.SliceLayout(1, io_layout))
     offs_d = gl.arange(0, HEAD_SIZE, layout=gl.SliceLayout(0, io_layout))
     q_rows = (q_start + tok).to(gl.int64) * stride_qt + head * stride_qh
@@ -114,7 +117,7 @@ def qblock_wgmma_kernel(
                 mask=gl.expand_dims(row_valid, 1), other=0.0)
     q_smem.store(q)
     rows_s = gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, s_layout))
-    pos_q = context_len + q_block_local * BLOCK_Q + rows_s // QPK
+    pos_q = context_len + (q_block_local * BLOCK_M + rows_s) // QPK
 
     m_i = gl.full([BLOCK_M], float("-inf"), gl.float32, layout=gl.SliceLayout(1, s_layout))
     l_i = gl.zeros([BLOCK_M], gl.float32, layout=gl.SliceLayout(1, s_layout))

@@ -1,8 +1,9 @@
 """The Q-block step for Hopper with warp specialization, in Gluon: FlashAttention 3's
 division of labour on a paged cache.
 
-Same function, grid and Q-block packing as `qblock_wgmma` (and `steps/qblock.py`); the
-difference is who does what inside a program. Three warpgroups, each its own partition:
+Same function, grid and Q-block packing as `qblock_wgmma` (`blocks.qblock_rows`: 128 rows
+of a sequence's tokens x query heads of one KV head, so that Falcon-7B's 71 heads fill a
+Q-block over two tokens); the difference is who does what inside a program. Three warpgroups, each its own partition:
 
 * a **producer** gathers K and V tiles page by page with ``cp.async`` (zero-filled past
   the sequence) into rings of shared memory and signals each buffer on an mbarrier when
@@ -63,7 +64,7 @@ from .blocks import (K_STAGES, V_STAGES, any_row_moved, cp_async, cta_barrier, k
                      program_rounds, qblock_item, qblock_rows, rescale_rows, row_layout, softmax_tile,
                      tiles_of_whole_pages, to_16bit_pairs)
 from .host import (ONE_PER_ITEM, PERSISTENT, PIECEWISE_HEAD_SIZES, even_short_queries, head_pieces, launch_qblock,
-                   many_items, max_tile_size, prefill_deals_static_shares, q_block_tokens, split_segments,
+                   many_items, max_tile_size, prefill_deals_static_shares, q_block_span, split_segments,
                    unsupported_reason)
 
 NUM_WARPS = 4  # the default partition (consumer 0); consumer 1 and the producer are workers
@@ -83,7 +84,8 @@ def _producer(k_ptr, v_ptr, cu_seqlens_q_ptr, seq_lens_ptr, block_table_ptr, ite
               num_q_blocks, num_items, one_q_block_per_seq, min_segment_tiles, sliding_window, stride_bt, stride_kb,
               stride_ks, stride_kh, stride_vh, k_smem, v_smem, k_rest_smem, v_rest_smem, k_ready, k_empty, v_ready,
               v_empty, items_smem, item_ready, item_empty, BLOCK_SIZE: gl.constexpr, TILE_SIZE: gl.constexpr,
-              HEAD_FIRST: gl.constexpr, HEAD_REST: gl.constexpr, BLOCK_Q: gl.constexpr, USE_WINDOW: gl.constexpr,
+              HEAD_FIRST: gl.constexpr, HEAD_REST: gl.constexpr, QPK: gl.constexpr, BLOCK_M: gl.constexpr,
+              USE_WINDOW: gl.constexpr,
               DYNAMIC: gl.constexpr, NUM_SEGMENTS: gl.constexpr):
     """Fill the K and V rings for every work item of this program, one tile ahead of the
     consumers as far as buffers allow: the items `blocks.program_item` deals it, or with
@@ -100,7 +102,7 @@ def _producer(k_ptr, v_ptr, cu_seqlens_q_ptr, seq_lens_ptr, block_table_ptr, ite
                                num_q_blocks, num_items, one_q_block_per_seq, min_segment_tiles, sliding_window,
                                stride_bt, stride_kb, stride_ks, stride_kh, stride_vh, k_smem, v_smem, k_rest_smem,
                                v_rest_smem, k_ready, k_empty, v_ready, v_empty, BLOCK_SIZE, TILE_SIZE, HEAD_FIRST,
-                               HEAD_REST, BLOCK_Q, USE_WINDOW, NUM_SEGMENTS)
+                               HEAD_REST, QPK, BLOCK_M, USE_WINDOW, NUM_SEGMENTS)
             r += 1
             item = _claim(item_counter_ptr)
         _post_item(items_smem, item_ready, item_empty, r, item)
@@ -110,7 +112,7 @@ def _producer(k_ptr, v_ptr, cu_seqlens_q_ptr, seq_lens_ptr, block_table_ptr, ite
                                num_seqs, num_q_blocks, num_items, one_q_block_per_seq, min_segment_tiles,
                                sliding_window, stride_bt, stride_kb, stride_ks, stride_kh, stride_vh, k_smem, v_smem,
                                k_rest_smem, v_rest_smem, k_ready, k_empty, v_ready, v_empty, BLOCK_SIZE, TILE_SIZE,
-                               HEAD_FIRST, HEAD_REST, BLOCK_Q, USE_WINDOW, NUM_SEGMENTS)
+                               HEAD_FIRST, HEAD_REST, QPK, BLOCK_M, USE_WINDOW, NUM_SEGMENTS)
 
 
 @gluon.jit
@@ -152,7 +154,7 @@ def _produce_item(item, t, k_ptr, v_ptr, cu_seqlens_q_ptr, seq_lens_ptr, block_t
                   num_items, one_q_block_per_seq, min_segment_tiles, sliding_window, stride_bt, stride_kb, stride_ks,
                   stride_kh, stride_vh, k_smem, v_smem, k_rest_smem, v_rest_smem, k_ready, k_empty, v_ready, v_empty,
                   BLOCK_SIZE: gl.constexpr, TILE_SIZE: gl.constexpr, HEAD_FIRST: gl.constexpr,
-                  HEAD_REST: gl.constexpr, BLOCK_Q: gl.constexpr, USE_WINDOW: gl.constexpr,
+                  HEAD_REST: gl.constexpr, QPK: gl.constexpr, BLOCK_M: gl.constexpr, USE_WINDOW: gl.constexpr,
                   NUM_SEGMENTS: gl.constexpr):
     """Fill ring positions ``t, t + 1, ...`` with the KV tiles of work item ``item``; returns
     how many. Where a piece's tiles are whole pages its addresses are computed per page and
@@ -163,8 +165,8 @@ def _produce_item(item, t, k_ptr, v_ptr, cu_seqlens_q_ptr, seq_lens_ptr, block_t
     (kv_head, q_start, query_len, q_block_local, context_len, seq_len, bt_row, first_tile, first_unmasked,
      first_masked, end_tile, _segment) = qblock_item(item, num_items, num_q_blocks, one_q_block_per_seq,
                                                      cu_seqlens_q_ptr, seq_lens_ptr, block_table_ptr, num_seqs,
-                                                     sliding_window, stride_bt, min_segment_tiles, BLOCK_Q, TILE_SIZE,
-                                                     USE_WINDOW, NUM_SEGMENTS)
+                                                     sliding_window, stride_bt, min_segment_tiles, QPK, BLOCK_M,
+                                                     TILE_SIZE, USE_WINDOW, NUM_SEGMENTS)
     k_head = k_ptr + kv_head * stride_kh  # the item's KV head in each cache
     v_head = v_ptr + kv_head * stride_vh
     for j in range(end_tile - first_tile):
@@ -246,11 +248,11 @@ def _fill(k_smem, v_smem, k_rest_smem, v_rest_smem, k_ready, k_empty, v_ready, v
 
 @gluon.jit
 def _q_rows(q_ptr, q_start, query_len, q_block_local, kv_head, stride_qt, stride_qh, row0,
-            ROWS: gl.constexpr, BLOCK_Q: gl.constexpr, QPK: gl.constexpr, COL0: gl.constexpr, WIDTH: gl.constexpr,
+            ROWS: gl.constexpr, BLOCK_M: gl.constexpr, QPK: gl.constexpr, COL0: gl.constexpr, WIDTH: gl.constexpr,
             layout: gl.constexpr):
     """(pointers ``[ROWS, WIDTH]``, valid ``[ROWS, 1]``) of columns ``COL0 .. COL0 + WIDTH - 1``
     of rows ``row0 .. row0 + ROWS - 1`` of a Q-block in ``layout`` (`blocks.qblock_rows`)."""
-    tok, head, valid = qblock_rows(row0, q_block_local, query_len, kv_head, ROWS, BLOCK_Q, QPK,
+    tok, head, valid = qblock_rows(row0, q_block_local, query_len, kv_head, ROWS, BLOCK_M, QPK,
                                    gl.SliceLayout(1, layout))
     offs_d = COL0 + gl.arange(0, WIDTH, layout=gl.SliceLayout(0, layout))
     q_rows = (q_start + tok).to(gl.int64) * stride_qt + head * stride_qh
@@ -259,17 +261,17 @@ def _q_rows(q_ptr, q_start, query_len, q_block_local, kv_head, stride_qt, stride
 
 @gluon.jit
 def _q_piece(q_ptr, q_start, query_len, q_block_local, kv_head, stride_qt, stride_qh, row0,
-             ROWS: gl.constexpr, BLOCK_Q: gl.constexpr, QPK: gl.constexpr, COL0: gl.constexpr, WIDTH: gl.constexpr):
+             ROWS: gl.constexpr, BLOCK_M: gl.constexpr, QPK: gl.constexpr, COL0: gl.constexpr, WIDTH: gl.constexpr):
     """One column piece of this half's Q rows, loaded in rows of 16-byte pieces (zeros past
     the query)."""
     q_ptrs, q_valid = _q_rows(q_ptr, q_start, query_len, q_block_local, kv_head, stride_qt, stride_qh, row0, ROWS,
-                              BLOCK_Q, QPK, COL0, WIDTH, row_layout(WIDTH, 4))
+                              BLOCK_M, QPK, COL0, WIDTH, row_layout(WIDTH, 4))
     return gl.load(q_ptrs, mask=q_valid, other=0.0)
 
 
 @gluon.jit
 def _store_o(out_ptr, o_smem, o, q_start, query_len, q_block_local, kv_head, stride_ot, stride_oh, row0,
-             ROWS: gl.constexpr, BLOCK_Q: gl.constexpr, QPK: gl.constexpr, COL0: gl.constexpr, WIDTH: gl.constexpr):
+             ROWS: gl.constexpr, BLOCK_M: gl.constexpr, QPK: gl.constexpr, COL0: gl.constexpr, WIDTH: gl.constexpr):
     """Store the valid rows of one column piece of this half's normalized output: through
     ``o_smem`` (the piece's Q buffer, which the caller has seen every warp done with), read
     back in rows of 16-byte pieces, a quarter of the stores that the accumulator's layout
@@ -279,7 +281,7 @@ def _store_o(out_ptr, o_smem, o, q_start, query_len, q_block_local, kv_head, str
     cta_barrier()
     o = o_smem.load(out_layout)
     o_ptrs, o_valid = _q_rows(out_ptr, q_start, query_len, q_block_local, kv_head, stride_ot, stride_oh, row0, ROWS,
-                              BLOCK_Q, QPK, COL0, WIDTH, out_layout)
+                              BLOCK_M, QPK, COL0, WIDTH, out_layout)
     gl.store(o_ptrs, o, mask=o_valid)
 
 
@@ -352,7 +354,7 @@ def _consumer_item(out_ptr, q_ptr, q_start, query_len, q_block_local, context_le
                    k_ready, k_empty, v_ready, v_empty, turns, segment, segm_out_ptr, segm_max_ptr, segm_sum_ptr,
                    num_q_heads,
                    HALF: gl.constexpr, ROWS: gl.constexpr, QPK: gl.constexpr, HEAD_FIRST: gl.constexpr,
-                   HEAD_REST: gl.constexpr, TILE_SIZE: gl.constexpr, BLOCK_Q: gl.constexpr,
+                   HEAD_REST: gl.constexpr, TILE_SIZE: gl.constexpr, BLOCK_M: gl.constexpr,
                    USE_SOFTCAP: gl.constexpr, USE_WINDOW: gl.constexpr, PINGPONG: gl.constexpr,
                    LAZY_RESCALE: gl.constexpr, P_AT_PRODUCT: gl.constexpr, HEAD_PAD: gl.constexpr,
                    NUM_SEGMENTS: gl.constexpr):
@@ -380,18 +382,18 @@ def _consumer_item(out_ptr, q_ptr, q_start, query_len, q_block_local, context_le
     # (Copied by the producer instead, behind a pair of mbarriers per half, they cost more
     # than they saved; loaded during the previous item, no faster: docs/perf/kernels-h100.md.)
     # Written once every warp is done with the buffers' last contents (the previous item's O rows).
-    q = _q_piece(q_ptr, q_start, query_len, q_block_local, kv_head, stride_qt, stride_qh, HALF * ROWS, ROWS, BLOCK_Q,
+    q = _q_piece(q_ptr, q_start, query_len, q_block_local, kv_head, stride_qt, stride_qh, HALF * ROWS, ROWS, BLOCK_M,
                  QPK, 0, HEAD_FIRST)
     if HEAD_REST > 0:
         q_rest = _q_piece(q_ptr, q_start, query_len, q_block_local, kv_head, stride_qt, stride_qh, HALF * ROWS, ROWS,
-                          BLOCK_Q, QPK, HEAD_FIRST, HEAD_REST)
+                          BLOCK_M, QPK, HEAD_FIRST, HEAD_REST)
     cta_barrier()
     q_smem.store(q)
     if HEAD_REST > 0:
         q_rest_smem.store(q_rest)
     fence_async_shared()
     cta_barrier()  # in a partition: its own warps
-    pos_q = context_len + q_block_local * BLOCK_Q + (HALF * ROWS + gl.arange(0, ROWS, layout=rows)) // QPK
+    pos_q = context_len + (q_block_local * BLOCK_M + HALF * ROWS + gl.arange(0, ROWS, layout=rows)) // QPK
 
     m_i = gl.full([ROWS], float("-inf"), gl.float32, layout=rows)
     l_i = gl.zeros([ROWS], gl.float32, layout=rows)
@@ -467,12 +469,12 @@ def _consumer_item(out_ptr, q_ptr, q_start, query_len, q_block_local, context_le
     if NUM_SEGMENTS > 1:
         # a segment's rows as they are (an empty segment's: max -inf, sum 0), for the reduction
         _store_partial(segm_out_ptr, acc, q_start, query_len, q_block_local, kv_head, segment, num_q_heads,
-                       HALF * ROWS, ROWS, BLOCK_Q, QPK, 0, HEAD_PAD, NUM_SEGMENTS)
+                       HALF * ROWS, ROWS, BLOCK_M, QPK, 0, HEAD_PAD, NUM_SEGMENTS)
         if HEAD_REST > 0:
             _store_partial(segm_out_ptr, acc_rest, q_start, query_len, q_block_local, kv_head, segment,
-                           num_q_heads, HALF * ROWS, ROWS, BLOCK_Q, QPK, HEAD_FIRST, HEAD_PAD, NUM_SEGMENTS)
+                           num_q_heads, HALF * ROWS, ROWS, BLOCK_M, QPK, HEAD_FIRST, HEAD_PAD, NUM_SEGMENTS)
         row, valid = _segment_rows(q_start, query_len, q_block_local, kv_head, segment, num_q_heads, HALF * ROWS,
-                                   ROWS, BLOCK_Q, QPK, NUM_SEGMENTS, rows)
+                                   ROWS, BLOCK_M, QPK, NUM_SEGMENTS, rows)
         gl.store(segm_max_ptr + row, m_i, mask=valid)
         gl.store(segm_sum_ptr + row, l_i, mask=valid)
     else:
@@ -483,30 +485,30 @@ def _consumer_item(out_ptr, q_ptr, q_start, query_len, q_block_local, context_le
             o_rest = normalized_rows(acc_rest, l_i, dtype)
         cta_barrier()
         _store_o(out_ptr, q_smem, o, q_start, query_len, q_block_local, kv_head, stride_ot, stride_oh, HALF * ROWS,
-                 ROWS, BLOCK_Q, QPK, 0, HEAD_FIRST)
+                 ROWS, BLOCK_M, QPK, 0, HEAD_FIRST)
         if HEAD_REST > 0:
             _store_o(out_ptr, q_rest_smem, o_rest, q_start, query_len, q_block_local, kv_head, stride_ot, stride_oh,
-                     HALF * ROWS, ROWS, BLOCK_Q, QPK, HEAD_FIRST, HEAD_REST)
+                     HALF * ROWS, ROWS, BLOCK_M, QPK, HEAD_FIRST, HEAD_REST)
 
 
 @gluon.jit
 def _segment_rows(q_start, query_len, q_block_local, kv_head, segment, num_q_heads, row0, ROWS: gl.constexpr,
-                  BLOCK_Q: gl.constexpr, QPK: gl.constexpr, NUM_SEGMENTS: gl.constexpr, layout: gl.constexpr):
+                  BLOCK_M: gl.constexpr, QPK: gl.constexpr, NUM_SEGMENTS: gl.constexpr, layout: gl.constexpr):
     """(row of the split's scratch, valid) of rows ``row0 .. row0 + ROWS - 1`` of a Q-block
     (``layout``): the scratch of `steps.parallel_tiled` holds ``[tokens, query heads,
     NUM_SEGMENTS]`` rows, which its reduction merges."""
-    tok, head, valid = qblock_rows(row0, q_block_local, query_len, kv_head, ROWS, BLOCK_Q, QPK, layout)
+    tok, head, valid = qblock_rows(row0, q_block_local, query_len, kv_head, ROWS, BLOCK_M, QPK, layout)
     return ((q_start + tok).to(gl.int64) * num_q_heads + head) * NUM_SEGMENTS + segment, valid
 
 
 @gluon.jit
 def _store_partial(segm_out_ptr, acc, q_start, query_len, q_block_local, kv_head, segment, num_q_heads, row0,
-                   ROWS: gl.constexpr, BLOCK_Q: gl.constexpr, QPK: gl.constexpr, COL0: gl.constexpr,
+                   ROWS: gl.constexpr, BLOCK_M: gl.constexpr, QPK: gl.constexpr, COL0: gl.constexpr,
                    HEAD_PAD: gl.constexpr, NUM_SEGMENTS: gl.constexpr):
     """Store one column piece (from column ``COL0``) of a segment's unnormalized rows in
     fp32 into the split's scratch ``[rows, HEAD_PAD]``, straight from the accumulator."""
     row, valid = _segment_rows(q_start, query_len, q_block_local, kv_head, segment, num_q_heads, row0, ROWS,
-                               BLOCK_Q, QPK, NUM_SEGMENTS, gl.SliceLayout(1, acc.type.layout))
+                               BLOCK_M, QPK, NUM_SEGMENTS, gl.SliceLayout(1, acc.type.layout))
     cols = COL0 + gl.arange(0, acc.shape[1], layout=gl.SliceLayout(0, acc.type.layout))
     gl.store(segm_out_ptr + gl.expand_dims(row * HEAD_PAD, 1) + gl.expand_dims(cols, 0), acc,
              mask=gl.expand_dims(valid, 1))
@@ -518,7 +520,7 @@ def _consumer(out_ptr, q_ptr, cu_seqlens_q_ptr, seq_lens_ptr, block_table_ptr, n
               stride_bt, q_smem, q_rest_smem, k_smem, v_smem, k_rest_smem, v_rest_smem, k_ready, k_empty, v_ready,
               v_empty, items_smem, item_ready, item_empty, turns, split, HALF: gl.constexpr, ROWS: gl.constexpr,
               QPK: gl.constexpr, HEAD_FIRST: gl.constexpr, HEAD_REST: gl.constexpr, TILE_SIZE: gl.constexpr,
-              BLOCK_Q: gl.constexpr, USE_SOFTCAP: gl.constexpr, USE_WINDOW: gl.constexpr, PINGPONG: gl.constexpr,
+              BLOCK_M: gl.constexpr, USE_SOFTCAP: gl.constexpr, USE_WINDOW: gl.constexpr, PINGPONG: gl.constexpr,
               LAZY_RESCALE: gl.constexpr, P_AT_PRODUCT: gl.constexpr, DYNAMIC: gl.constexpr,
               HEAD_PAD: gl.constexpr, NUM_SEGMENTS: gl.constexpr):
     """This half's part of every work item of the program, in the producer's order (with
@@ -533,7 +535,7 @@ def _consumer(out_ptr, q_ptr, cu_seqlens_q_ptr, seq_lens_ptr, block_table_ptr, n
                               num_q_blocks, num_items, one_q_block_per_seq, qk_scale, softcap, sliding_window,
                               stride_qt, stride_qh, stride_ot, stride_oh, stride_bt, q_smem, q_rest_smem, k_smem,
                               v_smem, k_rest_smem, v_rest_smem, k_ready, k_empty, v_ready, v_empty, turns, split,
-                              HALF, ROWS, QPK, HEAD_FIRST, HEAD_REST, TILE_SIZE, BLOCK_Q, USE_SOFTCAP, USE_WINDOW,
+                              HALF, ROWS, QPK, HEAD_FIRST, HEAD_REST, TILE_SIZE, BLOCK_M, USE_SOFTCAP, USE_WINDOW,
                               PINGPONG, LAZY_RESCALE, P_AT_PRODUCT, HEAD_PAD, NUM_SEGMENTS)
             t += n
             k += gl.where(n > 0, n + 1, 0)  # an item with tiles issues n + 1 times
@@ -545,7 +547,7 @@ def _consumer(out_ptr, q_ptr, cu_seqlens_q_ptr, seq_lens_ptr, block_table_ptr, n
                               num_seqs, num_q_blocks, num_items, one_q_block_per_seq, qk_scale, softcap, sliding_window,
                               stride_qt, stride_qh, stride_ot, stride_oh, stride_bt, q_smem, q_rest_smem, k_smem,
                               v_smem, k_rest_smem, v_rest_smem, k_ready, k_empty, v_ready, v_empty, turns, split,
-                              HALF, ROWS, QPK, HEAD_FIRST, HEAD_REST, TILE_SIZE, BLOCK_Q, USE_SOFTCAP, USE_WINDOW,
+                              HALF, ROWS, QPK, HEAD_FIRST, HEAD_REST, TILE_SIZE, BLOCK_M, USE_SOFTCAP, USE_WINDOW,
                               PINGPONG, LAZY_RESCALE, P_AT_PRODUCT, HEAD_PAD, NUM_SEGMENTS)
             t += n
             k += gl.where(n > 0, n + 1, 0)
@@ -557,7 +559,7 @@ def _consume_item(item, t, k, out_ptr, q_ptr, cu_seqlens_q_ptr, seq_lens_ptr, bl
                   stride_ot, stride_oh, stride_bt, q_smem, q_rest_smem, k_smem, v_smem, k_rest_smem, v_rest_smem,
                   k_ready, k_empty, v_ready, v_empty, turns, split, HALF: gl.constexpr, ROWS: gl.constexpr,
                   QPK: gl.constexpr, HEAD_FIRST: gl.constexpr, HEAD_REST: gl.constexpr, TILE_SIZE: gl.constexpr,
-                  BLOCK_Q: gl.constexpr, USE_SOFTCAP: gl.constexpr, USE_WINDOW: gl.constexpr,
+                  BLOCK_M: gl.constexpr, USE_SOFTCAP: gl.constexpr, USE_WINDOW: gl.constexpr,
                   PINGPONG: gl.constexpr, LAZY_RESCALE: gl.constexpr, P_AT_PRODUCT: gl.constexpr,
                   HEAD_PAD: gl.constexpr, NUM_SEGMENTS: gl.constexpr):
     """This half of work item ``item`` (`_consumer_item`); returns its tile count. A half
@@ -571,10 +573,10 @@ def _consume_item(item, t, k, out_ptr, q_ptr, cu_seqlens_q_ptr, seq_lens_ptr, bl
     (kv_head, q_start, query_len, q_block_local, context_len, seq_len, bt_row, first_tile, first_unmasked,
      first_masked, end_tile, segment) = qblock_item(item, num_items, num_q_blocks, one_q_block_per_seq,
                                                     cu_seqlens_q_ptr, seq_lens_ptr, block_table_ptr, num_seqs,
-                                                    sliding_window, stride_bt, min_segment_tiles, BLOCK_Q, TILE_SIZE,
-                                                    USE_WINDOW, NUM_SEGMENTS)
+                                                    sliding_window, stride_bt, min_segment_tiles, QPK, BLOCK_M,
+                                                    TILE_SIZE, USE_WINDOW, NUM_SEGMENTS)
     n = end_tile - first_tile
-    rows = gl.minimum(query_len - q_block_local * BLOCK_Q, BLOCK_Q) * QPK  # the item's Q-block rows
+    rows = gl.minimum(query_len * QPK - q_block_local * BLOCK_M, BLOCK_M)  # the item's Q-block rows
     if rows <= HALF * ROWS:
         _pass_item(t, k, n, k_ready, k_empty, v_ready, v_empty, turns, HALF, PINGPONG)
     else:
@@ -583,7 +585,7 @@ def _consume_item(item, t, k, out_ptr, q_ptr, cu_seqlens_q_ptr, seq_lens_ptr, bl
                        stride_qh, stride_ot, stride_oh, q_smem, q_rest_smem, k_smem, v_smem, k_rest_smem,
                        v_rest_smem, k_ready, k_empty, v_ready, v_empty, turns, segment, segm_out_ptr,
                        segm_max_ptr, segm_sum_ptr, num_q_heads, HALF, ROWS, QPK, HEAD_FIRST, HEAD_REST, TILE_SIZE,
-                       BLOCK_Q, USE_SOFTCAP, USE_WINDOW, PINGPONG, LAZY_RESCALE, P_AT_PRODUCT, HEAD_PAD, NUM_SEGMENTS)
+                       BLOCK_M, USE_SOFTCAP, USE_WINDOW, PINGPONG, LAZY_RESCALE, P_AT_PRODUCT, HEAD_PAD, NUM_SEGMENTS)
     return n
 
 
@@ -628,7 +630,7 @@ def qblock_ws_kernel(
     segm_out_ptr, segm_max_ptr, segm_sum_ptr, num_q_heads, min_segment_tiles,
     QPK: gl.constexpr, HEAD_SIZE: gl.constexpr, HEAD_FIRST: gl.constexpr, HEAD_REST: gl.constexpr,
     BLOCK_SIZE: gl.constexpr, TILE_SIZE: gl.constexpr,
-    BLOCK_M: gl.constexpr, BLOCK_Q: gl.constexpr,
+    BLOCK_M: gl.constexpr,
     USE_SOFTCAP: gl.constexpr, USE_WINDOW: gl.constexpr, PINGPONG: gl.constexpr, LAZY_RESCALE: gl.constexpr,
     DYNAMIC: gl.constexpr, HEAD_PAD: gl.constexpr, NUM_SEGMENTS: gl.constexpr,
 ):
@@ -694,19 +696,19 @@ def qblock_ws_kernel(
                      num_items, one_q_block_per_seq, qk_scale, softcap, sliding_window, stride_qt, stride_qh, stride_ot,
                      stride_oh, stride_bt, q_smem.index(0), q_rest_0, k_smem, v_smem, k_rest_smem, v_rest_smem,
                      k_ready, k_empty, v_ready, v_empty, items_smem, item_ready, item_empty, turns, split, 0,
-                     HALF_M, QPK, HEAD_FIRST, HEAD_REST, TILE_SIZE, BLOCK_Q, USE_SOFTCAP, USE_WINDOW, PINGPONG,
+                     HALF_M, QPK, HEAD_FIRST, HEAD_REST, TILE_SIZE, BLOCK_M, USE_SOFTCAP, USE_WINDOW, PINGPONG,
                      LAZY_RESCALE, P_AT_PRODUCT, DYNAMIC, HEAD_PAD, NUM_SEGMENTS)),
         (_consumer, (out_ptr, q_ptr, cu_seqlens_q_ptr, seq_lens_ptr, block_table_ptr, num_seqs, num_q_blocks,
                      num_items, one_q_block_per_seq, qk_scale, softcap, sliding_window, stride_qt, stride_qh, stride_ot,
                      stride_oh, stride_bt, q_smem.index(1), q_rest_1, k_smem, v_smem, k_rest_smem, v_rest_smem,
                      k_ready, k_empty, v_ready, v_empty, items_smem, item_ready, item_empty, turns, split, 1,
-                     HALF_M, QPK, HEAD_FIRST, HEAD_REST, TILE_SIZE, BLOCK_Q, USE_SOFTCAP, USE_WINDOW, PINGPONG,
+                     HALF_M, QPK, HEAD_FIRST, HEAD_REST, TILE_SIZE, BLOCK_M, USE_SOFTCAP, USE_WINDOW, PINGPONG,
                      LAZY_RESCALE, P_AT_PRODUCT, DYNAMIC, HEAD_PAD, NUM_SEGMENTS)),
         (_producer, (k_ptr, v_ptr, cu_seqlens_q_ptr, seq_lens_ptr, block_table_ptr, item_counter_ptr, num_seqs,
                      num_q_blocks, num_items, one_q_block_per_seq, min_segment_tiles, sliding_window, stride_bt,
                      stride_kb, stride_ks, stride_kh, stride_vh, k_smem, v_smem, k_rest_smem, v_rest_smem, k_ready,
                      k_empty, v_ready, v_empty, items_smem, item_ready, item_empty, BLOCK_SIZE, TILE_SIZE, HEAD_FIRST,
-                     HEAD_REST, BLOCK_Q, USE_WINDOW, DYNAMIC, NUM_SEGMENTS)),
+                     HEAD_REST, QPK, BLOCK_M, USE_WINDOW, DYNAMIC, NUM_SEGMENTS)),
     ], [4, 4], [216, 72])  # worker warps and registers (module doc): consumer 1, producer
 
 
@@ -762,7 +764,7 @@ def short_window_q_blocks(shape: BatchShape) -> bool:
     `BatchShape.in_window`.)"""
     if shape.max_seqlen_q <= SHORT_QUERY or not shape.sliding_window:
         return False
-    keys = shape.q_block_keys(q_block_tokens(shape.queries_per_kv))
+    keys = shape.q_block_keys(q_block_span(shape.queries_per_kv))
     streamed = keys - 1 + SHORT_KEYS.tile_size
     return streamed <= (1 - WINDOW_SHORT_TILES_MIN_SAVING) * (keys - 1 + LONG_KEYS.tile_size)
 
