@@ -96,7 +96,15 @@ def short_seqs(rng: random.Random) -> list[tuple[int, int]]:
     return [(rng.choice([1, 1, 2, 4, rng.randint(1, 16)]), rng.randint(1, 900)) for _ in range(rng.randint(70, 140))]
 
 
-COMPOSITIONS = {"prefill": prefill_seqs, "mixed": mixed_seqs, "short": short_seqs}
+def equal_query_seqs(rng: random.Random) -> list[tuple[int, int]]:
+    """Queries of one length, prompts and chunks over contexts of their own: told the
+    longest query, `qblock_ws` lists each sequence's Q-blocks in order, no spare among
+    them (`host.listed_q_blocks_per_seq`)."""
+    query_len = rng.randint(40, 400)
+    return [(query_len, rng.choice([0, rng.randint(1, 500)])) for _ in range(rng.randint(2, 6))]
+
+
+COMPOSITIONS = {"prefill": prefill_seqs, "mixed": mixed_seqs, "short": short_seqs, "equal": equal_query_seqs}
 
 # test name -> (module of kernels/hopper, launch options); ``persistent``: one program per
 # SM walks the work items, so a program's rings and barriers carry on from one Q-block to
@@ -223,17 +231,24 @@ def many_items_seqs(rng: random.Random) -> list[tuple[int, int]]:
     return [(rng.randint(3000, 4000), 0), (rng.randint(1000, 2000), rng.randint(100, 900)), *decodes]
 
 
+def many_equal_prompts(rng: random.Random) -> list[tuple[int, int]]:
+    """8-12 prompts of one length of 500-900 tokens: a list of each sequence's Q-blocks
+    (`host.listed_q_blocks_per_seq`), 256 items or more at 2 or 4 query heads per KV head."""
+    return [(rng.randint(500, 900), 0)] * rng.randint(8, 12)
+
+
 @pytest.mark.gpu
+@pytest.mark.parametrize("compose", [many_items_seqs, many_equal_prompts], ids=["mixed", "equal"])
 @pytest.mark.parametrize(("head_case", "tile_size"), tiled_cases(["gqa4-h128-bf16-bs16",
                                                                  "window-softcap-mqa-h128-bf16-bs48",
                                                                  "gqa2-h256-bf16-bs16"]))
 @pytest.mark.parametrize("kernel", sorted(k for k, (_, options) in KERNEL_RUNS.items() if options.get("persistent")))
-def test_persistent_runs_walk_several_items_per_program(kernel, head_case, tile_size):
+def test_persistent_runs_walk_several_items_per_program(kernel, head_case, tile_size, compose):
     """Each persistent launch mode on a batch with more work items than SMs, so that every
     program runs two or three items back to back: what it carries from one item to the
     next (ring positions, barrier phases, the Q buffer that last held O) is checked too."""
     seed = fresh_seed()
-    batch = build_head_case(HEAD_CASES[head_case], many_items_seqs, seed, window_range=(20, 300))
+    batch = build_head_case(HEAD_CASES[head_case], compose, seed, window_range=(20, 300))
     assert _work_items(batch) > torch.cuda.get_device_properties(0).multi_processor_count
     problem = mismatch(_launch_run(kernel, batch, tile_size), batch.reference(), batch.dtype)
     assert problem is None, f"seed={seed} {kernel} {head_case} tile={tile_size}: {problem}"

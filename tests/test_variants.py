@@ -645,10 +645,12 @@ def test_long_queries_over_few_work_items_split_the_gluon_kernels_tiles(monkeypa
 
 def _snake_deal_spread(num_seqs, query_len, qpk, num_kv_heads, tile_size, programs):
     """`host.static_deal_spread` item by item, as the kernel walks it: program p's item of
-    round r (`blocks.program_item`), located as `blocks.qblock_item` and `locate_qblock` do
-    (Q-blocks of 128 rows of each sequence's tokens x heads)."""
+    round r (`blocks.program_item`), located as `blocks.qblock_item` and `sequence_qblock`
+    do (each sequence's Q-blocks of 128 rows of its tokens x heads, in order)."""
     rows = query_len * qpk
-    num_q_blocks = num_seqs * rows // 128 + num_seqs
+    per_seq = -(-rows // 128)
+    assert host_listed(num_seqs * query_len, num_seqs, query_len, qpk) == per_seq  # no spare Q-blocks
+    num_q_blocks = num_seqs * per_seq
     num_items = num_q_blocks * num_kv_heads
     shares = [0] * programs
     for p in range(programs):
@@ -656,32 +658,41 @@ def _snake_deal_spread(num_seqs, query_len, qpk, num_kv_heads, tile_size, progra
             item = r * programs + (p if r % 2 == 0 else programs - 1 - p)
             if item >= num_items:
                 continue
-            q_block = num_q_blocks - 1 - item // num_kv_heads
-            seq = max(s for s in range(num_seqs) if s * rows // 128 + s <= q_block)
-            local = q_block - (seq * rows // 128 + seq)
-            if local * 128 < rows:
-                keys = (min(rows, (local + 1) * 128) - 1) // qpk + 1
-                shares[p] += -(-keys // tile_size) + 1
+            local = (num_q_blocks - 1 - item // num_kv_heads) % per_seq
+            keys = (min(rows, (local + 1) * 128) - 1) // qpk + 1
+            shares[p] += -(-keys // tile_size) + 1
     return max(shares) / (sum(shares) / programs)
+
+
+def host_listed(num_tokens, num_seqs, max_seqlen_q, qpk):
+    from attnbench.kernels.hopper import host
+
+    return host.listed_q_blocks_per_seq(num_tokens, num_seqs, max_seqlen_q, qpk)
 
 
 def test_the_static_deal_spread_is_the_kernels_own_deal():
     """`host.static_deal_spread` against the kernel's walk item by item, on random prompt
     batches; and where it sends a batch: static shares where the busiest program's work is
-    within 5% of the mean (`host.deals_static_shares`), claims otherwise. Llama-8B's 48 x
-    384 and 32 x 512 spread 1.02-1.03 on 132 SMs, 16 x 512 1.29 and 32 x 256 1.24
-    (rules.yaml many-items: the static shares won on the first two, the claims on the
-    others)."""
+    within 5% of the mean (`host.deals_static_shares`), or 12% for prompts of up to 768
+    tokens in 128-key tiles, claims otherwise. On 132 SMs Llama-8B's 32 x 256, 48 x 384 and
+    32 x 512 spread 1.02-1.03, Llama-1B's 40 x 512 1.08 and 8 x 768 1.11 (static shares won
+    on all), Llama-8B's 4 x 768 1.18, 16 x 512 1.33 and 8 x 1k 1.50 (the claims won or tied:
+    rules.yaml many-items, short-tiles and busy-tiles)."""
     from attnbench.kernels.hopper import host
 
     rng = random.Random(7)
     for _ in range(40):
-        args = (rng.randint(1, 40), rng.choice([100, 256, 384, 500, 512, 1024]), rng.choice([1, 2, 4, 7, 8]),
+        args = (rng.randint(1, 40), rng.choice([100, 256, 384, 500, 512, 1024]), rng.choice([1, 2, 4, 7, 8, 71]),
                 rng.choice([1, 2, 8]), rng.choice([64, 128]), rng.choice([4, 66, 132]))
         assert host.static_deal_spread(*args) == pytest.approx(_snake_deal_spread(*args)), args
-    assert host.static_deal_spread(48, 384, 4, 8, 128, 132) < 1.05 < host.static_deal_spread(16, 512, 4, 8, 128, 132)
+    assert host.static_deal_spread(48, 384, 4, 8, 128, 132) < 1.05 < host.static_deal_spread(40, 512, 4, 8, 128, 132)
+    assert host.static_deal_spread(8, 768, 4, 8, 128, 132) < 1.12 < host.static_deal_spread(4, 768, 4, 8, 128, 132)
     assert host.deals_static_shares(32, 32 * 512, 512, 512, 4, 8, 128, 132)
-    assert not host.deals_static_shares(32, 32 * 256, 256, 256, 4, 8, 64, 132)
+    assert host.deals_static_shares(32, 32 * 256, 256, 256, 4, 8, 64, 132)
+    assert host.deals_static_shares(40, 40 * 512, 512, 512, 4, 8, 128, 132)  # a short prompt, 1.08
+    assert not host.deals_static_shares(40, 40 * 512, 512, 512, 4, 8, 64, 132)  # in 64-key tiles, 1.11
+    assert not host.deals_static_shares(4, 4 * 768, 768, 768, 4, 8, 128, 132)
+    assert not host.deals_static_shares(16, 16 * 512, 512, 512, 4, 8, 128, 132)
     assert not host.deals_static_shares(32, 32 * 512, 512, 2048, 4, 8, 128, 132)  # a context: lengths unknown
     assert not host.deals_static_shares(32, 32 * 512 - 1, 512, 512, 4, 8, 128, 132)  # one prompt shorter
 
@@ -689,46 +700,56 @@ def test_the_static_deal_spread_is_the_kernels_own_deal():
 @pytest.mark.parametrize("tree", ["shipped", "off"])
 def test_prompts_dealt_even_static_shares_take_128_key_tiles(monkeypatch, tree):
     """`auto` gives prompts that its persistent launch deals in even static shares 128-key
-    tiles at any length (they took 0.90-1.01x the 64-key time there), with or without a
-    fitted tree; uneven ones keep 64-key tiles up to 512 keys and claim their items. Head
-    256 takes 64-key tiles either way."""
+    tiles from 512 keys (they took 0.83-1.02x the 64-key time there, 0.98-1.07x over 256-
+    384), with or without a fitted tree; uneven ones keep 64-key tiles up to 512 keys and
+    claim their items. Head 256 takes 64-key tiles either way."""
     from attnbench.kernels.dispatch.heuristics import decide
     from attnbench.kernels.hopper import host
 
     monkeypatch.setattr(host, "available", lambda: True)
     if tree == "off":
         monkeypatch.setenv("ATTNBENCH_TUNED_TREE", "off")
-    for even in (BatchShape(48, 48 * 384, 384, 384, 32, 8, 128), BatchShape(32, 32 * 512, 512, 512, 32, 8, 64),
+    for even in (BatchShape(40, 40 * 512, 512, 512, 32, 8, 64), BatchShape(32, 32 * 512, 512, 512, 32, 8, 64),
                  BatchShape(32, 32 * 512, 512, 512, 32, 32, 96)):
         config = decide(even, H100_SM90).config
         assert (config.variant, config.tile_size, config.persistent) == ("qblock_ws", 128, True), even
+    for short in (BatchShape(48, 48 * 384, 384, 384, 32, 8, 128), BatchShape(32, 32 * 256, 256, 256, 32, 8, 128)):
+        assert host.prefill_deals_static_shares(short, 132)
+        config = decide(short, H100_SM90).config
+        assert (config.variant, config.tile_size, config.persistent) == ("qblock_ws", 64, True), short
     uneven = decide(BatchShape(16, 16 * 512, 512, 512, 32, 8, 128), H100_SM90).config
     assert (uneven.tile_size, uneven.persistent) == (64, True)
     gemma = BatchShape(32, 32 * 256, 256, 256, 16, 8, 256)
     assert host.prefill_deals_static_shares(gemma, 132)
     assert (decide(gemma, H100_SM90).config.tile_size, decide(gemma, H100_SM90).config.persistent) == (64, True)
     if tree == "shipped":
-        assert decide(BatchShape(48, 48 * 384, 384, 384, 32, 8, 128), H100_SM90).why.endswith(
+        assert decide(BatchShape(32, 32 * 512, 512, 512, 32, 8, 64), H100_SM90).why.endswith(
             ", persistent: at least 5 work items per SM, in even static shares, "
             "128-key tiles: prompts in even static shares")
 
 
-def test_a_launch_lists_one_q_block_per_sequence_where_every_query_fits_one():
-    """`host.one_q_block_per_seq`: decodes and speculative decodes whose longest query fits a
-    Q-block list one Q-block per sequence; anything longer, or a launch that does not know
-    its longest query (compiling only), lists the grid's bound with its spare Q-blocks."""
+def test_a_launch_lists_each_sequences_q_blocks_where_that_is_no_longer_than_the_bound():
+    """`host.listed_q_blocks_per_seq`: decodes and speculative decodes whose longest query
+    fits a Q-block list one Q-block per sequence, equal queries their Q-blocks and no
+    spare; a prompt beside decodes, or a launch that does not know its longest query
+    (compiling only), lists the grid's bound with its spare Q-blocks."""
     from attnbench.kernels.hopper import host
 
     # Llama-70B's B48 decode: 8 heads per KV head, 16 tokens' rows per Q-block; the bound has 3 spares
-    assert host.one_q_block_per_seq(8, 1) and host.q_blocks_bound(48, 48, 8) == 51
-    assert not host.one_q_block_per_seq(8, None)
+    assert host_listed(48, 48, 1, 8) == 1 and host.q_blocks_bound(48, 48, 8) == 51
+    assert host_listed(48, 48, None, 8) == 0
     # 8-token speculative decodes at 4 heads per KV head: the bound has a spare per 4 sequences
-    assert host.one_q_block_per_seq(4, 8) and host.q_blocks_bound(16 * 8, 16, 4) == 20
+    assert host_listed(16 * 8, 16, 8, 4) == 1 and host.q_blocks_bound(16 * 8, 16, 4) == 20
     # a query that fills its Q-block exactly, and one a token longer
-    assert host.one_q_block_per_seq(4, 32)
-    assert not host.one_q_block_per_seq(4, 33)
+    assert host.one_q_block_per_seq(4, 32) and host_listed(32, 1, 32, 4) == 1
+    assert not host.one_q_block_per_seq(4, 33) and host_listed(33, 1, 33, 4) == 2
     # Falcon-7B's 71 heads per KV head: a decode's 71 rows fit, a 2-token query's 142 do not
     assert host.one_q_block_per_seq(71, 1) and not host.one_q_block_per_seq(71, 2)
+    assert host_listed(32 * 6, 32, 6, 71) == 4  # 426 rows: the bound would list 32 x 4.3
+    # equal prompts: Qwen-7B's 40 x 512 at 7 heads per KV head, 28 Q-blocks each (the bound: 29)
+    assert host_listed(40 * 512, 40, 512, 7) == 28 and host.q_blocks_bound(40 * 512, 40, 7) == 40 * 29
+    # a 1k prompt beside 32 decodes: 32 of the prompt's Q-blocks per sequence would be most of them spare
+    assert host_listed(1024 + 32, 33, 1024, 4) == 0
 
 
 def test_q_blocks_are_128_rows_of_tokens_by_heads_whatever_the_group():

@@ -143,10 +143,12 @@ def decide(shape: BatchShape, platform: Platform, variant: str = AUTO) -> Decisi
         # fitted before ded4027 made a masked 128-key tile cheaper: past `qblock_ws.LONG_KEYS_FROM`
         # keys its own 128-key tiles took 0.94-1.00x the 64-key time on every rules.yaml case
         # (short-tiles and page-tiles groups; docs/perf/h100/page-tiles-2026-11-28.csv, H100 and H200)
+        from ..hopper.qblock_ws import LONG_KEYS_FROM  # registered with the step: loaded already
+
         config = replace(config, tile_size=own_tiles)
-        fitted += (f", {own_tiles}-key tiles: " + ("prompts in even static shares"
-                                                    if hopper.prefill_deals_static_shares(shape, platform.num_sms)
-                                                    else f"the longest sequence has {shape.max_seqlen_k} keys"))
+        fitted += (f", {own_tiles}-key tiles: " + (f"the longest sequence has {shape.max_seqlen_k} keys"
+                                                    if shape.max_seqlen_k > LONG_KEYS_FROM
+                                                    else "prompts in even static shares"))
     elif (config.variant == GLUON_QBLOCK and config.tile_size > own_tiles
           and shape.sliding_window and shape.max_seqlen_q > SHORT_QUERY):
         # fitted on prompts without a window, whose Q-blocks read their whole context; a short

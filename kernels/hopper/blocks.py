@@ -110,17 +110,32 @@ def program_item(r):
 
 
 @gluon.jit
-def sequence_qblock(cu_seqlens_q_ptr, seq_lens_ptr, q_block):
-    """`locate_qblock` where every sequence's query fits one Q-block and Q-block ``s`` is
-    sequence ``s``'s: no search."""
-    q_start = gl.load(cu_seqlens_q_ptr + q_block)
-    query_len = gl.load(cu_seqlens_q_ptr + q_block + 1) - q_start
-    seq_len = gl.load(seq_lens_ptr + q_block)
-    return q_block, q_start, query_len, q_block * 0, seq_len
+def sequence_qblock(cu_seqlens_q_ptr, seq_lens_ptr, q_block, q_blocks_per_seq, num_seqs):
+    """`locate_qblock` where the list holds ``q_blocks_per_seq`` Q-blocks of every sequence,
+    in order (`host.listed_q_blocks_per_seq`): sequence ``q_block // q_blocks_per_seq``,
+    the Q-block itself for one per sequence, else found by bisection on integers alone, no
+    load. (A division by the run-time count costs its reciprocal in registers that live
+    through the producer's copy loop: at head 256, spills inside it.) Q-blocks past a
+    shorter query have no rows."""
+    seq = q_block
+    if q_blocks_per_seq > 1:
+        lo = 0
+        hi = num_seqs
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if mid * q_blocks_per_seq <= q_block:
+                lo = mid + 1
+            else:
+                hi = mid
+        seq = lo - 1
+    q_start = gl.load(cu_seqlens_q_ptr + seq)
+    query_len = gl.load(cu_seqlens_q_ptr + seq + 1) - q_start
+    seq_len = gl.load(seq_lens_ptr + seq)
+    return seq, q_start, query_len, q_block - seq * q_blocks_per_seq, seq_len
 
 
 @gluon.jit
-def qblock_item(item, num_items, num_q_blocks, one_q_block_per_seq, cu_seqlens_q_ptr, seq_lens_ptr, block_table_ptr,
+def qblock_item(item, num_items, num_q_blocks, q_blocks_per_seq, cu_seqlens_q_ptr, seq_lens_ptr, block_table_ptr,
                 num_seqs, sliding_window, stride_bt, min_segment_tiles, QPK: gl.constexpr, BLOCK_M: gl.constexpr,
                 TILE_SIZE: gl.constexpr, USE_WINDOW: gl.constexpr, NUM_SEGMENTS: gl.constexpr):
     """Work item ``item`` of a flat list of (Q-block, KV head) pairs, last Q-blocks first and
@@ -129,8 +144,8 @@ def qblock_item(item, num_items, num_q_blocks, one_q_block_per_seq, cu_seqlens_q
     within its sequence, context length, sequence length, block-table row, and its tile range
     as `tile_range` gives it: first tile, first unmasked tile, first masked tile, end tile).
     The Q-blocks are numbered as `locate_qblock` numbers them, a bound with spare Q-blocks
-    that have no rows; or, with ``one_q_block_per_seq`` (run time, 0 or 1: every query fits
-    one Q-block), one per sequence, in order (`sequence_qblock`). A Q-block past its
+    that have no rows; or, with ``q_blocks_per_seq`` (run time; 0: the bound), that many per
+    sequence, in order (`sequence_qblock`). A Q-block past its
     sequence's query, or an item past the list (``item >= num_items``), has no tiles and no
     rows (query length 0).
 
@@ -144,8 +159,9 @@ def qblock_item(item, num_items, num_q_blocks, one_q_block_per_seq, cu_seqlens_q
     num_kv_heads = num_items // (num_q_blocks * NUM_SEGMENTS)
     q_block = num_q_blocks - 1 - pair // num_kv_heads
     kv_head = pair % num_kv_heads
-    if one_q_block_per_seq != 0:
-        seq, q_start, query_len, q_block_local, seq_len = sequence_qblock(cu_seqlens_q_ptr, seq_lens_ptr, q_block)
+    if q_blocks_per_seq != 0:
+        seq, q_start, query_len, q_block_local, seq_len = sequence_qblock(cu_seqlens_q_ptr, seq_lens_ptr, q_block,
+                                                                          q_blocks_per_seq, num_seqs)
     else:
         seq, q_start, query_len, q_block_local, seq_len = locate_qblock(cu_seqlens_q_ptr, seq_lens_ptr, q_block,
                                                                         num_seqs, QPK, BLOCK_M)
@@ -202,6 +218,23 @@ def tile_range(context_len, query_len, q_block_local, sliding_window, QPK: gl.co
 
 
 @gluon.jit
+def row_tokens(q_block_local, offs, QPK: gl.constexpr, BLOCK_M: gl.constexpr):
+    """(token in sequence, query head within the KV head's group) of rows ``offs`` of a
+    Q-block (`qblock_rows`). Where ``QPK`` divides ``BLOCK_M`` the Q-block is whole tokens
+    and each row's part is a constant of its place in the layout, as the Triton steps
+    compute it: a division of the row's own index would keep it live through the tile loop
+    (at head 256, where the consumers' registers are tightest, 20% more spills in it)."""
+    if BLOCK_M % QPK == 0:
+        tok = q_block_local * (BLOCK_M // QPK) + offs // QPK
+        group_head = offs % QPK
+    else:
+        row = q_block_local * BLOCK_M + offs
+        tok = row // QPK
+        group_head = row % QPK
+    return tok, group_head
+
+
+@gluon.jit
 def qblock_rows(row0, q_block_local, query_len, kv_head,
                 ROWS: gl.constexpr, BLOCK_M: gl.constexpr, QPK: gl.constexpr, layout: gl.constexpr):
     """Rows ``row0 .. row0 + ROWS - 1`` of a Q-block (in ``layout``): (token in sequence,
@@ -212,9 +245,8 @@ def qblock_rows(row0, q_block_local, query_len, kv_head,
     as the Triton steps pack it; elsewhere a token's heads may straddle two Q-blocks, so
     that no row is left empty (Falcon-7B's 71 heads: 128 rows over two tokens, not 71 over
     one). Rows past the query are invalid."""
-    offs_m = q_block_local * BLOCK_M + row0 + gl.arange(0, ROWS, layout=layout)
-    tok = offs_m // QPK
-    head = kv_head * QPK + offs_m % QPK
+    tok, group_head = row_tokens(q_block_local, row0 + gl.arange(0, ROWS, layout=layout), QPK, BLOCK_M)
+    head = kv_head * QPK + group_head
     valid = tok < query_len
     return tok, head, valid
 

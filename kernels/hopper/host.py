@@ -212,6 +212,8 @@ def static_rounds(shape: BatchShape, num_sms: int) -> tuple[int, int]:
 
 
 STATIC_DEAL_MAX_SPREAD = 1.05  # busiest program's share of a fresh prefill over the mean up to which it is dealt
+SHORT_PROMPTS_STATIC_DEAL_MAX_SPREAD = 1.12  # ... for prompts of 128-key tiles up to SHORT_PROMPTS_MAX_KEYS
+SHORT_PROMPTS_MAX_KEYS = 768
 
 
 def fresh_uniform_prefill(num_seqs: int, num_tokens: int, max_seqlen_q: int, max_seqlen_k: int) -> bool:
@@ -226,18 +228,14 @@ def static_deal_spread(num_seqs: int, query_len: int, queries_per_kv: int, num_k
                        programs: int) -> float:
     """The busiest program's work over the mean when a persistent launch deals the items of
     ``num_seqs`` prompts of ``query_len`` tokens (no context) in static shares: the list of
-    `launch_qblock` (the grid's bound of Q-blocks, last first, KV heads innermost: spare
-    Q-blocks without rows included), dealt in `blocks.program_item`'s snake order over
-    ``programs``. An item's work is its key tiles (`blocks.tile_range`: up to its last
-    query's position) plus one for its start; a spare's is none. 1.0: every program has
-    the same work."""
+    `launch_qblock` (each sequence's Q-blocks, `listed_q_blocks_per_seq`, last first, KV
+    heads innermost), dealt in `blocks.program_item`'s snake order over ``programs``. An
+    item's work is its key tiles (`blocks.tile_range`: up to its last query's position)
+    plus one for its start. 1.0: every program has the same work."""
     rows = query_len * queries_per_kv  # of each sequence (`q_blocks`)
-    starts = np.arange(num_seqs) * rows // BLOCK_M + np.arange(num_seqs)  # each sequence's first Q-block
-    listed = np.arange(q_blocks_bound(num_seqs * query_len, num_seqs, queries_per_kv))[::-1]  # last first
-    seq = np.searchsorted(starts, listed, side="right") - 1
-    local = listed - starts[seq]
+    local = np.tile(np.arange(q_blocks(query_len, queries_per_kv))[::-1], num_seqs)  # the list's order: last first
     keys = (np.minimum(rows, (local + 1) * BLOCK_M) - 1) // queries_per_kv + 1  # up to its last row's token
-    work = np.where(local * BLOCK_M < rows, -(-keys // tile_size) + 1, 0)
+    work = -(-keys // tile_size) + 1
     items = np.repeat(work, num_kv_heads)  # KV heads innermost
     rounds = np.zeros(-(-items.size // programs) * programs, dtype=np.int64)
     rounds[:items.size] = items
@@ -252,20 +250,27 @@ def deals_static_shares(num_seqs: int, num_tokens: int, max_seqlen_q: int, max_s
     """Whether a persistent launch deals a batch of long queries in static shares rather
     than letting its programs claim items: where the batch is prompts of one length
     (`fresh_uniform_prefill`) whose static shares are even, the busiest program's within
-    `STATIC_DEAL_MAX_SPREAD` of the mean (`static_deal_spread`). A program then knows all
-    its items up front and pays no claim (an atomic, and the wait for its answer before
-    the next item's tiles can load).
+    `STATIC_DEAL_MAX_SPREAD` of the mean (`static_deal_spread`), or within
+    `SHORT_PROMPTS_STATIC_DEAL_MAX_SPREAD` for prompts of up to `SHORT_PROMPTS_MAX_KEYS`
+    tokens in 128-key tiles. A program then knows all its items up front and pays no claim
+    (an atomic, and the wait for its answer before the next item's tiles can load), a
+    larger share of a short prompt's items of a few tiles each.
 
     On an H200 (recipes/microbench/rules.yaml many-items and head256-items: 21 prompts of
-    128-2k tokens, 4-50 items per SM; docs/perf/h200/rules-2026-11-29.csv) the
-    static shares of 128-key tiles took 0.91-0.98x the time of `auto`'s claims on the five
-    whose spread is 1.02-1.03 (Phi-3 32 x 512: 243 against 267 us; Llama-8B 48 x 384 and 32
-    x 512, Qwen-7B 40 x 512, Llama-1B 32 x 384) and 1.01x at 1.11 (Llama-1B 48 x 512); at
-    1.12-1.29 the claims won by 3-15% (Llama-8B 16 x 512: 1.29, 153 against 134 us), and on
-    Gemma-2's prompts (64-key tiles, 1.17-1.86) by 3-36%."""
+    128-2k tokens, 4-50 items per SM; docs/perf/h200/rules-2026-11-29.csv, code 4462fa0)
+    the static shares of 128-key tiles took 0.91-0.98x the time of claims on the five
+    whose spread was 1.02-1.03, when the list still held a spare Q-block per sequence. With
+    each sequence's Q-blocks listed (`listed_q_blocks_per_seq`; rules.yaml many-items,
+    short-tiles and busy-tiles, code "e37ec32 + Q-blocks listed per sequence") they took
+    0.91-0.97x the claims' time at spreads of 1.08-1.11 (Llama-1B 40 x 512: 223 against
+    245 us; Llama-1B 48 x 512, Llama-8B 40 x 512 in 32-token pages, Llama-1B 8 x 768),
+    0.96-1.01x at 1.18, and from 1.20 the claims won by up to 38% (Llama-8B 24 x 1k, 1.20:
+    636 against 533 us; 8 x 1k, 1.50: 254 against 184). Longer prompts, and 64-key tiles,
+    keep the bound measured before."""
+    short_prompts = max_seqlen_q <= SHORT_PROMPTS_MAX_KEYS and tile_size >= max(TILE_SIZES)
     return (fresh_uniform_prefill(num_seqs, num_tokens, max_seqlen_q, max_seqlen_k)
             and static_deal_spread(num_seqs, max_seqlen_q, queries_per_kv, num_kv_heads, tile_size, programs)
-            <= STATIC_DEAL_MAX_SPREAD)
+            <= (SHORT_PROMPTS_STATIC_DEAL_MAX_SPREAD if short_prompts else STATIC_DEAL_MAX_SPREAD))
 
 
 def prefill_deals_static_shares(shape: BatchShape, num_sms: int) -> bool:
@@ -316,16 +321,29 @@ def unsupported_reason(q, k_cache, head_sizes: tuple[int, ...] = HEAD_SIZES) -> 
 
 
 def one_q_block_per_seq(queries_per_kv: int, max_seqlen_q: int | None) -> bool:
-    """Whether a launch's list of work items (`blocks.qblock_item`) holds one Q-block per
-    sequence rather than the grid's bound (`q_blocks_bound`, a spare Q-block per sequence
-    and per ``BLOCK_M`` rows, so that no host read places them): where every query fits
-    one Q-block (``max_seqlen_q * queries_per_kv <= BLOCK_M``: decodes and speculative
-    decodes, which the caller's longest query bounds). The bound adds 1/128 (single-head
-    groups) to a quarter (8-token queries at 4 query heads per KV head) more items there.
-    One program per item, a spare ends at once; in a persistent launch's static shares it
-    fills a slot, so programs get uneven numbers of real items (Llama-70B's B48 decode: 408
-    items for 132 programs, four rounds where its 384 take three)."""
+    """Whether every query of a batch whose longest is ``max_seqlen_q`` fits one Q-block
+    (``max_seqlen_q * queries_per_kv <= BLOCK_M``: decodes and speculative decodes), so
+    that a launch's list holds one per sequence (`listed_q_blocks_per_seq`)."""
     return max_seqlen_q is not None and max_seqlen_q * queries_per_kv <= BLOCK_M
+
+
+def listed_q_blocks_per_seq(num_tokens: int, num_seqs: int, max_seqlen_q: int | None, queries_per_kv: int) -> int:
+    """Q-blocks a launch's list of work items (`blocks.qblock_item`) holds per sequence:
+    the longest query's (`q_blocks`) for every sequence, in order, where that list is no
+    longer than the grid's bound (`q_blocks_bound`); 0, the bound's numbering, where it
+    is longer (a prompt beside decodes) or the longest query is not known (compiling only).
+
+    The bound has a spare Q-block without rows per sequence (and per ``BLOCK_M`` rows), so
+    that no host read places them. One program per item, a spare ends at once; in a
+    persistent launch's static shares it fills a slot, so programs get uneven numbers of
+    real items. Every decode and speculative decode lists one Q-block per sequence
+    (`one_q_block_per_seq`; Llama-70B's B48 decode: 384 items for 132 programs, three
+    rounds, where the bound's 408 took four), and every batch of equal queries its Q-blocks
+    and no spare (Qwen-7B's 40 x 512 prompts: 40 x 28, not 40 x 29)."""
+    if max_seqlen_q is None:
+        return 0
+    per_seq = q_blocks(max_seqlen_q, queries_per_kv)
+    return per_seq if num_seqs * per_seq <= q_blocks_bound(num_tokens, num_seqs, queries_per_kv) else 0
 
 
 # how a kernel that walks a flat list of (Q-block, KV head) work items is launched
@@ -356,8 +374,9 @@ def launch_qblock(kernel, extra: dict, out, q, k_cache, v_cache, block_table, cu
     False forces it. Compiling only, a persistent launch
     compiles both binaries: the batches it will run decide between them.
 
-    The list holds one Q-block per sequence where every query fits one
-    (`one_q_block_per_seq`), else the grid's bound.
+    The list holds each sequence's Q-blocks in order where the longest query's Q-blocks
+    for every sequence make a list no longer than the grid's bound
+    (`listed_q_blocks_per_seq`: decodes, and batches of equal queries), else the bound.
 
     With ``num_segments`` > 1 (item kernels only) each (Q-block, KV head) pair is that many
     items, each a segment of its tiles (`blocks.segment_range`) that stores its rows
@@ -386,8 +405,8 @@ def launch_qblock(kernel, extra: dict, out, q, k_cache, v_cache, block_table, cu
     grid = (q_blocks_bound(g.num_tokens, g.num_seqs, g.qpk), g.num_kv_heads)
     walks = [{}]
     if items is not None:
-        per_seq = one_q_block_per_seq(g.qpk, None if compile_only else max_seqlen_q)
-        num_q_blocks = g.num_seqs if per_seq else grid[0]
+        per_seq = listed_q_blocks_per_seq(g.num_tokens, g.num_seqs, None if compile_only else max_seqlen_q, g.qpk)
+        num_q_blocks = g.num_seqs * per_seq if per_seq else grid[0]
         num_items = num_q_blocks * grid[1] * num_segments
         if num_segments > 1:  # the split's scratch (compiling needs its dtype, not its size)
             rows = 1 if compile_only else g.num_tokens
@@ -418,7 +437,7 @@ def launch_qblock(kernel, extra: dict, out, q, k_cache, v_cache, block_table, cu
         # that does not claim, or only compiles, never reads it (the kernel does not
         # specialize on it, so any int32 tensor compiles the same binary)
         walks = [{"num_q_blocks": num_q_blocks, "num_items": num_items,
-                  "one_q_block_per_seq": int(per_seq), "DYNAMIC": claim,
+                  "q_blocks_per_seq": per_seq, "DYNAMIC": claim,
                   "item_counter_ptr": (torch.zeros(1, dtype=torch.int32, device=q.device)
                                        if claim and not compile_only else seq_lens), **split}
                  for claim in claims]

@@ -34,8 +34,8 @@ from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared,
 from triton.experimental.gluon.language.nvidia.ampere import async_copy
 
 from .blocks import (K_STAGES, V_STAGES, cp_async, cta_barrier, kv_tile_offsets, kv_tile_slots,
-                     locate_qblock, normalized_rows, qblock_rows, rescale_rows, row_layout, softmax_tile,
-                     tile_range)
+                     locate_qblock, normalized_rows, qblock_rows, rescale_rows, row_layout, row_tokens,
+                     softmax_tile, tile_range)
 from .host import HEAD_SIZES, launch_qblock  # HEAD_SIZES: the heads it takes, at their own width
 
 NUM_WARPS = 8  # two warpgroups, 64 rows of the 128-row Q-block each
@@ -117,7 +117,7 @@ def qblock_wgmma_kernel(
                 mask=gl.expand_dims(row_valid, 1), other=0.0)
     q_smem.store(q)
     rows_s = gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, s_layout))
-    pos_q = context_len + (q_block_local * BLOCK_M + rows_s) // QPK
+    pos_q = context_len + row_tokens(q_block_local, rows_s, QPK, BLOCK_M)[0]
 
     m_i = gl.full([BLOCK_M], float("-inf"), gl.float32, layout=gl.SliceLayout(1, s_layout))
     l_i = gl.zeros([BLOCK_M], gl.float32, layout=gl.SliceLayout(1, s_layout))

@@ -61,7 +61,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared
 from ..config import SHORT_QUERY, BatchShape, KernelConfig, Platform, Step
 from .blocks import (K_STAGES, V_STAGES, any_row_moved, cp_async, cta_barrier, kv_page_offsets,
                      kv_page_rows, kv_tile_offsets, kv_tile_slots, normalized_rows, page_layout, program_item,
-                     program_rounds, qblock_item, qblock_rows, rescale_rows, row_layout, softmax_tile,
+                     program_rounds, qblock_item, qblock_rows, rescale_rows, row_layout, row_tokens, softmax_tile,
                      tiles_of_whole_pages, to_16bit_pairs)
 from .host import (ONE_PER_ITEM, PERSISTENT, PIECEWISE_HEAD_SIZES, even_short_queries, head_pieces, launch_qblock,
                    many_items, max_tile_size, prefill_deals_static_shares, q_block_span, split_segments,
@@ -81,7 +81,7 @@ ITEM_SMEM_LAYOUT: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, [0])
 
 @gluon.jit
 def _producer(k_ptr, v_ptr, cu_seqlens_q_ptr, seq_lens_ptr, block_table_ptr, item_counter_ptr, num_seqs,
-              num_q_blocks, num_items, one_q_block_per_seq, min_segment_tiles, sliding_window, stride_bt, stride_kb,
+              num_q_blocks, num_items, q_blocks_per_seq, min_segment_tiles, sliding_window, stride_bt, stride_kb,
               stride_ks, stride_kh, stride_vh, k_smem, v_smem, k_rest_smem, v_rest_smem, k_ready, k_empty, v_ready,
               v_empty, items_smem, item_ready, item_empty, BLOCK_SIZE: gl.constexpr, TILE_SIZE: gl.constexpr,
               HEAD_FIRST: gl.constexpr, HEAD_REST: gl.constexpr, QPK: gl.constexpr, BLOCK_M: gl.constexpr,
@@ -99,7 +99,7 @@ def _producer(k_ptr, v_ptr, cu_seqlens_q_ptr, seq_lens_ptr, block_table_ptr, ite
         while item < num_items:
             _post_item(items_smem, item_ready, item_empty, r, item)
             t += _produce_item(item, t, k_ptr, v_ptr, cu_seqlens_q_ptr, seq_lens_ptr, block_table_ptr, num_seqs,
-                               num_q_blocks, num_items, one_q_block_per_seq, min_segment_tiles, sliding_window,
+                               num_q_blocks, num_items, q_blocks_per_seq, min_segment_tiles, sliding_window,
                                stride_bt, stride_kb, stride_ks, stride_kh, stride_vh, k_smem, v_smem, k_rest_smem,
                                v_rest_smem, k_ready, k_empty, v_ready, v_empty, BLOCK_SIZE, TILE_SIZE, HEAD_FIRST,
                                HEAD_REST, QPK, BLOCK_M, USE_WINDOW, NUM_SEGMENTS)
@@ -109,7 +109,7 @@ def _producer(k_ptr, v_ptr, cu_seqlens_q_ptr, seq_lens_ptr, block_table_ptr, ite
     else:
         for r in range(program_rounds(num_items)):
             t += _produce_item(program_item(r), t, k_ptr, v_ptr, cu_seqlens_q_ptr, seq_lens_ptr, block_table_ptr,
-                               num_seqs, num_q_blocks, num_items, one_q_block_per_seq, min_segment_tiles,
+                               num_seqs, num_q_blocks, num_items, q_blocks_per_seq, min_segment_tiles,
                                sliding_window, stride_bt, stride_kb, stride_ks, stride_kh, stride_vh, k_smem, v_smem,
                                k_rest_smem, v_rest_smem, k_ready, k_empty, v_ready, v_empty, BLOCK_SIZE, TILE_SIZE,
                                HEAD_FIRST, HEAD_REST, QPK, BLOCK_M, USE_WINDOW, NUM_SEGMENTS)
@@ -151,7 +151,7 @@ def _take_item(items_smem, item_ready, item_empty, r):
 
 @gluon.jit
 def _produce_item(item, t, k_ptr, v_ptr, cu_seqlens_q_ptr, seq_lens_ptr, block_table_ptr, num_seqs, num_q_blocks,
-                  num_items, one_q_block_per_seq, min_segment_tiles, sliding_window, stride_bt, stride_kb, stride_ks,
+                  num_items, q_blocks_per_seq, min_segment_tiles, sliding_window, stride_bt, stride_kb, stride_ks,
                   stride_kh, stride_vh, k_smem, v_smem, k_rest_smem, v_rest_smem, k_ready, k_empty, v_ready, v_empty,
                   BLOCK_SIZE: gl.constexpr, TILE_SIZE: gl.constexpr, HEAD_FIRST: gl.constexpr,
                   HEAD_REST: gl.constexpr, QPK: gl.constexpr, BLOCK_M: gl.constexpr, USE_WINDOW: gl.constexpr,
@@ -163,7 +163,7 @@ def _produce_item(item, t, k_ptr, v_ptr, cu_seqlens_q_ptr, seq_lens_ptr, block_t
     WHOLE_PAGES: gl.constexpr = (tiles_of_whole_pages(TILE_SIZE, BLOCK_SIZE, HEAD_FIRST, 4)
                                  or (HEAD_REST > 0 and tiles_of_whole_pages(TILE_SIZE, BLOCK_SIZE, HEAD_REST, 4)))
     (kv_head, q_start, query_len, q_block_local, context_len, seq_len, bt_row, first_tile, first_unmasked,
-     first_masked, end_tile, _segment) = qblock_item(item, num_items, num_q_blocks, one_q_block_per_seq,
+     first_masked, end_tile, _segment) = qblock_item(item, num_items, num_q_blocks, q_blocks_per_seq,
                                                      cu_seqlens_q_ptr, seq_lens_ptr, block_table_ptr, num_seqs,
                                                      sliding_window, stride_bt, min_segment_tiles, QPK, BLOCK_M,
                                                      TILE_SIZE, USE_WINDOW, NUM_SEGMENTS)
@@ -393,7 +393,7 @@ def _consumer_item(out_ptr, q_ptr, q_start, query_len, q_block_local, context_le
         q_rest_smem.store(q_rest)
     fence_async_shared()
     cta_barrier()  # in a partition: its own warps
-    pos_q = context_len + (q_block_local * BLOCK_M + HALF * ROWS + gl.arange(0, ROWS, layout=rows)) // QPK
+    pos_q = context_len + row_tokens(q_block_local, HALF * ROWS + gl.arange(0, ROWS, layout=rows), QPK, BLOCK_M)[0]
 
     m_i = gl.full([ROWS], float("-inf"), gl.float32, layout=rows)
     l_i = gl.zeros([ROWS], gl.float32, layout=rows)
@@ -516,7 +516,7 @@ def _store_partial(segm_out_ptr, acc, q_start, query_len, q_block_local, kv_head
 
 @gluon.jit
 def _consumer(out_ptr, q_ptr, cu_seqlens_q_ptr, seq_lens_ptr, block_table_ptr, num_seqs, num_q_blocks, num_items,
-              one_q_block_per_seq, qk_scale, softcap, sliding_window, stride_qt, stride_qh, stride_ot, stride_oh,
+              q_blocks_per_seq, qk_scale, softcap, sliding_window, stride_qt, stride_qh, stride_ot, stride_oh,
               stride_bt, q_smem, q_rest_smem, k_smem, v_smem, k_rest_smem, v_rest_smem, k_ready, k_empty, v_ready,
               v_empty, items_smem, item_ready, item_empty, turns, split, HALF: gl.constexpr, ROWS: gl.constexpr,
               QPK: gl.constexpr, HEAD_FIRST: gl.constexpr, HEAD_REST: gl.constexpr, TILE_SIZE: gl.constexpr,
@@ -532,7 +532,7 @@ def _consumer(out_ptr, q_ptr, cu_seqlens_q_ptr, seq_lens_ptr, block_table_ptr, n
         item = _take_item(items_smem, item_ready, item_empty, r)
         while item < num_items:
             n = _consume_item(item, t, k, out_ptr, q_ptr, cu_seqlens_q_ptr, seq_lens_ptr, block_table_ptr, num_seqs,
-                              num_q_blocks, num_items, one_q_block_per_seq, qk_scale, softcap, sliding_window,
+                              num_q_blocks, num_items, q_blocks_per_seq, qk_scale, softcap, sliding_window,
                               stride_qt, stride_qh, stride_ot, stride_oh, stride_bt, q_smem, q_rest_smem, k_smem,
                               v_smem, k_rest_smem, v_rest_smem, k_ready, k_empty, v_ready, v_empty, turns, split,
                               HALF, ROWS, QPK, HEAD_FIRST, HEAD_REST, TILE_SIZE, BLOCK_M, USE_SOFTCAP, USE_WINDOW,
@@ -544,7 +544,7 @@ def _consumer(out_ptr, q_ptr, cu_seqlens_q_ptr, seq_lens_ptr, block_table_ptr, n
     else:
         for r in range(program_rounds(num_items)):
             n = _consume_item(program_item(r), t, k, out_ptr, q_ptr, cu_seqlens_q_ptr, seq_lens_ptr, block_table_ptr,
-                              num_seqs, num_q_blocks, num_items, one_q_block_per_seq, qk_scale, softcap, sliding_window,
+                              num_seqs, num_q_blocks, num_items, q_blocks_per_seq, qk_scale, softcap, sliding_window,
                               stride_qt, stride_qh, stride_ot, stride_oh, stride_bt, q_smem, q_rest_smem, k_smem,
                               v_smem, k_rest_smem, v_rest_smem, k_ready, k_empty, v_ready, v_empty, turns, split,
                               HALF, ROWS, QPK, HEAD_FIRST, HEAD_REST, TILE_SIZE, BLOCK_M, USE_SOFTCAP, USE_WINDOW,
@@ -555,7 +555,7 @@ def _consumer(out_ptr, q_ptr, cu_seqlens_q_ptr, seq_lens_ptr, block_table_ptr, n
 
 @gluon.jit
 def _consume_item(item, t, k, out_ptr, q_ptr, cu_seqlens_q_ptr, seq_lens_ptr, block_table_ptr, num_seqs,
-                  num_q_blocks, num_items, one_q_block_per_seq, qk_scale, softcap, sliding_window, stride_qt, stride_qh,
+                  num_q_blocks, num_items, q_blocks_per_seq, qk_scale, softcap, sliding_window, stride_qt, stride_qh,
                   stride_ot, stride_oh, stride_bt, q_smem, q_rest_smem, k_smem, v_smem, k_rest_smem, v_rest_smem,
                   k_ready, k_empty, v_ready, v_empty, turns, split, HALF: gl.constexpr, ROWS: gl.constexpr,
                   QPK: gl.constexpr, HEAD_FIRST: gl.constexpr, HEAD_REST: gl.constexpr, TILE_SIZE: gl.constexpr,
@@ -571,7 +571,7 @@ def _consume_item(item, t, k, out_ptr, q_ptr, cu_seqlens_q_ptr, seq_lens_ptr, bl
     of ``NUM_SEGMENTS > 1`` segments per Q-block (`host.launch_qblock`)."""
     segm_out_ptr, segm_max_ptr, segm_sum_ptr, num_q_heads, min_segment_tiles = split
     (kv_head, q_start, query_len, q_block_local, context_len, seq_len, bt_row, first_tile, first_unmasked,
-     first_masked, end_tile, segment) = qblock_item(item, num_items, num_q_blocks, one_q_block_per_seq,
+     first_masked, end_tile, segment) = qblock_item(item, num_items, num_q_blocks, q_blocks_per_seq,
                                                     cu_seqlens_q_ptr, seq_lens_ptr, block_table_ptr, num_seqs,
                                                     sliding_window, stride_bt, min_segment_tiles, QPK, BLOCK_M,
                                                     TILE_SIZE, USE_WINDOW, NUM_SEGMENTS)
@@ -615,7 +615,7 @@ def _smem_layout(shape, dtype):
     return gl.NVMMASharedLayout.get_default_for(shape, dtype)
 
 
-@gluon.jit(do_not_specialize=["num_seqs", "num_q_blocks", "num_items", "one_q_block_per_seq",
+@gluon.jit(do_not_specialize=["num_seqs", "num_q_blocks", "num_items", "q_blocks_per_seq",
                               "item_counter_ptr", "min_segment_tiles"])
 def qblock_ws_kernel(
     out_ptr, q_ptr, k_ptr, v_ptr,
@@ -626,7 +626,7 @@ def qblock_ws_kernel(
     stride_kb, stride_ks, stride_kh,
     stride_vb, stride_vs, stride_vh,  # equal to K's (launch_qblock checks): V reuses K's offsets
     stride_bt,
-    num_q_blocks, num_items, one_q_block_per_seq, item_counter_ptr,
+    num_q_blocks, num_items, q_blocks_per_seq, item_counter_ptr,
     segm_out_ptr, segm_max_ptr, segm_sum_ptr, num_q_heads, min_segment_tiles,
     QPK: gl.constexpr, HEAD_SIZE: gl.constexpr, HEAD_FIRST: gl.constexpr, HEAD_REST: gl.constexpr,
     BLOCK_SIZE: gl.constexpr, TILE_SIZE: gl.constexpr,
@@ -693,19 +693,19 @@ def qblock_ws_kernel(
 
     gl.warp_specialize([
         (_consumer, (out_ptr, q_ptr, cu_seqlens_q_ptr, seq_lens_ptr, block_table_ptr, num_seqs, num_q_blocks,
-                     num_items, one_q_block_per_seq, qk_scale, softcap, sliding_window, stride_qt, stride_qh, stride_ot,
+                     num_items, q_blocks_per_seq, qk_scale, softcap, sliding_window, stride_qt, stride_qh, stride_ot,
                      stride_oh, stride_bt, q_smem.index(0), q_rest_0, k_smem, v_smem, k_rest_smem, v_rest_smem,
                      k_ready, k_empty, v_ready, v_empty, items_smem, item_ready, item_empty, turns, split, 0,
                      HALF_M, QPK, HEAD_FIRST, HEAD_REST, TILE_SIZE, BLOCK_M, USE_SOFTCAP, USE_WINDOW, PINGPONG,
                      LAZY_RESCALE, P_AT_PRODUCT, DYNAMIC, HEAD_PAD, NUM_SEGMENTS)),
         (_consumer, (out_ptr, q_ptr, cu_seqlens_q_ptr, seq_lens_ptr, block_table_ptr, num_seqs, num_q_blocks,
-                     num_items, one_q_block_per_seq, qk_scale, softcap, sliding_window, stride_qt, stride_qh, stride_ot,
+                     num_items, q_blocks_per_seq, qk_scale, softcap, sliding_window, stride_qt, stride_qh, stride_ot,
                      stride_oh, stride_bt, q_smem.index(1), q_rest_1, k_smem, v_smem, k_rest_smem, v_rest_smem,
                      k_ready, k_empty, v_ready, v_empty, items_smem, item_ready, item_empty, turns, split, 1,
                      HALF_M, QPK, HEAD_FIRST, HEAD_REST, TILE_SIZE, BLOCK_M, USE_SOFTCAP, USE_WINDOW, PINGPONG,
                      LAZY_RESCALE, P_AT_PRODUCT, DYNAMIC, HEAD_PAD, NUM_SEGMENTS)),
         (_producer, (k_ptr, v_ptr, cu_seqlens_q_ptr, seq_lens_ptr, block_table_ptr, item_counter_ptr, num_seqs,
-                     num_q_blocks, num_items, one_q_block_per_seq, min_segment_tiles, sliding_window, stride_bt,
+                     num_q_blocks, num_items, q_blocks_per_seq, min_segment_tiles, sliding_window, stride_bt,
                      stride_kb, stride_ks, stride_kh, stride_vh, k_smem, v_smem, k_rest_smem, v_rest_smem, k_ready,
                      k_empty, v_ready, v_empty, items_smem, item_ready, item_empty, BLOCK_SIZE, TILE_SIZE, HEAD_FIRST,
                      HEAD_REST, QPK, BLOCK_M, USE_WINDOW, DYNAMIC, NUM_SEGMENTS)),
@@ -749,6 +749,7 @@ SHORT_KEYS = KernelConfig("qblock_ws", tile_size=64, block_m=128, num_warps=12, 
 LONG_KEYS = replace(SHORT_KEYS, tile_size=128)
 LONG_KEYS_FROM = 512  # max_seqlen_k above which LONG_KEYS' 128-key tiles run (where they fit)
 EVEN_SHORT_QUERIES_LONG_KEYS_FROM = 256  # max_seqlen_k from which uniform short queries take them
+EVEN_PROMPTS_LONG_KEYS_FROM = 512  # ... and prompts of one length in even static shares
 PERSISTENT_SHORT_QUERIES_MAX_KEYS = 1024  # up to which batches of short queries launch persistent
 
 
@@ -792,10 +793,14 @@ def default_config(shape: BatchShape, p: Platform) -> KernelConfig:
     (Llama-8B B256 over 384 keys: 115 against 127 us).
 
     Prompts of one length whose persistent launch is dealt in even static shares
-    (`host.prefill_deals_static_shares`) take 128-key tiles at any length: on an H200
-    (rules.yaml many-items; docs/perf/h200/rules-2026-11-29.csv) they took
-    0.90-1.01x the 64-key time in static shares on the five such prompts of 384-512 tokens
-    (Phi-3 32 x 512: 243 against 269 us).
+    (`host.prefill_deals_static_shares`) take 128-key tiles from
+    `EVEN_PROMPTS_LONG_KEYS_FROM` keys. On an H200 (rules.yaml many-items, short-tiles and
+    busy-tiles; docs/perf/h200/rules-2026-11-29.csv, code "e37ec32 + Q-blocks listed per
+    sequence") static shares of 128-key tiles took 0.83-1.02x the 64-key time on the 18
+    prompts of 512 tokens to 1k (Llama-1B 40 x 512: 223 against 241 us), but 0.98-1.03x on
+    the three of 384 and 1.03-1.07x on all four of 256 (Llama-8B 64 x 256: 192 against 181
+    us). With 64-key tiles up to 384, `auto` came within 3% of the best static or claiming
+    launch on all 27 prompts of those groups.
 
     Long queries under a sliding window short enough that 64-key tiles save 15% of the
     keys a Q-block streams (`short_window_q_blocks`: up to 299 keys per Q-block), 64-key
@@ -812,7 +817,8 @@ def default_config(shape: BatchShape, p: Platform) -> KernelConfig:
     into `host.split_segments` items, one program each."""
     even_short = even_short_queries(shape)
     long_keys = (shape.max_seqlen_k >= EVEN_SHORT_QUERIES_LONG_KEYS_FROM if even_short
-                 else shape.max_seqlen_k > LONG_KEYS_FROM or prefill_deals_static_shares(shape, p.num_sms))
+                 else shape.max_seqlen_k > LONG_KEYS_FROM or (shape.max_seqlen_k >= EVEN_PROMPTS_LONG_KEYS_FROM
+                                                              and prefill_deals_static_shares(shape, p.num_sms)))
     if short_window_q_blocks(shape):
         long_keys = False
     config = LONG_KEYS if long_keys and max_tile_size(shape.head_size) >= LONG_KEYS.tile_size else SHORT_KEYS
