@@ -143,7 +143,7 @@ def decide(shape: BatchShape, platform: Platform, variant: str = AUTO) -> Decisi
         # fitted before ded4027 made a masked 128-key tile cheaper: past `qblock_ws.LONG_KEYS_FROM`
         # keys its own 128-key tiles took 0.94-1.00x the 64-key time on every rules.yaml case
         # (short-tiles and page-tiles groups; docs/perf/h100/page-tiles-2026-11-28.csv, H100 and H200)
-        from ..hopper.qblock_ws import LONG_KEYS_FROM  # registered with the step: loaded already
+        from ..hopper.qblock_ws import LONG_KEYS_FROM  # lazy: Gluon (the step has loaded it already)
 
         config = replace(config, tile_size=own_tiles)
         fitted += (f", {own_tiles}-key tiles: " + (f"the longest sequence has {shape.max_seqlen_k} keys"
