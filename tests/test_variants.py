@@ -615,7 +615,9 @@ def test_long_queries_over_few_work_items_split_the_gluon_kernels_tiles(monkeypa
     chunk over 32k keys (32 items) in 8 segments, its 256-token chunk over 16k (64) in 4, a
     256-token prompt beside 4 decodes over 32k (96) in 2; its 512-token chunk over 16k (128
     items, 0.97 per SM) and 1k chunk over 8k (256) are not split, nor are short queries (the
-    split-KV step's), nor keys too few to cut (at least 1,024 per segment)."""
+    split-KV step's), nor keys too few to cut (at least 1,024 per segment). Equal chunks
+    (`host.even_chunk_items`) of more than 33 items take the fewest segments of as few
+    rounds: 64 items 2, Starcoder's 96 none."""
     from attnbench.kernels.dispatch.heuristics import decide
     from attnbench.kernels.hopper import host
 
@@ -637,6 +639,16 @@ def test_long_queries_over_few_work_items_split_the_gluon_kernels_tiles(monkeypa
     for whole in (BatchShape(1, 512, 512, 16384, 32, 8, 128), BatchShape(1, 1024, 1024, 8192, 32, 8, 128)):
         config = decide(whole, H100_SM90).config
         assert (config.variant, config.num_segments) == ("qblock_ws", 1), whole
+    # equal chunks whose lengths the caller gives: the fewest segments whose rounds end as
+    # soon (`host.split_rounds`); 32 items keep the rule's 8
+    for shape, segments in ((BatchShape(1, 256, 256, 16384, 32, 8, 128, 16384), 2),  # 64 items: 0.5 in 2 or 4
+                            (BatchShape(1, 512, 512, 16384, 16, 8, 256, 16384), 2),
+                            (BatchShape(1, 256, 256, 4809, 48, 4, 128, 4809), 1),  # Starcoder, 96: 1.0 either way
+                            (BatchShape(1, 128, 128, 32768, 32, 8, 128, 32768), 8),
+                            (BatchShape(5, 260, 256, 32768, 32, 8, 128, 256 + 4 * 32768), 2)):  # not equal
+        assert decide(shape, H100_SM90).config.num_segments == segments, shape
+    assert host.split_rounds(96, 2, 132) == host.split_rounds(96, 1, 132) == 1.0
+    assert not host.even_chunk_items(BatchShape(2, 512, 256, 300, 32, 8, 128, 600))  # prompts: causal
     speculative = BatchShape(4, 4 * 8, 8, 32768, 32, 8, 128)  # 32 items, but short queries
     assert host.split_segments(speculative, 132) == 1
     assert decide(speculative, H100_SM90).config.variant == "parallel_tiled"

@@ -134,6 +134,24 @@ def many_items(shape: BatchShape, num_sms: int) -> bool:
 SPLIT_MAX_ITEMS_SHARE = 0.75  # work items per SM up to which long queries split their tiles
 SPLIT_MIN_SEGMENT_KEYS = 1024  # keys of the longest sequence per segment, at least
 SPLIT_MAX_SEGMENTS = 8  # the most segments a (Q-block, KV head) pair's tiles are cut into
+SPLIT_EVEN_MAX_QUERY_SHARE = 0.25  # a chunk's query over its keys up to which its items read about as many
+
+
+def even_chunk_items(shape: BatchShape) -> bool:
+    """Whether every work item of the batch reads about as many keys: sequences of one
+    query length and one known key length, the query at most `SPLIT_EVEN_MAX_QUERY_SHARE`
+    of the keys (chunks over a context, whose Q-blocks differ by the causal diagonal
+    alone; a fresh prompt's run from one tile to all of them)."""
+    return (shape.sum_seqlen_k is not None and shape.num_tokens == shape.num_seqs * shape.max_seqlen_q
+            and shape.sum_seqlen_k == shape.num_seqs * shape.max_seqlen_k
+            and shape.max_seqlen_q <= SPLIT_EVEN_MAX_QUERY_SHARE * shape.max_seqlen_k)
+
+
+def split_rounds(items: int, segments: int, num_sms: int) -> float:
+    """How long ``items`` equal work items take in ``segments`` segments each on ``num_sms``
+    SMs, in units of one item: rounds of one segment per SM, each a ``1 / segments`` of an
+    item (the wave model; a segment's partial store and the reduction not counted)."""
+    return math.ceil(items * segments / num_sms) / segments
 
 
 def split_segments(shape: BatchShape, num_sms: int) -> int:
@@ -146,16 +164,25 @@ def split_segments(shape: BatchShape, num_sms: int) -> int:
     beside long decodes) otherwise runs its few long items on a fraction of the GPU;
     FlashAttention 3 splits it as well (its ``num_splits`` for a grid below a wave).
 
-    On an H200 (recipes/microbench/rules.yaml, few-items; docs/perf/h200/rules-items-heads-
-    2026-11-29.csv) the split took 0.32-0.77x one program per item's time on the ten
+    On an H200 (recipes/microbench/rules.yaml, few-items; docs/perf/h200/rules-2026-11-29.csv,
+    code 5c18104-share0.5) the split took 0.32-0.77x one program per item's time on the ten
     batches of 0.24-0.73 items per SM (Llama-8B's 128-token chunk over 32k keys, 32 items,
     in 8 segments: 139 against 442 us, FA3 126; a 256-token prompt beside 4 decodes over
     32k, 96 items, in 2: 188 against 356, FA3 224), and 1.09-1.17x in 2 segments on the
     three of 0.88-1.94 (Llama-8B's 512-token chunk over 16k keys, 128 items: 256 against
     234). Two segments rather than the rule's four took 0.96-0.97x the time on four
     batches of 60-64 items (0.87x on Gemma-2's 512-token chunk over 16k keys, whose 4k
-    window leaves four segments about 1,150 keys each, 1.04x on a mixed batch of as many), and 1.29-1.66x
-    rather than its four or eight on the four of 32-46 items."""
+    window leaves four segments about 1,150 keys each, 1.04x on a mixed batch of as many),
+    and 1.29-1.66x rather than its four or eight on the four of 32-46 items.
+
+    Where the items are equal (`even_chunk_items`) and more than a quarter of the SMs, the
+    count is the fewest segments whose rounds end as soon (`split_rounds`): two where four
+    make two rounds of quarter items (the four chunks above), none for 67-99 items, whose
+    two segments would make two rounds of half items. Starcoder's 256-token chunk over 4.5k
+    keys (12 query heads per KV head: 96 items) took 1.19x one program per item's time in 2
+    segments (docs/perf/h200/short-queries-ab-2026-11-29.csv, 90 against 76 us). Batches of
+    up to a quarter of the SMs keep the rule's count: 8 segments of Llama-8B's 32 items
+    measured as above, 4 (one round as well) not."""
     if shape.max_seqlen_q <= SHORT_QUERY:
         return 1
     items = shape_work_items(shape)
@@ -165,6 +192,9 @@ def split_segments(shape: BatchShape, num_sms: int) -> int:
     while (segments < SPLIT_MAX_SEGMENTS and items * 2 * segments <= 2 * num_sms
            and shape.max_seqlen_k >= 2 * segments * SPLIT_MIN_SEGMENT_KEYS):
         segments *= 2
+    if segments > 1 and 4 * items > num_sms and even_chunk_items(shape):
+        counts = [1 << k for k in range(segments.bit_length())]  # 1, 2, ... segments
+        segments = min(counts, key=lambda count: (split_rounds(items, count, num_sms), count))
     return segments
 
 
