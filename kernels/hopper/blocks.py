@@ -84,11 +84,15 @@ def locate_qblock(cu_seqlens_q_ptr, seq_lens_ptr, q_block, num_seqs, QPK: gl.con
         else:
             hi = mid
     seq = lo - 1
+    q_start, query_len, seq_len = sequence_lengths(cu_seqlens_q_ptr, seq_lens_ptr, seq)
+    return seq, q_start, query_len, q_block - (q_start * QPK // BLOCK_M + seq), seq_len
+
+
+@gluon.jit
+def sequence_lengths(cu_seqlens_q_ptr, seq_lens_ptr, seq):
+    """(first query row, query length, sequence length) of sequence ``seq``."""
     q_start = gl.load(cu_seqlens_q_ptr + seq)
-    query_len = gl.load(cu_seqlens_q_ptr + seq + 1) - q_start
-    q_block_local = q_block - (q_start * QPK // BLOCK_M + seq)
-    seq_len = gl.load(seq_lens_ptr + seq)
-    return seq, q_start, query_len, q_block_local, seq_len
+    return q_start, gl.load(cu_seqlens_q_ptr + seq + 1) - q_start, gl.load(seq_lens_ptr + seq)
 
 
 @gluon.jit
@@ -128,9 +132,7 @@ def sequence_qblock(cu_seqlens_q_ptr, seq_lens_ptr, q_block, q_blocks_per_seq, n
             else:
                 hi = mid
         seq = lo - 1
-    q_start = gl.load(cu_seqlens_q_ptr + seq)
-    query_len = gl.load(cu_seqlens_q_ptr + seq + 1) - q_start
-    seq_len = gl.load(seq_lens_ptr + seq)
+    q_start, query_len, seq_len = sequence_lengths(cu_seqlens_q_ptr, seq_lens_ptr, seq)
     return seq, q_start, query_len, q_block - seq * q_blocks_per_seq, seq_len
 
 
