@@ -3,7 +3,8 @@ division of labour on a paged cache.
 
 Same function, grid and Q-block packing as `qblock_wgmma` (`blocks.qblock_rows`: 128 rows
 of a sequence's tokens x query heads of one KV head, so that Falcon-7B's 71 heads fill a
-Q-block over two tokens); the difference is who does what inside a program. Three warpgroups, each its own partition:
+Q-block over two tokens); the difference is who does what inside a program. Three
+warpgroups, each its own partition:
 
 * a **producer** gathers K and V tiles page by page with ``cp.async`` (zero-filled past
   the sequence) into rings of shared memory and signals each buffer on an mbarrier when
