@@ -216,12 +216,13 @@ def test_auto_on_hopper_matches_and_replays(head_case, composition):
 
 
 def _work_items(batch: PagedBatch) -> int:
-    """The length of `host.launch_qblock`'s list of (Q-block, KV head) work items for ``batch``."""
+    """The length of `host.launch_qblock`'s list of (Q-block, KV head) work items for ``batch``,
+    told its longest query (as `_launch_run` tells `qblock_ws`)."""
     from attnbench.kernels.hopper import host
     from attnbench.kernels.steps.blocks import Geometry
 
     g = Geometry.of(batch.q, batch.k_cache, batch.seq_lens)
-    return host.q_blocks_bound(g.num_tokens, g.num_seqs, g.qpk) * g.num_kv_heads
+    return host.listed_q_blocks(g.num_tokens, g.num_seqs, batch.max_seqlen_q, g.qpk) * g.num_kv_heads
 
 
 def many_items_seqs(rng: random.Random) -> list[tuple[int, int]]:
@@ -232,9 +233,10 @@ def many_items_seqs(rng: random.Random) -> list[tuple[int, int]]:
 
 
 def many_equal_prompts(rng: random.Random) -> list[tuple[int, int]]:
-    """8-12 prompts of one length of 500-900 tokens: a list of each sequence's Q-blocks
-    (`host.listed_q_blocks_per_seq`), 256 items or more at 2 or 4 query heads per KV head."""
-    return [(rng.randint(500, 900), 0)] * rng.randint(8, 12)
+    """12-16 prompts of one length of 500-900 tokens: a list of each sequence's Q-blocks
+    (`host.listed_q_blocks_per_seq`), 192 items or more at 2 or 4 query heads per KV head
+    (one KV head included)."""
+    return [(rng.randint(500, 900), 0)] * rng.randint(12, 16)
 
 
 @pytest.mark.gpu

@@ -82,8 +82,8 @@ def q_block_span(queries_per_kv: int) -> int:
 def work_items(num_tokens: int, num_seqs: int, max_seqlen_q: int, queries_per_kv: int, num_kv_heads: int) -> int:
     """A batch's work items (Q-blocks of ``BLOCK_M`` rows x KV heads: `q_blocks`), at
     least: the longest query's Q-blocks, and for the other sequences one Q-block each or
-    their tokens' worth, whichever is more. (A launch's list, `launch_qblock`, bounds them
-    from above with a surplus Q-block per sequence.) Counting tokens alone would count a
+    their tokens' worth, whichever is more. (A launch's list, `listed_q_blocks`, holds
+    these, or where it is the grid's bound a spare Q-block per sequence more.) Counting tokens alone would count a
     mixed batch's decodes as a few Q-blocks in all where each is one: Phi-3's 32 decodes
     beside two 1k prompts hold 1,312 items or more, not 544."""
     longest = q_blocks(max_seqlen_q, queries_per_kv)
@@ -376,6 +376,13 @@ def listed_q_blocks_per_seq(num_tokens: int, num_seqs: int, max_seqlen_q: int | 
     return per_seq if num_seqs * per_seq <= q_blocks_bound(num_tokens, num_seqs, queries_per_kv) else 0
 
 
+def listed_q_blocks(num_tokens: int, num_seqs: int, max_seqlen_q: int | None, queries_per_kv: int) -> int:
+    """Q-blocks in a launch's list of work items: each sequence's (`listed_q_blocks_per_seq`)
+    or the grid's bound (`q_blocks_bound`)."""
+    per_seq = listed_q_blocks_per_seq(num_tokens, num_seqs, max_seqlen_q, queries_per_kv)
+    return num_seqs * per_seq if per_seq else q_blocks_bound(num_tokens, num_seqs, queries_per_kv)
+
+
 # how a kernel that walks a flat list of (Q-block, KV head) work items is launched
 ONE_PER_ITEM = "one per item"
 PERSISTENT = "one per SM"
@@ -435,8 +442,9 @@ def launch_qblock(kernel, extra: dict, out, q, k_cache, v_cache, block_table, cu
     grid = (q_blocks_bound(g.num_tokens, g.num_seqs, g.qpk), g.num_kv_heads)
     walks = [{}]
     if items is not None:
-        per_seq = listed_q_blocks_per_seq(g.num_tokens, g.num_seqs, None if compile_only else max_seqlen_q, g.qpk)
-        num_q_blocks = g.num_seqs * per_seq if per_seq else grid[0]
+        longest_listed = None if compile_only else max_seqlen_q
+        per_seq = listed_q_blocks_per_seq(g.num_tokens, g.num_seqs, longest_listed, g.qpk)
+        num_q_blocks = listed_q_blocks(g.num_tokens, g.num_seqs, longest_listed, g.qpk)
         num_items = num_q_blocks * grid[1] * num_segments
         if num_segments > 1:  # the split's scratch (compiling needs its dtype, not its size)
             rows = 1 if compile_only else g.num_tokens
