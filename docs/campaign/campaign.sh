@@ -23,6 +23,11 @@
 #                                                  measures is skipped by its lock (attnbench run's), any
 #                                                  other job by a claim held while it runs, so the lanes
 #                                                  share the work and a dead lane's job is free again
+#   AFTER=DIR bash docs/campaign/campaign.sh start JOB...
+#                                                  the workers start their jobs once every worker of the
+#                                                  campaign in DIR has ended: a timing campaign queued behind
+#                                                  one (tests, say) started in an earlier call, so that the
+#                                                  two never share the GPU
 #
 # Jobs:
 #   run:NAME[,NAME...]   `attnbench run ${SUITE:-recipes/h100.yaml} --only NAME ... --resume` (names or
@@ -68,9 +73,9 @@ pack() {  # what the workers have so far, in pieces small enough for the trip ba
   ls -la "$OUT"
 }
 
-working() {  # is any lane's worker alive?
+working() {  # is any lane's worker of campaign ${1:-$CAMPAIGN} alive?
   local f
-  for f in "$CAMPAIGN"/worker-*.pid; do
+  for f in "${1:-$CAMPAIGN}"/worker-*.pid; do
     [ -f "$f" ] && kill -0 "$(cat "$f")" 2>/dev/null && return 0
   done
   return 1
@@ -222,6 +227,10 @@ case $cmd in
     watch ;;
   wait) watch ;;
   worker)
+    if [ -n "${AFTER:-}" ]; then  # queued behind another campaign's workers
+      echo "=== $(date -u +%FT%TZ) waiting for the workers of $AFTER"
+      while working "$AFTER"; do sleep 5; done
+    fi
     . docs/campaign/gpu-setup.sh
     if [ "${LANES:-1}" -gt 1 ]; then  # lane i: GPU i alone, numbered as nvidia-smi and NVML number them
       export CUDA_DEVICE_ORDER=PCI_BUS_ID CUDA_VISIBLE_DEVICES=$LANE
